@@ -1,0 +1,87 @@
+"""Errors a user can cause, reported at the user's own source line.
+
+Every mistake in a kernel (a wrong shape, an unknown primitive, a copy whose
+extents disagree) raises a `TileLabError` that carries a `SourceLocation`: the
+file (or notebook cell), line and column, the offending line and a caret under
+the column. The message says what went wrong and what to do; it never shows
+tilelab's or TVM's internals.
+"""
+
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A position in the user's source: 1-based line, 0-based column."""
+
+    filename: str
+    line: int
+    col: int = 0
+    source_line: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.line}:{self.col + 1}"
+
+    def excerpt(self) -> str:
+        text = self.source_line
+        if text is None:
+            text = linecache.getline(self.filename, self.line).rstrip("\n")
+        if not text:
+            return ""
+        stripped = text.lstrip()
+        indent = len(text) - len(stripped)
+        caret = " " * max(self.col - indent, 0) + "^"
+        return f"    {stripped}\n    {caret}"
+
+
+class TileLabError(Exception):
+    """A mistake in a tile program or in how it is called."""
+
+    def __init__(self, message: str, location: SourceLocation | None = None, hint: str = ""):
+        self.message = message
+        self.location = location
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        parts = []
+        if self.location is not None:
+            parts.append(f"{self.location}: {self.message}")
+            excerpt = self.location.excerpt()
+            if excerpt:
+                parts.append(excerpt)
+        else:
+            parts.append(self.message)
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "\n".join(parts)
+
+    def with_location(self, location: SourceLocation) -> TileLabError:
+        """Attach a location if the error does not have one yet."""
+        if self.location is None:
+            self.location = location
+            self.args = (self.render(),)
+        return self
+
+
+class TileLabSyntaxError(TileLabError):
+    """Python syntax that a kernel cannot use, or a primitive used in the wrong place."""
+
+
+class TileLabTypeError(TileLabError):
+    """Mismatched shapes, extents or dtypes inside a kernel."""
+
+
+class TileLabArgumentError(TileLabError):
+    """Arguments passed to a compiled kernel that do not match its signature."""
+
+
+class TileLabCompileError(TileLabError):
+    """A pass or a backend compiler rejected the program."""
+
+
+class TileLabWarning(UserWarning):
+    """Something suspicious in a kernel that still compiles (e.g. reading an unwritten fragment)."""

@@ -1,0 +1,1 @@
+"""tilelab's intermediate representation: tile-op nodes on top of TVM's TIR."""

@@ -1,0 +1,112 @@
+"""Tile operations as explicit IR nodes.
+
+A tile program is TVM TIR plus a handful of *tile operations*: statements that
+act on whole rectangular regions of buffers at once (`copy`, `gemm`, `fill`,
+`reduce`, `atomic_add`, `print`). Each one is a `TilePrimitiveCall` node whose
+arguments are `BufferRegion`s, so every pass can see exactly which elements an
+operation reads and writes, and the printed IR reads like the source:
+
+    T.tile.copy(A[by * 64:by * 64 + 64, k * 32:k * 32 + 32], A_shared[0:64, 0:32])
+
+Passes later replace each tile op by loops (CPU) or by thread-level code (CUDA).
+This module registers the ops with TVM and offers `Region`, a small view of a
+buffer region that the front end and the passes share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+TILE_OPS = ("copy", "gemm", "fill", "reduce", "atomic_add", "print")
+
+for _name in TILE_OPS:
+    tvm.ir.register_op_attr(f"tilelab.{_name}", "TIRxOpCategory", "tile_primitive")
+    tvm.ir.register_op_attr(f"tilelab.{_name}", "TScriptPrinterName", _name)
+
+OPS = {name: tvm.ir.Op.get(f"tilelab.{name}") for name in TILE_OPS}
+
+
+def is_buffer(value) -> bool:
+    """In TVM 0.27 a Buffer is a Var of buffer type; tell it apart from scalar variables."""
+    return isinstance(value, tirx.Var) and bool(tirx.is_buffer_var(value))
+
+
+def is_load(value) -> bool:
+    """A buffer element read `A[i, j]` (TVM calls it a TensorLoad; `.source` is the buffer)."""
+    return isinstance(value, tvm.ir.TensorLoad)
+
+
+def _const_int(expr) -> int | None:
+    if isinstance(expr, int):
+        return expr
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value)
+    return None
+
+
+@dataclass(frozen=True)
+class Region:
+    """A rectangular region of a buffer: `buffer[starts[d] : starts[d] + extents[d]]`."""
+
+    buffer: tirx.Buffer
+    starts: tuple
+    extents: tuple
+
+    @staticmethod
+    def whole(buffer) -> Region:
+        return Region(buffer, tuple(0 for _ in buffer.shape), tuple(buffer.shape))
+
+    @staticmethod
+    def from_tir(region) -> Region:
+        ranges = list(region.region)
+        return Region(region.source, tuple(r.min for r in ranges), tuple(r.extent for r in ranges))
+
+    def to_tir(self):
+        ranges = [tvm.ir.Range.from_min_extent(s, e) for s, e in zip(self.starts, self.extents)]
+        return tirx.BufferRegion(self.buffer, ranges)
+
+    @property
+    def scope(self) -> str:
+        return self.buffer.scope()
+
+    @property
+    def dtype(self) -> str:
+        return str(self.buffer.dtype)
+
+    def static_extents(self) -> tuple[int, ...] | None:
+        values = tuple(_const_int(e) for e in self.extents)
+        return None if any(v is None for v in values) else values
+
+    def squeezed_extents(self) -> list:
+        """Extents with the unit dimensions dropped (how copies match shapes)."""
+        return [e for e in self.extents if _const_int(e) != 1]
+
+
+def tile_call(name: str, *args, **config) -> TilePrimitiveCall:
+    """Build a tile-op node; Regions become BufferRegions, config holds plain Python values."""
+    tir_args = [a.to_tir() if isinstance(a, Region) else a for a in args]
+    return TilePrimitiveCall(*tir_args, op=OPS[name], config=config)
+
+
+def is_tile_call(stmt, name: str | None = None) -> bool:
+    if not isinstance(stmt, TilePrimitiveCall):
+        return False
+    return name is None or stmt.op.same_as(OPS[name])
+
+
+def op_name(stmt: TilePrimitiveCall) -> str:
+    return str(stmt.op.name).removeprefix("tilelab.")
+
+
+def regions(stmt: TilePrimitiveCall) -> list[Region]:
+    """The buffer regions among a tile op's arguments, in order."""
+    return [Region.from_tir(a) for a in stmt.args if isinstance(a, tvm.ir.TensorRegion)]
+
+
+def config(stmt: TilePrimitiveCall) -> dict:
+    """The op's settings (transpose flags, reduce kind, ...) as a plain dict."""
+    return {str(k): v for k, v in stmt.config.items()}

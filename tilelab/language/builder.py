@@ -1,0 +1,138 @@
+"""The statement builder that `T.*` primitives emit into while a kernel is traced.
+
+The front end walks the user's function and keeps one `Builder` active. Tile
+primitives (`T.copy`, `T.alloc_shared`, ...) find it with `current()` and
+append TIR statements to the innermost open block. A primitive called with no
+kernel being traced gets a clear error instead.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from tvm import tirx
+
+from ..errors import SourceLocation, TileLabSyntaxError
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One global tensor of a kernel's signature, with the line that declared it."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    output: bool
+    location: SourceLocation | None
+
+
+@dataclass
+class Builder:
+    """Collects the statements of one kernel and what the front end learns on the way."""
+
+    shape_constants: dict = field(default_factory=dict)  # T.const names known up front
+    blocks: list = field(default_factory=lambda: [[]])
+    in_kernel: int = 0
+    pending_name: str | None = None  # name of the variable being assigned, for buffers
+    location: SourceLocation | None = None  # the statement being traced
+    param_buffers: list = field(default_factory=list)
+    buffer_locations: dict = field(default_factory=dict)  # buffer name -> where allocated
+    allocated_names: set = field(default_factory=set)
+    has_atomics: bool = False
+    swizzle: tuple | None = None  # T.use_swizzle(panel, order, enable)
+    params: list = field(default_factory=list)  # ParamInfo, in signature order
+    example_shapes: dict = field(default_factory=dict)  # param name -> shape of an example
+
+    def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
+        """A global tensor of the signature; sizes given by `T.const` names are resolved here."""
+        from ..errors import TileLabArgumentError, TileLabTypeError
+        from .primitives import SymbolicDim
+
+        example = self.example_shapes.get(name)
+        if example is not None and len(example) != len(shape):
+            raise TileLabArgumentError(
+                f"{name} is declared with {len(shape)} dimension(s) but the tensor passed "
+                f"has shape {tuple(example)}")
+        resolved = []
+        for axis, extent in enumerate(shape):
+            if isinstance(extent, SymbolicDim):
+                extent = self.shape_constants.get(extent.name, extent)
+            if isinstance(extent, SymbolicDim):
+                if example is None:
+                    raise TileLabTypeError(
+                        f"the size {extent.name} of {name} is not known",
+                        hint=f"pass a tensor for {name}, or {extent.name}=... to .compile()")
+                self.shape_constants[extent.name] = int(example[axis])
+                extent = int(example[axis])
+            elif example is not None and int(example[axis]) != int(extent):
+                raise TileLabArgumentError(
+                    f"{name} must have shape {tuple(int(e) if not isinstance(e, SymbolicDim) else e for e in shape)} "
+                    f"but the tensor passed has shape {tuple(example)}")
+            resolved.append(int(extent))
+        buffer = tirx.decl_buffer(tuple(resolved), str(dtype), name=self.fresh_name(name))
+        self.params.append(ParamInfo(name, tuple(resolved), str(dtype), output, self.location))
+        self.param_buffers.append(buffer)
+        return buffer
+
+    def declare_output(self, name: str, shape: tuple, dtype: str):
+        return self.declare_param(name, shape, dtype, output=True)
+
+    def emit(self, stmt) -> None:
+        self.blocks[-1].append(stmt)
+
+    @contextmanager
+    def block(self):
+        """Open a nested statement list; yields the list that the body fills."""
+        self.blocks.append([])
+        try:
+            yield self.blocks[-1]
+        finally:
+            self.blocks.pop()
+
+    def fresh_name(self, hint: str) -> str:
+        name, n = hint, 1
+        while name in self.allocated_names:
+            name, n = f"{hint}_{n}", n + 1
+        self.allocated_names.add(name)
+        return name
+
+    def take_name(self, default: str) -> str:
+        name = self.pending_name or default
+        self.pending_name = None
+        return self.fresh_name(name)
+
+
+def seq(stmts: list):
+    """A statement list as one TIR statement."""
+    if not stmts:
+        return tirx.Evaluate(0)
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+_ACTIVE: list[Builder] = []
+
+
+def current(primitive: str, need_kernel: bool = True) -> Builder:
+    """The active builder; `primitive` names the caller for the error message."""
+    if not _ACTIVE:
+        raise TileLabSyntaxError(
+            f"T.{primitive} can only be used inside a kernel being compiled",
+            hint="write it in a function decorated with @tilelab.jit or @T.prim_func",
+        )
+    builder = _ACTIVE[-1]
+    if need_kernel and not builder.in_kernel:
+        raise TileLabSyntaxError(
+            f"T.{primitive} must be used inside `with T.Kernel(...)`",
+            hint="tile primitives run on the blocks that T.Kernel launches",
+        )
+    return builder
+
+
+@contextmanager
+def activate(builder: Builder):
+    _ACTIVE.append(builder)
+    try:
+        yield builder
+    finally:
+        _ACTIVE.pop()

@@ -1,0 +1,191 @@
+"""Scalar expressions: arithmetic with C-like type rules, and the math functions.
+
+TVM refuses to add a float16 to a float32; C promotes. Kernels are easier to
+write with C's rules, so every binary operation goes through `binary()`:
+Python numbers take the type of the other operand, integers meet floats as
+floats, and two floats of different widths meet at the wider one.
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+
+from tvm import tirx
+
+from ..ir.tile_ops import is_buffer
+
+from ..errors import TileLabTypeError
+from . import dtypes
+
+Expr = tirx.Expr
+
+
+def is_expr(value) -> bool:
+    return isinstance(value, tirx.Expr) and not is_buffer(value)
+
+
+def dtype_of(value) -> str:
+    if is_expr(value):
+        return str(value.ty)
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int32"
+    if isinstance(value, float):
+        return "float32"
+    raise TileLabTypeError(f"expected a number or a scalar expression, got {type(value).__name__}")
+
+
+def to_expr(value, dtype: str | None = None):
+    """A Python number or an expression as an expression (of `dtype` if given)."""
+    if is_expr(value):
+        if dtype is not None and str(value.ty) != dtype:
+            return tirx.Cast(dtype, value)
+        return value
+    if isinstance(value, (bool, int, float)):
+        if dtype is None:
+            dtype = dtype_of(value)
+        if isinstance(value, float) and not dtypes.as_dtype(dtype).is_float:
+            dtype = "float32"
+        return tirx.const(value, dtype)
+    raise TileLabTypeError(f"expected a number or a scalar expression, got {type(value).__name__}")
+
+
+def _rank(dtype: str) -> tuple[int, int]:
+    d = dtypes.as_dtype(dtype)
+    return (2 if d.is_float else (0 if dtype == "bool" else 1), d.bits)
+
+
+def common_dtype(a, b) -> str:
+    da, db = dtype_of(a), dtype_of(b)
+    if not is_expr(a):  # a Python number follows the expression's type
+        return db if not (isinstance(a, float) and not dtypes.as_dtype(db).is_float) else "float32"
+    if not is_expr(b):
+        return da if not (isinstance(b, float) and not dtypes.as_dtype(da).is_float) else "float32"
+    return builtins.max(da, db, key=_rank)
+
+
+def unify(a, b):
+    dtype = common_dtype(a, b)
+    return to_expr(a, dtype), to_expr(b, dtype)
+
+
+def _div(a, b):
+    if dtypes.as_dtype(str(a.ty)).is_float:
+        return tirx.Div(a, b)
+    return tirx.truncdiv(a, b)
+
+
+_BINARY = {
+    "+": tirx.Add, "-": tirx.Sub, "*": tirx.Mul, "/": _div,
+    "//": tirx.floordiv, "%": tirx.floormod,
+    "<": tirx.LT, "<=": tirx.LE, ">": tirx.GT, ">=": tirx.GE, "==": tirx.EQ, "!=": tirx.NE,
+    "&": tirx.bitwise_and, "|": tirx.bitwise_or, "^": tirx.bitwise_xor,
+    "<<": tirx.shift_left, ">>": tirx.shift_right,
+}
+_PYTHON = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow,
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "==": operator.eq, "!=": operator.ne, "&": operator.and_, "|": operator.or_,
+    "^": operator.xor, "<<": operator.lshift, ">>": operator.rshift,
+}
+
+
+def binary(op: str, a, b):
+    """Apply a Python operator symbol; stays in Python when neither side is an expression."""
+    if not is_expr(a) and not is_expr(b):
+        return _PYTHON[op](a, b)
+    if op == "**":
+        a, b = unify(a, b)
+        return tirx.pow(a, b)
+    if op not in _BINARY:
+        raise TileLabTypeError(f"operator {op} is not supported on kernel values")
+    a, b = unify(a, b)
+    return _BINARY[op](a, b)
+
+
+def logical(op: str, values: list):
+    result = values[0]
+    for v in values[1:]:
+        result = tirx.And(result, v) if op == "and" else tirx.Or(result, v)
+    return result
+
+
+# ---- math primitives (T.exp, T.max, ...) ----
+
+def _float_unary(fn):
+    def apply(x):
+        x = to_expr(x)
+        if not dtypes.as_dtype(str(x.ty)).is_float:
+            x = tirx.Cast("float32", x)
+        return fn(x)
+
+    apply.__name__ = fn.__name__
+    apply.__doc__ = f"Elementwise {fn.__name__} of a floating-point value."
+    return apply
+
+
+exp = _float_unary(tirx.exp)
+exp2 = _float_unary(tirx.exp2)
+log = _float_unary(tirx.log)
+log2 = _float_unary(tirx.log2)
+sqrt = _float_unary(tirx.sqrt)
+rsqrt = _float_unary(tirx.rsqrt)
+sin = _float_unary(tirx.sin)
+cos = _float_unary(tirx.cos)
+tanh = _float_unary(tirx.tanh)
+sigmoid = _float_unary(tirx.sigmoid)
+floor = _float_unary(tirx.floor)
+ceil = _float_unary(tirx.ceil)
+erf = _float_unary(tirx.erf)
+
+
+def abs(x):  # noqa: A001 - mirrors T.abs
+    """Absolute value."""
+    return tirx.abs(to_expr(x))
+
+
+def max(a, b):  # noqa: A001
+    """The larger of two values (types promote as in C)."""
+    if not is_expr(a) and not is_expr(b):
+        return a if a >= b else b
+    return tirx.max(*unify(a, b))
+
+
+def min(a, b):  # noqa: A001
+    """The smaller of two values (types promote as in C)."""
+    if not is_expr(a) and not is_expr(b):
+        return a if a <= b else b
+    return tirx.min(*unify(a, b))
+
+
+def pow(a, b):  # noqa: A001
+    return binary("**", a, b)
+
+
+def Cast(dtype, value):  # noqa: N802 - TileLang's spelling
+    """Convert a value to `dtype`."""
+    return to_expr(value, str(dtypes.as_dtype(dtype)))
+
+
+def if_then_else(cond, then_value, else_value):
+    """`then_value` where `cond` holds, else `else_value` (both evaluated)."""
+    if not is_expr(cond):
+        return then_value if cond else else_value
+    a, b = unify(then_value, else_value)
+    return tirx.if_then_else(cond, a, b)
+
+
+def infinity(dtype):
+    """+inf of a floating-point dtype (negate it for -inf)."""
+    return tirx.infinity(str(dtypes.as_dtype(dtype)))
+
+
+def ceildiv(a, b):
+    """ceil(a / b) for integers; stays a Python int when both are."""
+    if not is_expr(a) and not is_expr(b):
+        return -(-a // b)
+    a, b = unify(a, b)
+    return tirx.floordiv(a + b - 1, b)

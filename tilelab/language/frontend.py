@@ -1,0 +1,625 @@
+"""The front end: a kernel's Python source becomes a TIR function.
+
+tilelab does not run the kernel function as Python. It reads the function's
+source, parses it with `ast`, and *interprets* the tree statement by statement:
+
+* Python values stay Python. Sizes, block shapes, dtypes, helper results and
+  `if` tests on them are evaluated at compile time, like a macro language.
+* Values that only exist on the device (block indices, loop variables, buffer
+  elements) are TIR expressions; arithmetic on them builds expressions.
+* Loops over `T.Parallel`, `T.Pipelined`, `T.serial` or `range`, `if` on a
+  device value, stores into buffers and `T.*` calls become TIR statements.
+
+Because every statement is visited with its position, any mistake becomes a
+`TileLabError` at the user's own file, line and column. `@T.macro` helpers are
+interpreted the same way; any other function is ordinary Python, called as is.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import linecache
+import textwrap
+from dataclasses import dataclass, field
+
+from tvm import tirx
+
+from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
+from ..ir.tile_ops import Region, _const_int, is_buffer, is_load
+from . import expr as E
+from .builder import Builder, ParamInfo, activate, seq
+from .primitives import Kernel, Loop, SymbolicDim, Tensor, serial
+
+_OPERATORS = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+    ast.Mod: "%", ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&",
+    ast.BitOr: "|", ast.BitXor: "^", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+    ast.Eq: "==", ast.NotEq: "!=",
+}
+
+
+# ---------------------------------------------------------------- source of a function
+
+
+@dataclass
+class FunctionSource:
+    """A function's syntax tree and where its text lives, for error positions."""
+
+    node: ast.FunctionDef
+    filename: str
+    lines: list[str]  # the file's lines, so carets work without the file on disk
+    line_offset: int
+    col_offset: int
+    text: str
+
+    @staticmethod
+    def of(fn) -> FunctionSource:
+        fn = inspect.unwrap(fn)
+        try:
+            lines, first_line = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as err:
+            raise TileLabSyntaxError(
+                f"cannot read the source of {getattr(fn, '__name__', fn)!r}",
+                hint="kernels must be defined in a file or a notebook cell, not with exec()",
+            ) from err
+        text = "".join(lines)
+        dedented = textwrap.dedent(text)
+        indent = len(lines[0]) - len(lines[0].lstrip())
+        tree = ast.parse(dedented)
+        node = tree.body[0]
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            raise TileLabSyntaxError(f"{fn.__name__} is not a function definition")
+        filename = fn.__code__.co_filename
+        all_lines = linecache.getlines(filename) or lines
+        return FunctionSource(node, filename, all_lines, first_line - 1, indent, text)
+
+    def location(self, node) -> SourceLocation:
+        line = self.line_offset + getattr(node, "lineno", 1)
+        col = self.col_offset + getattr(node, "col_offset", 0)
+        text = self.lines[line - 1].rstrip("\n") if 0 < line <= len(self.lines) else None
+        return SourceLocation(self.filename, line, col, text)
+
+
+# ---------------------------------------------------------------- the traced program
+
+
+@dataclass
+class TileProgram:
+    """The front end's result: a TIR function plus what the compiler and runtime need."""
+
+    func: tirx.PrimFunc
+    name: str
+    params: list[ParamInfo]
+    source: FunctionSource
+    has_atomics: bool = False
+    swizzle: tuple | None = None
+    buffer_locations: dict = field(default_factory=dict)
+    threads: tuple = ()
+
+    @property
+    def outputs(self) -> list[int]:
+        return [i for i, p in enumerate(self.params) if p.output]
+
+    def script(self) -> str:
+        return self.func.script()
+
+    def with_outputs(self, out_idx) -> TileProgram:
+        """Mark parameters as outputs (the factory style's `out_idx`)."""
+        if out_idx is None:
+            return self
+        indices = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+        n = len(self.params)
+        indices = [i + n if i < 0 else i for i in indices]
+        for i in indices:
+            if not 0 <= i < n:
+                raise TileLabTypeError(f"out_idx {i} is out of range: {self.name} has {n} "
+                                       "tensor parameters")
+        params = [ParamInfo(p.name, p.shape, p.dtype, i in indices, p.location)
+                  for i, p in enumerate(self.params)]
+        return TileProgram(self.func, self.name, params, self.source, self.has_atomics,
+                           self.swizzle, self.buffer_locations, self.threads)
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+# ---------------------------------------------------------------- the interpreter
+
+
+class Interpreter:
+    """Walks one function body; `T.*` calls emit into `builder`."""
+
+    def __init__(self, builder: Builder, source: FunctionSource, env: dict):
+        self.builder = builder
+        self.source = source
+        self.env = env  # globals and closure of the function
+        self.locals: dict = {}
+
+    # -- names
+
+    def lookup(self, name: str, node):
+        for scope in (self.locals, self.env, builtins.__dict__):
+            if name in scope:
+                value = scope[name]
+                if isinstance(value, SymbolicDim) and value.name in self.builder.shape_constants:
+                    return self.builder.shape_constants[value.name]
+                if _is_scalar_var(value):
+                    return tirx.BufferLoad(value, [0])
+                return value
+        raise TileLabSyntaxError(f"name {name!r} is not defined")
+
+    def bind(self, target, value):
+        if isinstance(target, ast.Name):
+            current = self.locals.get(target.id)
+            if _is_scalar_var(current) and not is_buffer(value):
+                self.builder.emit(tirx.BufferStore(current, E.to_expr(value, current.dtype), [0]))
+            else:
+                self.locals[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            values = list(value) if not E.is_expr(value) else None
+            if values is None or len(values) != len(target.elts):
+                raise TileLabSyntaxError(f"cannot unpack into {len(target.elts)} names")
+            for t, v in zip(target.elts, values):
+                self.bind(t, v)
+        elif isinstance(target, ast.Subscript):
+            obj = self.eval(target.value)
+            if is_buffer(obj):
+                indices = self.buffer_indices(obj, target.slice)
+                if isinstance(indices, Region):
+                    raise TileLabSyntaxError("assign to one element at a time, or use T.copy / "
+                                             "T.fill for a whole region")
+                self.builder.emit(tirx.BufferStore(obj, E.to_expr(value, obj.dtype), indices))
+            else:
+                obj[self.eval(target.slice)] = value
+        else:
+            raise TileLabSyntaxError(f"cannot assign to {type(target).__name__}")
+
+    # -- statements
+
+    def run(self, body: list[ast.stmt]):
+        for stmt in body:
+            self.exec(stmt)
+
+    def exec(self, node: ast.stmt):
+        location = self.source.location(node)
+        self.builder.location = location
+        handler = getattr(self, "exec_" + type(node).__name__, None)
+        if handler is None:
+            raise TileLabSyntaxError(f"{_describe_node(node)} is not supported in a kernel",
+                                     location)
+        with _located(location):
+            handler(node)
+
+    def exec_Expr(self, node):  # noqa: N802
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return  # docstring
+        self.eval(node.value)
+
+    def exec_Pass(self, node):  # noqa: N802
+        pass
+
+    def exec_Assign(self, node):  # noqa: N802
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            self.builder.pending_name = node.targets[0].id
+        try:
+            value = self.eval(node.value)
+        finally:
+            self.builder.pending_name = None
+        for target in node.targets:
+            self.bind(target, value)
+
+    def exec_AugAssign(self, node):  # noqa: N802
+        op = _OPERATORS[type(node.op)]
+        load = ast.Name(node.target.id, ast.Load()) if isinstance(node.target, ast.Name) else \
+            ast.Subscript(node.target.value, node.target.slice, ast.Load())
+        ast.copy_location(load, node.target)
+        self.bind(node.target, E.binary(op, self.eval(load), self.eval(node.value)))
+
+    def exec_AnnAssign(self, node):  # noqa: N802
+        if node.value is not None:
+            return self.exec_Assign(ast.copy_location(
+                ast.Assign([node.target], node.value), node))
+        spec = self.eval(node.annotation)
+        if not isinstance(spec, Tensor) or not isinstance(node.target, ast.Name):
+            raise TileLabSyntaxError("a bare annotation in a kernel must declare a tensor "
+                                     "parameter: `A: T.Tensor((M, N), T.float16)`")
+        if self.builder.in_kernel:
+            raise TileLabSyntaxError("tensor parameters are declared before `with T.Kernel`")
+        self.locals[node.target.id] = self.builder.declare_param(node.target.id, spec.shape,
+                                                                 spec.dtype)
+
+    def exec_For(self, node):  # noqa: N802
+        if node.orelse:
+            raise TileLabSyntaxError("for ... else is not supported in a kernel")
+        iterable = self.eval_loop_iter(node.iter)
+        if isinstance(iterable, Loop):
+            names = _target_names(node.target)
+
+            def body(loop_vars):
+                self.bind(node.target, loop_vars)
+                self.run(node.body)
+
+            self.builder.emit(iterable.build(names, body))
+            return
+        for value in iterable:  # a Python sequence: unrolled at compile time
+            self.bind(node.target, value)
+            self.run(node.body)
+
+    def eval_loop_iter(self, node):
+        if isinstance(node, ast.Call) and self.eval(node.func) is builtins.range:
+            args = [self.eval(a) for a in node.args]
+            if len(args) == 3:
+                if args[2] != 1:
+                    raise TileLabSyntaxError("range() in a kernel supports step 1 only")
+                args = args[:2]
+            return serial(*args)
+        return self.eval(node)
+
+    def exec_If(self, node):  # noqa: N802
+        cond = self.eval(node.test)
+        if E.is_expr(cond) and _const_int(cond) is not None:
+            cond = bool(_const_int(cond))
+        if not E.is_expr(cond):
+            self.run(node.body if cond else node.orelse)
+            return
+        with self.builder.block() as then_stmts:
+            self.run(node.body)
+        else_stmt = None
+        if node.orelse:
+            with self.builder.block() as else_stmts:
+                self.run(node.orelse)
+            else_stmt = seq(else_stmts)
+        self.builder.emit(tirx.IfThenElse(cond, seq(then_stmts), else_stmt))
+
+    def exec_With(self, node):  # noqa: N802
+        if len(node.items) != 1:
+            raise TileLabSyntaxError("use one T.Kernel per `with` statement")
+        item = node.items[0]
+        ctx = self.eval(item.context_expr)
+        if not isinstance(ctx, Kernel):
+            raise TileLabSyntaxError("only `with T.Kernel(...)` is supported in a kernel")
+        names = _target_names(item.optional_vars) if item.optional_vars is not None else []
+
+        def body(block_vars):
+            if item.optional_vars is not None:
+                self.bind(item.optional_vars, block_vars)
+            self.run(node.body)
+
+        self.builder.emit(ctx.build(names, body))
+        self.builder.threads = ctx.threads
+
+    def exec_Return(self, node):  # noqa: N802
+        raise _Return(self.eval(node.value) if node.value is not None else None)
+
+    def exec_FunctionDef(self, node):  # noqa: N802
+        namespace = dict(self.env)
+        namespace.update(self.locals)
+        code = compile(ast.Module([node], []), self.source.filename, "exec")
+        exec(code, namespace)  # a plain Python helper defined inside the kernel
+        self.locals[node.name] = namespace[node.name]
+
+    def exec_Assert(self, node):  # noqa: N802
+        cond = self.eval(node.test)
+        if E.is_expr(cond):
+            raise TileLabSyntaxError("assert works on compile-time values only")
+        if not cond:
+            msg = self.eval(node.msg) if node.msg is not None else "assertion failed"
+            raise TileLabError(str(msg))
+
+    def exec_Import(self, node):  # noqa: N802
+        namespace: dict = {}
+        exec(compile(ast.Module([node], []), self.source.filename, "exec"), namespace)
+        self.locals.update(namespace)
+
+    exec_ImportFrom = exec_Import  # noqa: N815
+
+    # -- expressions
+
+    def eval(self, node):
+        handler = getattr(self, "eval_" + type(node).__name__, None)
+        if handler is None:
+            return self.eval_python(node)
+        if isinstance(node, (ast.Call, ast.Subscript, ast.Name, ast.Attribute)):
+            with _located(self.source.location(node)):
+                return handler(node)
+        return handler(node)
+
+    def eval_python(self, node):
+        """Expressions tilelab does not model (comprehensions, lambdas...) run as Python."""
+        namespace = dict(self.env)
+        namespace.update({k: self.lookup(k, node) for k in self.locals})
+        code = compile(ast.Expression(node), self.source.filename, "eval")
+        with _located(self.source.location(node)):
+            return eval(code, namespace)  # noqa: S307 - user code, by design
+
+    def eval_Constant(self, node):  # noqa: N802
+        return node.value
+
+    def eval_Name(self, node):  # noqa: N802
+        return self.lookup(node.id, node)
+
+    def eval_Attribute(self, node):  # noqa: N802
+        obj = self.eval(node.value)
+        try:
+            return getattr(obj, node.attr)
+        except AttributeError:
+            owner = getattr(obj, "__name__", type(obj).__name__)
+            raise TileLabSyntaxError(f"{owner} has no attribute {node.attr!r}") from None
+
+    def eval_Tuple(self, node):  # noqa: N802
+        return tuple(self.eval(e) for e in node.elts)
+
+    def eval_List(self, node):  # noqa: N802
+        return [self.eval(e) for e in node.elts]
+
+    def eval_BinOp(self, node):  # noqa: N802
+        return E.binary(_OPERATORS[type(node.op)], self.eval(node.left), self.eval(node.right))
+
+    def eval_UnaryOp(self, node):  # noqa: N802
+        value = self.eval(node.operand)
+        if not E.is_expr(value):
+            return {ast.USub: lambda v: -v, ast.UAdd: lambda v: +v, ast.Not: lambda v: not v,
+                    ast.Invert: lambda v: ~v}[type(node.op)](value)
+        if isinstance(node.op, ast.USub):
+            return E.binary("*", value, -1)
+        if isinstance(node.op, ast.Not):
+            return tirx.Not(value)
+        if isinstance(node.op, ast.Invert):
+            return tirx.bitwise_not(value)
+        return value
+
+    def eval_BoolOp(self, node):  # noqa: N802
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        pending = []
+        for value_node in node.values:
+            value = self.eval(value_node)
+            if not E.is_expr(value):
+                if (op == "and") != bool(value):  # Python short-circuit
+                    return value if not pending else E.logical(op, pending + [value])
+                continue
+            pending.append(value)
+        return E.logical(op, pending) if pending else value
+
+    def eval_Compare(self, node):  # noqa: N802
+        left = self.eval(node.left)
+        results = []
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.eval(right_node)
+            if isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)):
+                result = {ast.Is: lambda a, b: a is b, ast.IsNot: lambda a, b: a is not b,
+                          ast.In: lambda a, b: a in b,
+                          ast.NotIn: lambda a, b: a not in b}[type(op)](left, right)
+            else:
+                result = E.binary(_OPERATORS[type(op)], left, right)
+            results.append(result)
+            left = right
+        if all(not E.is_expr(r) for r in results):
+            return all(results)
+        return E.logical("and", [r for r in results if E.is_expr(r)])
+
+    def eval_IfExp(self, node):  # noqa: N802
+        cond = self.eval(node.test)
+        if not E.is_expr(cond):
+            return self.eval(node.body if cond else node.orelse)
+        return E.if_then_else(cond, self.eval(node.body), self.eval(node.orelse))
+
+    def eval_Subscript(self, node):  # noqa: N802
+        obj = self.eval(node.value)
+        if is_buffer(obj):
+            indices = self.buffer_indices(obj, node.slice)
+            return indices if isinstance(indices, Region) else tirx.BufferLoad(obj, indices)
+        return obj[self.eval(node.slice)]
+
+    def eval_Slice(self, node):  # noqa: N802
+        parts = [self.eval(p) if p is not None else None for p in (node.lower, node.upper,
+                                                                    node.step)]
+        return slice(*parts)
+
+    def buffer_indices(self, buffer, slice_node):
+        """`A[i, j]` → index expressions; `A[0:64, k:k + 32]` → a Region."""
+        elts = slice_node.elts if isinstance(slice_node, ast.Tuple) else [slice_node]
+        rank = len(buffer.shape)
+        if len(elts) != rank:
+            raise TileLabTypeError(f"{buffer.name} has {rank} dimension(s) but is indexed with "
+                                   f"{len(elts)}")
+        if not any(isinstance(e, ast.Slice) for e in elts):
+            return [E.to_expr(self.eval(e), "int32") for e in elts]
+        starts, extents = [], []
+        for e, dim in zip(elts, buffer.shape):
+            if isinstance(e, ast.Slice):
+                s = self.eval_Slice(e)
+                if s.step not in (None, 1):
+                    raise TileLabSyntaxError("buffer regions take step 1 only")
+                start = 0 if s.start is None else s.start
+                stop = dim if s.stop is None else s.stop
+                starts.append(start)
+                extent = E.binary("-", stop, start)
+                if E.is_expr(extent):
+                    from tvm import sym
+
+                    extent = sym.Analyzer().simplify(extent)
+                extents.append(extent)
+            else:
+                starts.append(self.eval(e))
+                extents.append(1)
+        return Region(buffer, tuple(starts), tuple(extents))
+
+    def eval_Call(self, node):  # noqa: N802
+        fn = self.eval(node.func)
+        args = []
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                args.extend(self.eval(a.value))
+            else:
+                args.append(self.eval(a))
+        kwargs = {}
+        for kw in node.keywords:
+            if kw.arg is None:
+                kwargs.update(self.eval(kw.value))
+            else:
+                kwargs[kw.arg] = self.eval(kw.value)
+        if getattr(fn, "__tilelab_macro__", False):
+            return call_macro(self.builder, fn, args, kwargs)
+        return fn(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _is_scalar_var(value) -> bool:
+    return is_buffer(value) and value.scope() == "local.var"
+
+
+def _target_names(target) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)) and all(isinstance(e, ast.Name)
+                                                         for e in target.elts):
+        return [e.id for e in target.elts]
+    raise TileLabSyntaxError("loop and kernel variables must be plain names")
+
+
+def _describe_node(node) -> str:
+    names = {"While": "a while loop", "Try": "try/except", "Break": "break",
+             "Continue": "continue", "Raise": "raise", "ClassDef": "a class definition",
+             "Global": "global", "Nonlocal": "nonlocal", "Delete": "del"}
+    return names.get(type(node).__name__, f"a {type(node).__name__} statement")
+
+
+class _located:
+    """Context manager: errors inside get `location` (innermost wins) and read as user errors."""
+
+    def __init__(self, location: SourceLocation):
+        self.location = location
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None or isinstance(exc, _Return):
+            return False
+        if isinstance(exc, TileLabError):
+            exc.with_location(self.location)
+            return False
+        raise TileLabError(_user_message(exc), self.location) from None
+
+
+def _user_message(exc: BaseException) -> str:
+    """One readable line for an exception raised by Python or TVM while tracing."""
+    text = str(exc).strip().splitlines()
+    detail = text[-1] if text else ""
+    if type(exc).__module__.startswith(("tvm", "tvm_ffi")):
+        return f"invalid kernel expression ({detail})" if detail else "invalid kernel expression"
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+def _function_env(fn) -> dict:
+    env = dict(fn.__globals__)
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                env[name] = cell.cell_contents
+            except ValueError:  # a closure variable not assigned yet
+                pass
+    return env
+
+
+def call_macro(builder: Builder, fn, args, kwargs):
+    """Run a `@T.macro` helper through the interpreter, sharing the caller's builder."""
+    source = FunctionSource.of(fn)
+    interp = Interpreter(builder, source, _function_env(fn))
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    interp.locals.update(bound.arguments)
+    try:
+        interp.run(source.node.body)
+    except _Return as ret:
+        return ret.value
+    return None
+
+
+def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
+    if not any(isinstance(s, tirx.For) and "tilelab.kernel" in s.annotations
+               for s in builder.blocks[0]):
+        raise TileLabSyntaxError(f"{name} launches no kernel",
+                                 source.location(source.node),
+                                 hint="put the computation inside `with T.Kernel(...)`")
+    body = seq(builder.blocks[0])
+    func = tirx.PrimFunc(builder.param_buffers, body).with_attr("global_symbol", name)
+    return TileProgram(func, name, list(builder.params), source, builder.has_atomics,
+                       builder.swizzle, dict(builder.buffer_locations),
+                       getattr(builder, "threads", ()))
+
+
+def trace_prim_func(fn, **_options) -> TileProgram:
+    """Factory style: `@T.prim_func def kernel(A: T.Tensor(...), ...)` traced at definition."""
+    source = FunctionSource.of(fn)
+    builder = Builder()
+    interp = Interpreter(builder, source, _function_env(fn))
+    with activate(builder):
+        args = source.node.args
+        for arg in args.args:
+            location = source.location(arg)
+            builder.location = location
+            if arg.annotation is None:
+                raise TileLabSyntaxError(f"parameter {arg.arg} needs a T.Tensor annotation",
+                                         location)
+            with _located(location):
+                spec = interp.eval(arg.annotation)
+                if not isinstance(spec, Tensor):
+                    raise TileLabSyntaxError(f"parameter {arg.arg} must be annotated with "
+                                             "T.Tensor(shape, dtype)")
+                interp.locals[arg.arg] = builder.declare_param(arg.arg, spec.shape, spec.dtype)
+        try:
+            interp.run(source.node.body)
+        except _Return:
+            pass
+        return _finish(builder, source, fn.__name__)
+
+
+def eager_tensor_params(source: FunctionSource) -> list[str]:
+    """Parameters of an eager-style kernel that its body declares as `X: T.Tensor(...)`."""
+    declared = {s.target.id for s in source.node.body
+                if isinstance(s, ast.AnnAssign) and s.value is None
+                and isinstance(s.target, ast.Name)}
+    return [a.arg for a in source.node.args.args if a.arg in declared]
+
+
+def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
+                example_shapes: dict) -> TileProgram:
+    """Eager style: trace the whole function with compile-time `values` for its parameters."""
+    builder = Builder(shape_constants=dict(shape_constants), example_shapes=example_shapes)
+    interp = Interpreter(builder, source, _function_env(fn))
+    interp.locals.update(values)
+    returned = None
+    with activate(builder):
+        try:
+            interp.run(source.node.body)
+        except _Return as ret:
+            returned = ret.value
+        program = _finish(builder, source, fn.__name__)
+    outputs = returned if isinstance(returned, (tuple, list)) else \
+        ([returned] if returned is not None else [])
+    order = eager_tensor_params(source)
+    by_name = {p.name: (p, b) for p, b in zip(program.params, builder.param_buffers)}
+    inputs = [by_name[n] for n in order if n in by_name]
+    outs = []
+    for out in outputs:
+        match = [(p, b) for p, b in zip(program.params, builder.param_buffers) if b.same_as(out)]
+        if not match or not match[0][0].output:
+            raise TileLabSyntaxError("an eager kernel returns tensors created with T.empty",
+                                     source.location(source.node))
+        outs.append(match[0])
+    unused_outputs = [pb for pb in zip(program.params, builder.param_buffers)
+                      if pb[0].output and all(pb[1] is not o[1] for o in outs)]
+    ordered = inputs + outs + unused_outputs
+    func = tirx.PrimFunc([b for _, b in ordered], program.func.body).with_attr(
+        "global_symbol", fn.__name__)
+    program.func = func
+    program.params = [p for p, _ in ordered]
+    program.returned = len(outs)
+    return program

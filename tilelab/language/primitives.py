@@ -1,0 +1,454 @@
+"""The tile primitives users write: kernels, buffers, tile operations and loops.
+
+Each primitive either returns a description the front end acts on (`T.Kernel`,
+`T.Parallel`, `T.Tensor`: the front end needs the loop or `with` body to build
+them) or emits a statement straight into the active builder (`T.copy`,
+`T.alloc_shared`, ...). Argument checks happen here, so mistakes surface at the
+user's line while the kernel is traced.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+
+from ..errors import TileLabSyntaxError, TileLabTypeError
+from ..ir.tile_ops import Region, _const_int, is_buffer, is_load, tile_call
+from . import dtypes
+from .builder import current
+from .expr import is_expr, to_expr
+
+# ---------------------------------------------------------------- signatures
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """`T.Tensor(shape, dtype)`: a global-memory tensor in a kernel's signature."""
+
+    shape: tuple
+    dtype: str = "float32"
+
+    def __init__(self, shape, dtype="float32"):
+        if not isinstance(shape, (tuple, list)):
+            shape = (shape,)
+        object.__setattr__(self, "shape", tuple(shape))
+        object.__setattr__(self, "dtype", dtypes.as_dtype(dtype))
+
+
+Buffer = Tensor
+
+
+@dataclass(frozen=True)
+class SymbolicDim:
+    """A `T.const` name whose value is learned from the first tensor that uses it."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def const(names: str):
+    """`M, N = T.const("M, N")`: compile-time sizes taken from tensors or `.compile(M=...)`."""
+    builder = current("const", need_kernel=False)
+    parts = [n.strip() for n in names.replace(" ", ",").split(",") if n.strip()]
+    values = [builder.shape_constants.get(n, SymbolicDim(n)) for n in parts]
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@dataclass(frozen=True)
+class EmptyTensor:
+    """`T.empty(shape, dtype)`: an output the kernel allocates and returns."""
+
+    shape: tuple
+    dtype: str
+
+
+def empty(shape, dtype="float32"):
+    """An output tensor of the eager style: allocated for each call and returned."""
+    builder = current("empty", need_kernel=False)
+    if not isinstance(shape, (tuple, list)):
+        shape = (shape,)
+    return builder.declare_output(builder.take_name("out"), tuple(shape), dtypes.as_dtype(dtype))
+
+
+# ---------------------------------------------------------------- kernels and loops
+
+_BLOCK_NAMES = ("bx", "by", "bz")
+
+
+@dataclass
+class Kernel:
+    """`with T.Kernel(grid_x, grid_y=1, grid_z=1, threads=128) as (bx, by, bz)`."""
+
+    grid: tuple
+    threads: tuple
+
+    def __init__(self, *grid, threads=128, prelude=None):
+        if not 1 <= len(grid) <= 3:
+            raise TileLabSyntaxError("T.Kernel takes 1 to 3 grid dimensions")
+        if isinstance(threads, int):
+            threads = (threads,)
+        self.grid = tuple(grid)
+        self.threads = tuple(threads)
+        for t in self.threads:
+            if not isinstance(t, int) or t <= 0:
+                raise TileLabTypeError(f"threads must be positive Python ints, got {threads}")
+
+    def build(self, names: list[str], body_fn):
+        """Bind block indices named `names`, trace the body, wrap it in block loops."""
+        builder = current("Kernel", need_kernel=False)
+        if builder.in_kernel:
+            raise TileLabSyntaxError("T.Kernel cannot be nested inside another T.Kernel")
+        names = list(names) + list(_BLOCK_NAMES[len(names):len(self.grid)])
+        block_vars = [tirx.Var(n, "int32") for n in names[: len(self.grid)]]
+        builder.in_kernel += 1
+        try:
+            with builder.block() as stmts:
+                body_fn(block_vars[0] if len(block_vars) == 1 else tuple(block_vars))
+        finally:
+            builder.in_kernel -= 1
+        body = _seq(stmts)
+        axes = ("x", "y", "z")
+        for axis, var, extent in reversed(list(zip(axes, block_vars, self.grid))):
+            iter_var = tirx.IterVar(None, tirx.Var(f"blockIdx.{axis}", "int32"),
+                                    tirx.IterVar.ThreadIndex, f"blockIdx.{axis}")
+            body = tirx.For(var, 0, to_expr(extent), tirx.ForKind.THREAD_BINDING, body,
+                            thread_binding=iter_var)
+        annotations = {"tilelab.kernel": True, "tilelab.threads": list(self.threads)}
+        return tirx.For(body.loop_var, body.min, body.extent, body.kind, body.body,
+                        thread_binding=body.thread_binding, annotations=annotations)
+
+
+def _seq(stmts):
+    from .builder import seq
+
+    return seq(stmts)
+
+
+class Loop:
+    """Base of the loop primitives; the front end calls `build` with the body tracer."""
+
+    kind = tirx.ForKind.SERIAL
+    annotations: dict = {}
+
+    def __init__(self, *extents):
+        self.extents = extents
+
+    def ranges(self):
+        return [(0, e) for e in self.extents]
+
+    def build(self, names: list[str], body_fn):
+        ranges = self.ranges()
+        if len(names) != len(ranges):
+            raise TileLabSyntaxError(
+                f"this loop has {len(ranges)} index variable(s) but the for statement "
+                f"names {len(names)}")
+        loop_vars = [tirx.Var(n, "int32") for n in names]
+        builder = current(type(self).__name__, need_kernel=False)
+        with builder.block() as stmts:
+            body_fn(loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars))
+        body = _seq(stmts)
+        for var, (start, extent) in reversed(list(zip(loop_vars, ranges))):
+            body = tirx.For(var, to_expr(start), to_expr(extent), self.kind, body,
+                            annotations=self.annotations or None)
+        return body
+
+    def __iter__(self):
+        raise TileLabSyntaxError(
+            f"T.{type(self).__name__} can only drive a `for` loop in a kernel traced by tilelab",
+            hint="inside a helper function, decorate the helper with @T.macro")
+
+
+class Parallel(Loop):
+    """`for i, j in T.Parallel(M, N)`: every element independently; threads share the work."""
+
+    kind = tirx.ForKind.PARALLEL
+
+
+class serial(Loop):  # noqa: N801 - TileLang's spelling
+    """`for k in T.serial(n)` or `T.serial(start, stop)`: one after another."""
+
+    def __init__(self, start, stop=None, step=1):
+        if step != 1:
+            raise TileLabSyntaxError("T.serial supports step=1 only")
+        self.start, self.stop = (0, start) if stop is None else (start, stop)
+        super().__init__(self.stop)
+
+    def ranges(self):
+        from .expr import binary
+
+        return [(self.start, binary("-", self.stop, self.start))]
+
+
+class unroll(serial):  # noqa: N801
+    """`for k in T.unroll(n)`: a serial loop the compiler unrolls."""
+
+    kind = tirx.ForKind.UNROLLED
+
+
+class vectorized(serial):  # noqa: N801
+    kind = tirx.ForKind.VECTORIZED
+
+
+class Pipelined(serial):
+    """`for k in T.Pipelined(n, num_stages=3)`: a loop whose copies overlap compute on GPUs."""
+
+    def __init__(self, start, stop=None, num_stages=0, order=None, stage=None, group=None):
+        super().__init__(start, stop)
+        if not isinstance(num_stages, int) or num_stages < 0:
+            raise TileLabTypeError(f"num_stages must be a non-negative int, got {num_stages!r}")
+        self.annotations = {"num_stages": num_stages}
+
+
+# ---------------------------------------------------------------- buffers
+
+
+def _shape(shape):
+    if not isinstance(shape, (tuple, list)):
+        shape = (shape,)
+    for extent in shape:
+        if _const_int(extent) is None:
+            raise TileLabTypeError(f"buffer shapes inside a kernel must be known at compile "
+                                   f"time, got {shape}")
+    return tuple(int(_const_int(e)) for e in shape)
+
+
+def _alloc(primitive, shape, dtype, scope):
+    builder = current(primitive)
+    dtype = dtypes.as_dtype(dtype)
+    name = builder.take_name(primitive.replace("alloc_", ""))
+    buffer = tirx.decl_buffer(_shape(shape), str(dtype), name=name, scope=scope)
+    builder.buffer_locations[name] = builder.location
+    builder.emit(tirx.AllocBuffer(buffer))
+    return buffer
+
+
+def alloc_shared(shape, dtype, scope="shared.dyn"):
+    """A tile in shared memory: visible to every thread of the block."""
+    return _alloc("alloc_shared", shape, dtype, scope)
+
+
+def alloc_fragment(shape, dtype, scope="local.fragment"):
+    """A tile in registers, spread over the block's threads by layout inference."""
+    return _alloc("alloc_fragment", shape, dtype, scope)
+
+
+def alloc_local(shape, dtype, scope="local"):
+    """Registers private to each thread."""
+    return _alloc("alloc_local", shape, dtype, scope)
+
+
+def alloc_var(dtype, init=None):
+    """One private scalar; read and assign it by name: `acc = T.alloc_var(T.float32)`."""
+    buffer = _alloc("alloc_var", (1,), dtype, "local.var")
+    if init is not None:
+        current("alloc_var").emit(tirx.BufferStore(buffer, to_expr(init, str(buffer.dtype)), [0]))
+    return buffer
+
+
+# ---------------------------------------------------------------- regions
+
+
+def _region(value, primitive: str) -> Region | tirx.BufferLoad:
+    if isinstance(value, Region):
+        return value
+    if is_buffer(value):
+        return Region.whole(value)
+    if is_load(value):
+        return value  # a start point; extents come from the other operand
+    raise TileLabTypeError(
+        f"T.{primitive} expects buffers or buffer regions like A[i, 0] or A[0:64, k:k + 32], "
+        f"got {type(value).__name__}")
+
+
+def _point_to_region(point: tirx.BufferLoad, extents: list) -> Region:
+    buffer = point.source
+    rank = len(buffer.shape)
+    extents = [e for e in extents if _const_int(e) != 1] if len(extents) > rank else list(extents)
+    if len(extents) > rank:
+        raise TileLabTypeError(f"a {len(extents)}-d tile does not fit in {buffer.name}, which "
+                               f"has {rank} dimension(s)")
+    full = [1] * (rank - len(extents)) + list(extents)
+    return Region(buffer, tuple(point.indices), tuple(full))
+
+
+def _describe(region: Region) -> str:
+    dims = ", ".join(str(e) for e in region.extents)
+    return f"{region.buffer.name} ({dims})"
+
+
+def resolve_pair(src, dst, primitive: str) -> tuple[Region, Region]:
+    """Turn copy operands into two regions of matching extents, or explain why not."""
+    src, dst = _region(src, primitive), _region(dst, primitive)
+    if is_load(src) and is_load(dst):
+        raise TileLabTypeError(f"T.{primitive}: at least one side must be a whole buffer or a "
+                               "region with extents")
+    if is_load(src):
+        src = _point_to_region(src, list(dst.extents))
+    if is_load(dst):
+        dst = _point_to_region(dst, list(src.extents))
+    a, b = src.squeezed_extents(), dst.squeezed_extents()
+    same = len(a) == len(b) and all(
+        _const_int(x) is None or _const_int(y) is None or _const_int(x) == _const_int(y)
+        for x, y in zip(a, b))
+    if not same:
+        raise TileLabTypeError(
+            f"T.{primitive}: source {_describe(src)} and destination {_describe(dst)} have "
+            "different extents",
+            hint="the two sides must hold the same number of elements along each dimension")
+    return src, dst
+
+
+# ---------------------------------------------------------------- tile operations
+
+
+def copy(src, dst):
+    """Copy a tile between any two of global, shared and fragment memory.
+
+    Either side may be a whole buffer, a region `A[0:64, k:k + 32]`, or a start
+    point `A[by * 64, k * 32]` whose extents are taken from the other side.
+    Elements outside a global tensor are read as zero and never written.
+    """
+    builder = current("copy")
+    src, dst = resolve_pair(src, dst, "copy")
+    builder.emit(tile_call("copy", src, dst))
+
+
+class GemmWarpPolicy(enum.Enum):
+    """How `T.gemm` splits the output tile among warps."""
+
+    Square = "Square"
+    FullRow = "FullRow"
+    FullCol = "FullCol"
+
+
+def gemm(A, B, C, transpose_A=False, transpose_B=False,  # noqa: N803
+         policy=GemmWarpPolicy.Square, clear_accum=False, k_pack=1, wg_wait=0):
+    """`C += A @ B` on tiles (with optional transposes); C is a fragment accumulator."""
+    builder = current("gemm")
+    a, b, c = (_whole(x, "gemm") for x in (A, B, C))
+    m, k = (a[1], a[0]) if transpose_A else a
+    k2, n = (b[1], b[0]) if transpose_B else b
+    if len(c) != 2 or k != k2 or c[0] != m or c[1] != n:
+        raise TileLabTypeError(
+            f"T.gemm shapes do not agree: A{'ᵀ' if transpose_A else ''} is {m}×{k}, "
+            f"B{'ᵀ' if transpose_B else ''} is {k2}×{n}, C is {'×'.join(map(str, c))}",
+            hint="C must be M×N when A is M×K and B is K×N (after the transposes)")
+    if not isinstance(policy, GemmWarpPolicy):
+        raise TileLabTypeError("policy must be a T.GemmWarpPolicy member")
+    builder.emit(tile_call("gemm", Region.whole(A), Region.whole(B), Region.whole(C),
+                           transpose_A=bool(transpose_A), transpose_B=bool(transpose_B),
+                           policy=policy.value, clear_accum=bool(clear_accum)))
+
+
+def _whole(buffer, primitive):
+    if not is_buffer(buffer):
+        raise TileLabTypeError(f"T.{primitive} takes whole buffers (tiles), got "
+                               f"{type(buffer).__name__}")
+    shape = tuple(int(_const_int(e)) for e in buffer.shape)
+    if len(shape) != 2:
+        raise TileLabTypeError(f"T.{primitive} needs 2-d tiles; {buffer.name} has shape {shape}")
+    return shape
+
+
+def fill(buffer, value):
+    """Set every element of a buffer (or region) to `value`."""
+    builder = current("fill")
+    region = _region(buffer, "fill")
+    if is_load(region):
+        region = Region(region.source, tuple(region.indices), (1,) * len(region.indices))
+    builder.emit(tile_call("fill", region, to_expr(value, region.dtype)))
+
+
+def clear(buffer):
+    """Set every element to zero."""
+    fill(buffer, 0)
+
+
+def _reduce(kind):
+    def reduce(src, dst, dim=-1, clear=True):
+        builder = current(f"reduce_{kind}")
+        s, d = (_full_shape(x, f"reduce_{kind}") for x in (src, dst))
+        axis = dim + len(s) if dim < 0 else dim
+        if not 0 <= axis < len(s):
+            raise TileLabTypeError(f"T.reduce_{kind}: dim={dim} is out of range for "
+                                   f"{src.name} of shape {s}")
+        expected = s[:axis] + s[axis + 1:]
+        if tuple(x for x in d if x != 1) != tuple(x for x in expected if x != 1):
+            raise TileLabTypeError(
+                f"T.reduce_{kind}: reducing {src.name} {s} over dim {axis} gives "
+                f"{expected or (1,)}, but {dst.name} has shape {d}")
+        builder.emit(tile_call("reduce", Region.whole(src), Region.whole(dst), kind=kind,
+                               dim=axis, clear=bool(clear)))
+
+    reduce.__name__ = f"reduce_{kind}"
+    reduce.__doc__ = f"Reduce `src` over `dim` with {kind} into `dst` (`clear=False` folds " \
+                     "the old contents of `dst` in)."
+    return reduce
+
+
+def _full_shape(buffer, primitive):
+    if not is_buffer(buffer):
+        raise TileLabTypeError(f"T.{primitive} takes whole buffers, got {type(buffer).__name__}")
+    return tuple(int(_const_int(e)) for e in buffer.shape)
+
+
+reduce_sum = _reduce("sum")
+reduce_max = _reduce("max")
+reduce_min = _reduce("min")
+reduce_abssum = _reduce("abssum")
+reduce_absmax = _reduce("absmax")
+
+
+def atomic_add(dst, value):
+    """`dst += value` safely when several blocks update the same elements.
+
+    `dst` is an element `C[i, j]` with a scalar value, or a buffer/region with a
+    tile of the same extents as `value`.
+    """
+    builder = current("atomic_add")
+    builder.has_atomics = True
+    if is_load(dst) and (is_expr(value) or isinstance(value, (int, float))):
+        region = Region(dst.source, tuple(dst.indices), (1,) * len(dst.indices))
+        builder.emit(tile_call("atomic_add", region, to_expr(value, region.dtype)))
+        return
+    src, dst = resolve_pair(value, dst, "atomic_add")
+    builder.emit(tile_call("atomic_add", dst, src))
+
+
+def print(value, msg=""):  # noqa: A001 - T.print
+    """Print a scalar or a buffer from inside the kernel, prefixed by `msg`."""
+    builder = current("print")
+    if is_buffer(value):
+        builder.emit(tile_call("print", Region.whole(value), msg=str(msg)))
+    elif isinstance(value, Region):
+        builder.emit(tile_call("print", value, msg=str(msg)))
+    else:
+        builder.emit(tile_call("print", to_expr(value), msg=str(msg)))
+
+
+def use_swizzle(panel_size=8, order="row", enable=True):
+    """Rasterize blocks in panels for L2 reuse (a GPU hint; no effect on the CPU)."""
+    current("use_swizzle").swizzle = (int(panel_size), str(order), bool(enable))
+
+
+def prim_func(fn=None, **kwargs):
+    """Mark a kernel function in the factory style; it is traced right away."""
+    from .frontend import trace_prim_func
+
+    if fn is None:
+        return lambda f: trace_prim_func(f, **kwargs)
+    return trace_prim_func(fn, **kwargs)
+
+
+def macro(fn):
+    """Mark a helper whose body uses kernel control flow (T.Parallel loops, `if` on values)."""
+    fn.__tilelab_macro__ = True
+    return fn
+
+
+_ = tvm  # tvm is imported for its side effect of loading the IR types
