@@ -1,0 +1,43 @@
+"""tilelab: a tile-level GPU kernel language and compiler with a notebook around it.
+
+`import tilelab` is cheap and imports no TVM: compiling (which needs TVM) loads
+it on first use, so exported GPU kernels can run where only torch and a
+driver exist.
+"""
+
+from __future__ import annotations
+
+from .errors import (  # noqa: F401
+    TileLabArgumentError,
+    TileLabCompileError,
+    TileLabError,
+    TileLabSyntaxError,
+    TileLabTypeError,
+    TileLabWarning,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "jit": ("jit", "jit"),
+    "compile": ("jit", "compile"),
+    "lower": ("jit", "lower"),
+    "Kernel": ("jit", "Kernel"),
+    "JITFunction": ("jit", "JITFunction"),
+    "PassConfigKey": ("compile", "PassConfigKey"),
+    "Trace": ("trace", "Trace"),
+    "language": ("language", None),
+    "profiler": ("profiler", None),
+}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tilelab' has no attribute {name!r}")
+    import importlib
+
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(f".{module_name}", __name__)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value

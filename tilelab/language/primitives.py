@@ -72,7 +72,9 @@ def empty(shape, dtype="float32"):
     builder = current("empty", need_kernel=False)
     if not isinstance(shape, (tuple, list)):
         shape = (shape,)
-    return builder.declare_output(builder.take_name("out"), tuple(shape), dtypes.as_dtype(dtype))
+    name = builder.pending_name or "out"
+    builder.pending_name = None
+    return builder.declare_output(name, tuple(shape), dtypes.as_dtype(dtype))
 
 
 # ---------------------------------------------------------------- kernels and loops

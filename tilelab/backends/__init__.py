@@ -1,0 +1,1 @@
+"""Code generation for each target: `cpu` (LLVM through TVM) and `cuda`."""

@@ -1,0 +1,83 @@
+"""The CPU backend: tile ops become loops, TVM's LLVM target makes machine code.
+
+It exists so that anyone can write, check and study tile programs without a
+GPU. Blocks run in parallel over the cores; tensors are passed zero-copy
+through DLPack (torch CPU tensors or numpy arrays).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tvm import tirx
+
+from ...passes.check_fragment_reads import CheckFragmentReads
+from ...passes.kernel_to_cpu_loops import KernelToCPULoops
+from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
+
+PIPELINE_NAME = "tilelab_cpu"
+
+
+def passes(program) -> list:
+    """The CPU pipeline, in order: tilelab's tile-level passes, then TVM's lowering."""
+    T = tirx.transform  # noqa: N806
+    return [
+        CheckFragmentReads(program.buffer_locations),  # fragments read before written?
+        LowerTileOpsToLoops,              # each tile op -> the loop nest that defines it
+        KernelToCPULoops(program.has_atomics),  # blocks -> a parallel loop over the cores
+        T.StmtSimplify(),                 # drop bounds checks that always hold
+        T.FlattenBuffer(),                # n-d buffers -> 1-d arrays
+        T.BF16ComputeLegalize(),          # bfloat16 arithmetic happens in float32
+        T.NarrowDataType(32),
+        T.VectorizeLoop(),
+        T.UnrollLoop(),
+        T.StmtSimplify(),
+        T.CommonSubexprElim(),
+        T.VerifyMemory(),
+        T.AnnotateEntryFunc(),
+        T.SplitHostDevice(),
+        T.MakePackedAPI(),                # the calling convention TVM's runtime uses
+        T.BF16StorageLegalize(),
+    ]
+
+
+def build(mod, program):
+    """Run the CPU pipeline on an IRModule and generate code with LLVM."""
+    import tvm
+    from tvm.tirx.compilation_pipeline import finalize_device_passes, finalize_host_passes
+
+    def factory():
+        return tvm.transform.Sequential(passes(program), name="tilelab_cpu"), \
+            finalize_host_passes, finalize_device_passes
+
+    tirx.compilation_pipeline.register_tir_pipeline(PIPELINE_NAME, factory)
+    return tvm.tirx.build(mod, target="llvm", pipeline=PIPELINE_NAME)
+
+
+def llvm_ir(executable) -> str:
+    try:
+        return executable.mod.inspect_source("ll")
+    except Exception:  # noqa: BLE001 - source text is optional
+        return ""
+
+
+def export(executable, path: Path) -> None:
+    executable.export_library(str(path))
+
+
+class CPURunner:
+    """Calls a built CPU kernel with torch CPU tensors or numpy arrays, zero-copy."""
+
+    def __init__(self, module, name: str):
+        self.function = module[name]
+
+    @staticmethod
+    def load(path: Path, name: str) -> CPURunner:
+        import tvm
+
+        return CPURunner(tvm.runtime.load_module(str(path)), name)
+
+    def __call__(self, *arrays) -> None:
+        import tvm_ffi
+
+        self.function(*(tvm_ffi.from_dlpack(a) for a in arrays))

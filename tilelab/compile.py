@@ -1,0 +1,217 @@
+"""Compilation: a traced tile program in, a runnable kernel and its Trace out.
+
+The steps, top to bottom:
+
+1. the front end has already produced a `TileProgram` (TIR with tile ops);
+2. `compile_program` looks the program up in the compile cache (keyed by its
+   IR text, the target, the pass settings and the compiler's own source);
+3. on a miss, the target's pass list runs - tilelab's tile-level passes first,
+   then TVM's generic lowering - while an instrument records the IR after
+   every pass into the Trace;
+4. the backend generates code, and the artifact plus the Trace are cached.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import tempfile
+import time
+from functools import lru_cache
+from pathlib import Path
+
+from .cache import cache_key, default_cache
+from .errors import TileLabCompileError, TileLabError
+from .trace import PassRecord, Trace
+
+
+class PassConfigKey(str, enum.Enum):
+    """Settings that change how a kernel is compiled (`pass_configs={...}`)."""
+
+    TL_ENABLE_FAST_MATH = "tl.enable_fast_math"
+    TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
+    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
+    TL_DISABLE_VECTORIZE = "tir.disable_vectorize"
+
+
+TARGETS = ("cpu", "cuda")
+
+
+def resolve_target(target: str | None, tensors=()) -> str:
+    """`auto` picks CUDA when the inputs live on a GPU, else the CPU."""
+    target = (target or "auto").lower()
+    if target == "llvm":
+        target = "cpu"
+    if target == "auto":
+        on_gpu = any(getattr(getattr(t, "device", None), "type", "cpu") == "cuda"
+                     for t in tensors)
+        target = "cuda" if on_gpu else "cpu"
+    if target not in TARGETS:
+        raise TileLabError(f"unknown target {target!r}; choose one of auto, cpu, cuda")
+    if target == "cuda":
+        raise TileLabError(
+            "the CUDA backend is not available in this version of tilelab",
+            hint="run on the CPU: pass CPU tensors or target='cpu'")
+    return target
+
+
+@lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """A hash of tilelab's own source, so that cached kernels follow compiler changes."""
+    digest = hashlib.sha256()
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def normalize_configs(pass_configs) -> dict:
+    out = {}
+    for key, value in (pass_configs or {}).items():
+        name = key.value if isinstance(key, PassConfigKey) else str(key)
+        out[name] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    return out
+
+
+# ---------------------------------------------------------------- recording passes
+
+
+def _owner(name: str) -> str:
+    return "tilelab" if name.startswith("tilelab.") else "tvm"
+
+
+class PassRecorder:
+    """A TVM pass instrument that keeps the IR after every pass."""
+
+    SKIP = {"sequential", "tilelab_cpu", "tilelab_cuda", "_pipeline"}
+
+    def __init__(self):
+        self.records: list[PassRecord] = []
+        self._starts: list[float] = []
+        self._previous = None
+        self._previous_text = ""
+        self.stage = "pipeline"
+
+    def record(self, name: str, mod, duration_ms: float, owner: str, stage: str):
+        import tvm_ffi
+
+        changed = self._previous is None or not tvm_ffi.structural_equal(mod, self._previous)
+        text = mod.script() if changed else self._previous_text
+        self.records.append(PassRecord(name, text, bool(changed), round(duration_ms, 3),
+                                       owner, stage))
+        self._previous, self._previous_text = mod, text
+
+    def instrument(self):
+        import tvm
+
+        recorder = self
+
+        @tvm.ir.instrument.pass_instrument
+        class _Instrument:
+            def run_before_pass(self, mod, info):
+                recorder._starts.append(time.perf_counter())
+
+            def run_after_pass(self, mod, info):
+                start = recorder._starts.pop() if recorder._starts else time.perf_counter()
+                if info.name in PassRecorder.SKIP or info.name.startswith("sequential"):
+                    return
+                if info.name == "tirx.BindTarget":  # bookkeeping, not worth a record
+                    recorder._previous = mod
+                    return
+                stage = recorder.stage
+                if info.name in ("tirx.LowerTVMBuiltin", "tirx.LowerIntrin",
+                                 "tirx.LowerWarpMemory"):
+                    stage = "finalize"
+                recorder.record(info.name, mod, (time.perf_counter() - start) * 1e3,
+                                _owner(info.name), stage)
+
+        return _Instrument()
+
+
+# ---------------------------------------------------------------- compiling
+
+
+class CompiledArtifact:
+    """What a backend produced: a runner for the kernel, the Trace, and the files to cache."""
+
+    def __init__(self, runner, trace: Trace):
+        self.runner = runner
+        self.trace = trace
+
+
+def program_key(program, target: str, configs: dict) -> str:
+    return cache_key("tilelab-kernel", program.script(), target, configs,
+                     bool(program.has_atomics), compiler_fingerprint())
+
+
+def compile_program(program, target: str = "cpu", pass_configs=None) -> CompiledArtifact:
+    """Compile a TileProgram for `target`, through the cache."""
+    configs = normalize_configs(pass_configs)
+    key = program_key(program, target, configs)
+    cache = default_cache()
+    started = time.perf_counter()
+    entry = cache.get_path(key)
+    if entry is not None:
+        trace = Trace.from_json((entry / "trace.json").read_text())
+        trace.cache_hit = True
+        trace.compile_seconds = time.perf_counter() - started
+        return CompiledArtifact(_load_runner(target, entry, program.name), trace)
+    artifact, files = _compile_uncached(program, target, configs)
+    artifact.trace.compile_seconds = time.perf_counter() - started
+    files["trace.json"] = artifact.trace.to_json().encode()
+    cache.put(key, files)
+    return artifact
+
+
+def _load_runner(target: str, entry: Path, name: str):
+    from .backends.cpu import CPURunner
+
+    return CPURunner.load(entry / "kernel.so", name)
+
+
+def _compile_uncached(program, target: str, configs: dict):
+    import tvm
+
+    from .backends import cpu
+
+    trace = Trace(kernel=program.name, target=target,
+                  source={"filename": program.source.filename,
+                          "first_line": program.source.line_offset + 1,
+                          "text": program.source.text},
+                  params=[{"name": p.name, "shape": list(p.shape), "dtype": p.dtype,
+                           "output": p.output} for p in program.params])
+    recorder = PassRecorder()
+    mod = tvm.IRModule({program.name: program.func})
+    recorder.record("tilelab.FrontEnd", mod, 0.0, "tilelab", "input")
+    tvm_configs = {k: v for k, v in configs.items() if k.startswith("tir.")}
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with tvm.transform.PassContext(opt_level=3, config=tvm_configs,
+                                           instruments=[recorder.instrument()]):
+                executable = cpu.build(mod, program)
+        except TileLabError:
+            raise
+        except Exception as err:  # a pass or LLVM rejected the program
+            last = recorder.records[-1].name if recorder.records else "the front end"
+            first_line = str(err).strip().splitlines()[-1] if str(err).strip() else ""
+            raise TileLabCompileError(
+                f"compiling {program.name} for {target} failed after {last}: {first_line}",
+                program.source.location(program.source.node)) from None
+    for w in caught:
+        trace.warnings.append(str(w.message))
+        warnings.warn_explicit(w.message, w.category, program.source.filename,
+                               program.source.line_offset + 1)
+    trace.passes = recorder.records
+    trace.code["llvm"] = cpu.llvm_ir(executable)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.so"
+        cpu.export(executable, path)
+        files = {"kernel.so": path.read_bytes(),
+                 "meta.json": json.dumps({"name": program.name, "target": target}).encode()}
+    runner = cpu.CPURunner(executable, program.name)
+    return CompiledArtifact(runner, trace), files

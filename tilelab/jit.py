@@ -1,0 +1,292 @@
+"""`@tilelab.jit`: from a Python function to a callable, cached kernel.
+
+Two program styles are accepted, as in the tutorial:
+
+* **factory**: a function that returns a `@T.prim_func`; calling the factory
+  with sizes compiles a `Kernel` (`kernel = matmul(1024, 1024, 1024)`);
+* **eager**: the function body declares its tensors (`A: T.Tensor((M, N), ...)`)
+  and outputs (`C = T.empty(...)`); calling it with tensors compiles for their
+  shapes on first use and returns the outputs (`c = vector_add(a, b)`).
+
+A `Kernel` checks its arguments against the signature, allocates outputs,
+and runs on the backend it was compiled for.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+
+from .errors import TileLabArgumentError, TileLabError, TileLabSyntaxError
+
+
+def _is_tensor(value) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and \
+        hasattr(value, "__dlpack__")
+
+
+def _dtype_name(value) -> str:
+    text = str(value.dtype)
+    return text.removeprefix("torch.")
+
+
+def _device_of(value) -> str:
+    return getattr(getattr(value, "device", None), "type", "cpu") or "cpu"
+
+
+def _user_error(fn):
+    """Re-raise TileLabErrors from the public entry point, hiding tilelab's frames."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TileLabError as err:
+            raise err.with_traceback(None) from None
+
+    return wrapper
+
+
+class Kernel:
+    """A compiled kernel: call it with tensors; outputs are allocated and returned."""
+
+    def __init__(self, program, artifact, target: str):
+        self.program = program
+        self.name = program.name
+        self.params = program.params
+        self.target = target
+        self.trace = artifact.trace
+        self._runner = artifact.runner
+
+    @property
+    def inputs(self):
+        return [p for p in self.params if not p.output]
+
+    @property
+    def outputs(self):
+        return [p for p in self.params if p.output]
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in self.inputs)
+        outs = ", ".join(f"{p.dtype}{list(p.shape)}" for p in self.outputs)
+        return f"<tilelab.Kernel {self.name}({sig}) -> ({outs}) on {self.target}>"
+
+    @_user_error
+    def __call__(self, *args):
+        inputs = self.inputs
+        if len(args) != len(inputs):
+            names = ", ".join(p.name for p in inputs)
+            raise TileLabArgumentError(
+                f"{self.name} takes {len(inputs)} tensor(s) ({names}) but {len(args)} were given",
+                inputs[0].location if inputs else None)
+        for param, value in zip(inputs, args):
+            self._check(param, value)
+        outputs = [self._allocate(p, args) for p in self.outputs]
+        arrays, it_in, it_out = [], iter(args), iter(outputs)
+        for p in self.params:
+            arrays.append(next(it_out) if p.output else next(it_in))
+        self._runner(*arrays)
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _check(self, param, value):
+        where = param.location
+        if not _is_tensor(value):
+            raise TileLabArgumentError(
+                f"{param.name} must be a tensor, got {type(value).__name__}", where)
+        device = _device_of(value)
+        if device != "cpu" and self.target == "cpu":
+            raise TileLabArgumentError(
+                f"{param.name} is a {device} tensor but this kernel was compiled for the CPU",
+                where, hint="move the tensors to the CPU, or compile with target='cuda'")
+        if tuple(value.shape) != tuple(param.shape):
+            raise TileLabArgumentError(
+                f"{param.name} must have shape {tuple(param.shape)}, got {tuple(value.shape)}",
+                where)
+        if _dtype_name(value) != param.dtype:
+            raise TileLabArgumentError(
+                f"{param.name} must be {param.dtype}, got {_dtype_name(value)}", where)
+        contiguous = value.is_contiguous() if hasattr(value, "is_contiguous") else \
+            value.flags["C_CONTIGUOUS"]
+        if not contiguous:
+            raise TileLabArgumentError(f"{param.name} must be contiguous", where,
+                                       hint="pass tensor.contiguous()")
+
+    @staticmethod
+    def _allocate(param, args):
+        if args and not hasattr(args[0], "is_contiguous"):  # numpy in, numpy out
+            import numpy as np
+
+            return np.empty(param.shape, dtype=param.dtype)
+        import torch
+
+        from .language.dtypes import as_dtype, torch_dtype
+
+        return torch.empty(param.shape, dtype=torch_dtype(as_dtype(param.dtype)))
+
+    # -- introspection as in the tutorial
+
+    def get_kernel_source(self) -> str:
+        """The generated code: CUDA C on GPUs, LLVM IR on the CPU."""
+        return self.trace.code.get("cuda") or self.trace.code.get("llvm", "")
+
+    def get_profiler(self):
+        from .profiler import Profiler
+
+        return Profiler(self)
+
+
+# ---------------------------------------------------------------- jit
+
+
+def _is_factory(source) -> bool:
+    """A factory defines a nested function decorated with @T.prim_func and returns it."""
+    for node in ast.walk(source.node):
+        if isinstance(node, ast.FunctionDef) and node is not source.node:
+            for dec in node.decorator_list:
+                target = dec.func if isinstance(dec, ast.Call) else dec
+                if isinstance(target, ast.Attribute) and target.attr == "prim_func":
+                    return True
+                if isinstance(target, ast.Name) and target.id == "prim_func":
+                    return True
+    return False
+
+
+def _freeze(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in value.items()))
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+class JITFunction:
+    """The object `@tilelab.jit` returns; see the module docstring."""
+
+    def __init__(self, fn, out_idx=None, target="auto", pass_configs=None):
+        from .language.frontend import FunctionSource
+
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.out_idx = out_idx
+        self.target = target
+        self.pass_configs = pass_configs or {}
+        self.source = FunctionSource.of(fn)
+        self.style = "factory" if _is_factory(self.source) else "eager"
+        self._kernels: dict = {}
+
+    def __repr__(self) -> str:
+        return f"<tilelab.jit {self.style} {self.fn.__name__}>"
+
+    @_user_error
+    def __call__(self, *args, **kwargs):
+        if self.style == "factory":
+            return self._factory_kernel(args, kwargs)
+        kernel, tensors = self._eager_kernel(args, kwargs, need_tensors=True)
+        return kernel(*tensors)
+
+    @_user_error
+    def compile(self, *args, target=None, **kwargs) -> Kernel:
+        """Compile without running: with example tensors, or with sizes as keywords."""
+        if self.style == "factory":
+            return self._factory_kernel(args, kwargs, target)
+        kernel, _ = self._eager_kernel(args, kwargs, need_tensors=False, target=target)
+        return kernel
+
+    def lower(self, *args, **kwargs):
+        """The Trace of a compilation (the IR after every pass)."""
+        return self.compile(*args, **kwargs).trace
+
+    # -- factory style
+
+    def _factory_kernel(self, args, kwargs, target=None):
+        key = ("factory", _freeze(args), _freeze(kwargs), target)
+        if key not in self._kernels:
+            program = self.fn(*args, **kwargs)
+            self._kernels[key] = compile(program, out_idx=self.out_idx,
+                                         target=target or self.target,
+                                         pass_configs=self.pass_configs)
+        return self._kernels[key]
+
+    # -- eager style
+
+    def _eager_kernel(self, args, kwargs, need_tensors: bool, target=None):
+        from .compile import resolve_target
+        from .language.frontend import eager_tensor_params
+
+        signature = inspect.signature(self.fn)
+        tensor_names = eager_tensor_params(self.source)
+        params = list(signature.parameters)
+        extra = {k: v for k, v in kwargs.items() if k not in signature.parameters}
+        named = {k: v for k, v in kwargs.items() if k in signature.parameters}
+        try:
+            bound = signature.bind_partial(*args, **named)
+        except TypeError as err:
+            raise TileLabArgumentError(f"{self.fn.__name__}: {err}") from None
+        bound.apply_defaults()
+        tensors, examples, values = [], {}, {}
+        for name in params:
+            if name in tensor_names:
+                value = bound.arguments.get(name)
+                if value is None:
+                    if need_tensors:
+                        raise TileLabArgumentError(f"{self.fn.__name__} needs a tensor for "
+                                                   f"{name}")
+                    continue
+                if not _is_tensor(value):
+                    raise TileLabArgumentError(f"{name} must be a tensor, got "
+                                               f"{type(value).__name__}")
+                tensors.append(value)
+                examples[name] = tuple(int(s) for s in value.shape)
+            elif name in bound.arguments:
+                values[name] = bound.arguments[name]
+            else:
+                raise TileLabArgumentError(f"{self.fn.__name__} needs a value for {name}")
+        resolved = resolve_target(target or self.target, tensors)
+        dtypes = tuple(_dtype_name(t) for t in tensors)
+        key = ("eager", tuple(sorted(examples.items())), dtypes, _freeze(values),
+               _freeze(extra), resolved)
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            from .language.frontend import trace_eager
+
+            program = trace_eager(self.fn, self.source, values, extra, examples)
+            kernel = compile(program, target=resolved, pass_configs=self.pass_configs)
+            self._kernels[key] = kernel
+        return kernel, tensors
+
+
+def jit(fn=None, *, out_idx=None, target="auto", pass_configs=None, **_ignored):
+    """Decorate a kernel (eager style) or a kernel factory; see `JITFunction`."""
+    if fn is None:
+        return lambda f: JITFunction(f, out_idx=out_idx, target=target, pass_configs=pass_configs)
+    return JITFunction(fn, out_idx=out_idx, target=target, pass_configs=pass_configs)
+
+
+@_user_error
+def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel:  # noqa: A001
+    """Compile a `@T.prim_func` program into a Kernel."""
+    from .compile import compile_program, resolve_target
+    from .language.frontend import TileProgram
+
+    if not isinstance(program, TileProgram):
+        raise TileLabSyntaxError(f"expected a @T.prim_func kernel, got {type(program).__name__}",
+                                 hint="the factory must return the function decorated with "
+                                      "@T.prim_func")
+    program = program.with_outputs(out_idx)
+    resolved = resolve_target(target)
+    artifact = compile_program(program, resolved, pass_configs)
+    return Kernel(program, artifact, resolved)
+
+
+def lower(program_or_jit, *args, out_idx=None, target="auto", pass_configs=None, **kwargs):
+    """The Trace of compiling a program (or a jit function with these arguments)."""
+    if isinstance(program_or_jit, JITFunction):
+        return program_or_jit.lower(*args, **kwargs)
+    return compile(program_or_jit, out_idx=out_idx, target=target,
+                   pass_configs=pass_configs).trace

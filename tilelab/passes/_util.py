@@ -1,0 +1,45 @@
+"""Small helpers the passes share: loop nests, rewriting statements and variables."""
+
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import tirx
+
+from ..ir.tile_ops import is_buffer
+
+
+def loop_nest(extents, body_fn, prefix="i", kind=tirx.ForKind.SERIAL):
+    """`for i0 in range(e0): for i1 in ...: body_fn([i0, i1, ...])`."""
+    loop_vars = [tirx.Var(f"{prefix}{d}", "int32") for d in range(len(extents))]
+    body = body_fn(loop_vars)
+    for var, extent in reversed(list(zip(loop_vars, extents))):
+        body = tirx.For(var, 0, extent, kind, body)
+    return body
+
+
+def substitute(node, mapping: dict):
+    """Replace scalar variables (not buffers) by expressions."""
+    if not mapping:
+        return node
+    by_id = {id(k): v for k, v in mapping.items()}
+    keys = list(mapping)
+
+    def replace(var):
+        if is_buffer(var):
+            return var
+        for k in keys:
+            if var.same_as(k):
+                return by_id[id(k)]
+        return var
+
+    return tvm_ffi.structural_map(node, (tirx.Var, replace), order="post")
+
+
+def rewrite(node, node_type, fn):
+    """Rewrite every node of `node_type`, innermost first."""
+    return tvm_ffi.structural_map(node, (node_type, fn), order="post")
+
+
+def walk(node, node_type, fn):
+    """Call `fn` on every node of `node_type`, in program order."""
+    tvm_ffi.structural_walk(node, (node_type, fn), order="pre")

@@ -1,0 +1,79 @@
+"""Warn when a fragment is read before anything wrote it.
+
+A fragment lives in registers and starts out holding garbage. Reading one
+before `T.clear`, `T.fill`, `T.copy` or a store wrote it is almost always a
+bug (a forgotten `T.clear(acc)` before a GEMM loop, say). This pass walks
+the kernel in program order, remembers which fragments have been written,
+and warns at the allocation line of any fragment read too early. It changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import tvm
+from tvm import tirx
+from tvm.tirx.tile_primitive import TilePrimitiveCall
+from tvm_ffi import WalkResult
+
+from ..errors import TileLabWarning
+from ..ir.tile_ops import config, op_name, regions
+from ._util import walk
+
+# tile ops and which of their regions they read, and write
+_READS = {"copy": [0], "gemm": [0, 1, 2], "reduce": [0], "atomic_add": [0, 1], "print": [0],
+          "fill": []}
+_WRITES = {"copy": [1], "gemm": [2], "reduce": [1], "atomic_add": [0], "fill": [0], "print": []}
+
+
+def unwritten_fragment_reads(func) -> list[str]:
+    """Names of fragments read before any write, in program order."""
+    written: set[str] = set()
+    early: list[str] = []
+
+    def is_fragment(buffer) -> bool:
+        return buffer.scope() == "local.fragment"
+
+    def read(buffer):
+        if is_fragment(buffer) and buffer.name not in written and buffer.name not in early:
+            early.append(buffer.name)
+
+    def visit(node):
+        if isinstance(node, TilePrimitiveCall):
+            name, regs = op_name(node), regions(node)
+            reads = list(_READS.get(name, []))
+            if name == "gemm" and config(node).get("clear_accum"):
+                reads = [0, 1]
+            if name == "reduce" and config(node).get("clear"):
+                reads = [0]
+            for i in reads:
+                if i < len(regs):
+                    read(regs[i].buffer)
+            for i in _WRITES.get(name, []):
+                written.add(regs[i].buffer.name)
+        elif isinstance(node, tirx.BufferStore):
+            walk(node.value, tvm.ir.TensorLoad, lambda load: read(load.source))
+            written.add(node.buffer.name)
+            return WalkResult.SKIP
+        elif isinstance(node, tvm.ir.TensorLoad):
+            read(node.source)
+        return None
+
+    walk(func.body, object, visit)
+    return early
+
+
+def CheckFragmentReads(buffer_locations: dict):  # noqa: N802
+    """Expects tile ops (before lowering); warns, returns the function unchanged."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.CheckFragmentReads")
+    def _pass(func, _mod, _ctx):
+        for name in unwritten_fragment_reads(func):
+            where = buffer_locations.get(name)
+            prefix = f"{where}: " if where else ""
+            warnings.warn(f"{prefix}fragment {name!r} is read before anything writes it "
+                          "(did you forget T.clear or T.fill?)", TileLabWarning, stacklevel=2)
+        return func
+
+    return _pass

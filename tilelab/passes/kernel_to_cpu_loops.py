@@ -1,0 +1,79 @@
+"""Run a kernel's blocks as a parallel loop on the CPU.
+
+On a GPU, `T.Kernel(gx, gy)` launches gx*gy blocks at once. On the CPU the
+blocks become iterations of one flat loop over `gx * gy * gz`, spread over
+the cores, and each iteration recovers its block indices from the flat one:
+`bx = f % gx`, `by = f // gx % gy`, `bz = f // (gx * gy)`. A kernel that uses
+`T.atomic_add` runs its blocks one after another instead, so that updates of
+shared elements cannot race.
+
+Inside a block, tile-level parallelism (`T.Parallel`) turns into ordinary
+loops that LLVM vectorizes, and shared memory, fragments and thread-local
+scalars all become block-private arrays.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from ._util import rewrite, substitute
+
+
+def _block_loops(loop):
+    loops = []
+    while isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.THREAD_BINDING:
+        loops.append(loop)
+        loop = loop.body
+    return loops, loop
+
+
+def _flatten_blocks(kernel_loop, run_serially: bool):
+    loops, body = _block_loops(kernel_loop)
+    flat = tirx.Var("block", "int32")
+    mapping, stride = {}, 1
+    total = 1
+    for loop in loops:
+        total = total * loop.extent
+    # nesting order is x, y, z from the outside; x varies fastest
+    for loop in loops:
+        index = flat if stride == 1 else tirx.floordiv(flat, stride)
+        mapping[loop.loop_var] = tirx.floormod(index, loop.extent) if loop is not loops[-1] \
+            else index
+        stride = stride * loop.extent
+    kind = tirx.ForKind.SERIAL if run_serially else tirx.ForKind.PARALLEL
+    return tirx.For(flat, 0, total, kind, substitute(body, mapping))
+
+
+def _serialize(loop):
+    if loop.kind in (tirx.ForKind.PARALLEL, tirx.ForKind.VECTORIZED):
+        return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.SERIAL, loop.body,
+                        annotations=loop.annotations)
+    return loop
+
+
+def kernel_to_cpu_loops(func, has_atomics: bool):
+    body = rewrite(func.body, tirx.For, _serialize)
+
+    def lower_kernel(loop):
+        if "tilelab.kernel" in loop.annotations:
+            return _flatten_blocks(loop, has_atomics)
+        return loop
+
+    body = tvm_ffi_map_pre(body, lower_kernel)
+    return func.with_body(body)
+
+
+def tvm_ffi_map_pre(body, fn):
+    import tvm_ffi
+
+    return tvm_ffi.structural_map(body, (tirx.For, fn), order="pre")
+
+
+def KernelToCPULoops(has_atomics: bool = False):  # noqa: N802
+    """Expects block loops from T.Kernel; leaves one flat (parallel) loop over blocks."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.KernelToCPULoops")
+    def _pass(func, _mod, _ctx):
+        return kernel_to_cpu_loops(func, has_atomics)
+
+    return _pass
