@@ -14,13 +14,10 @@
 # Environment:
 #   PYTHON                 the interpreter that makes the venv (default: python3)
 #   TILELAB_JUPYTER_ARGS   extra arguments for `jupyter lab` (e.g. "--port 8890")
-#   TILELAB_TORCH_INDEX    where the CPU build of torch comes from
-#                          (default: https://download.pytorch.org/whl/cpu)
 #
 # GPU users: install any recent CUDA build of torch (>= 2.4) into .venv before
 # running this script (e.g. `python3 -m venv .venv && .venv/bin/pip install torch`);
-# an importable torch is left alone. Without one, this script installs
-# torch==2.13.0, the CPU build on machines without an NVIDIA GPU.
+# an importable torch is left alone. Without one, this script installs torch==2.13.0.
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
@@ -44,7 +41,6 @@ die() { echo "setup.sh: error: $*" >&2; exit 1; }
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 TORCH_VERSION=2.13.0
-TORCH_INDEX="${TILELAB_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
 
 # ---------------------------------------------------------------- 1. system packages
 
@@ -119,12 +115,9 @@ PIP=("$VENV/bin/python" -m pip)
 # multi-gigabyte CUDA build even on machines that have no GPU.
 if "$VENV/bin/python" -c 'import torch' >/dev/null 2>&1; then
     log "torch present: $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
-elif [ "$(uname -s)" = Linux ] && ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }; then
-    log "no NVIDIA GPU: installing torch==$TORCH_VERSION, CPU build"
-    # The CPU index labels its x86-64 wheels "+cpu"; some platforms' wheels carry no label.
-    "${PIP[@]}" install "torch==$TORCH_VERSION+cpu" --extra-index-url "$TORCH_INDEX" ||
-        "${PIP[@]}" install "torch==$TORCH_VERSION" --index-url "$TORCH_INDEX"
 else
+    # On the project's CPU machines (CI included) this pin resolves to a local CPU
+    # build; elsewhere it is PyPI's default build, which also runs on GPUs.
     log "installing torch==$TORCH_VERSION"
     "${PIP[@]}" install "torch==$TORCH_VERSION"
 fi
