@@ -50,13 +50,13 @@ def _user_error(fn):
 class Kernel:
     """A compiled kernel: call it with tensors; outputs are allocated and returned."""
 
-    def __init__(self, program, artifact, target: str):
-        self.program = program
-        self.name = program.name
-        self.params = program.params
+    def __init__(self, name: str, params, runner, target: str, trace=None, program=None):
+        self.name = name
+        self.params = params  # ParamInfo-like: name, shape, dtype, output, location
         self.target = target
-        self.trace = artifact.trace
-        self._runner = artifact.runner
+        self.trace = trace
+        self.program = program  # the TileProgram, when compiled in this process
+        self._runner = runner  # called with every tensor, in signature order
 
     @property
     def inputs(self):
@@ -281,7 +281,8 @@ def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel: 
     program = program.with_outputs(out_idx)
     resolved = resolve_target(target)
     artifact = compile_program(program, resolved, pass_configs)
-    return Kernel(program, artifact, resolved)
+    return Kernel(program.name, program.params, artifact.runner, resolved, artifact.trace,
+                  program)
 
 
 def lower(program_or_jit, *args, out_idx=None, target="auto", pass_configs=None, **kwargs):

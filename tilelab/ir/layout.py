@@ -1,0 +1,494 @@
+"""Layouts: where each element of a tile lives.
+
+Two kinds of answers, both functions of an element's index:
+
+* a **Layout** gives a memory offset. Global tensors are row-major; shared
+  tiles may be *swizzled*: the 16-byte chunks of each row are permuted by an
+  XOR with the row number, so that eight threads reading one column of chunks
+  (as `ldmatrix` does) hit eight different memory banks.
+* a **Fragment** gives a (thread, register) pair. A fragment tile such as the
+  64x64 accumulator of a GEMM is spread over the block's threads; each thread
+  keeps its share in a small local array. With *replication* several threads
+  keep a copy of the same element (a row maximum that every thread of the row
+  needs, say); `rep` numbers the copies.
+
+Fragments are built from a few families - the tensor-core tiles of the PTX
+`mma.m16n8k16` instruction, block-cyclic spreading for elementwise work, full
+replication - and from composition: `repeat` stacks copies of a fragment
+(as more registers per thread, or as more threads), `replicate` adds copies.
+
+Each layout is a Python function that works on integers (for tables, queries
+and pictures) and on TIR expressions (for code generation); a fragment's
+inverse, (thread, register) -> index, comes from TVM's IndexMap.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+# ---------------------------------------------------------------- int/expr arithmetic
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int)
+
+
+def fdiv(a, b):
+    if _is_int(a):
+        return a // b
+    from tvm import tirx
+
+    return tirx.floordiv(a, b)
+
+
+def fmod(a, b):
+    if _is_int(a):
+        return a % b
+    from tvm import tirx
+
+    return tirx.floormod(a, b)
+
+
+def xor(a, b):
+    if _is_int(a) and _is_int(b):
+        return a ^ b
+    from tvm import tirx
+
+    return tirx.bitwise_xor(a, b)
+
+
+def _product(values) -> int:
+    return math.prod(values) if values else 1
+
+
+# ---------------------------------------------------------------- Layout
+
+
+@dataclass
+class Layout:
+    """index -> offset in memory. `recipe` names how it was made (for printing and JSON)."""
+
+    shape: tuple
+    forward: object  # callable(*indices) -> offset
+    recipe: dict = field(default_factory=dict)
+
+    def offset(self, *indices):
+        return self.forward(*indices)
+
+    @property
+    def size(self) -> int:
+        return _product(self.shape)
+
+    @staticmethod
+    def row_major(shape) -> Layout:
+        shape = tuple(int(s) for s in shape)
+
+        def forward(*idx):
+            off = 0
+            for i, extent in zip(idx, shape):
+                off = off * extent + i
+            return off
+
+        return Layout(shape, forward, {"kind": "row_major", "shape": list(shape)})
+
+    @staticmethod
+    def swizzled(shape, dtype_bits: int) -> Layout:
+        """Row-major with each row's 16-byte chunks XOR-permuted by the row number.
+
+        Rows narrower than 128 bytes share a 128-byte line with their
+        neighbours, so the XOR key is taken from the line number instead.
+        """
+        shape = tuple(int(s) for s in shape)
+        rows, cols = _product(shape[:-1]), shape[-1]
+        per_chunk = 128 // dtype_bits  # elements in 16 bytes
+        chunks = cols // per_chunk
+        if chunks < 2 or cols % per_chunk:
+            return Layout.row_major(shape)
+        row_bytes = cols * dtype_bits // 8
+        rows_per_line = max(128 // row_bytes, 1)
+        key_range = min(chunks, 8)
+
+        def forward(*idx):
+            row = 0
+            for i, extent in zip(idx[:-1], shape[:-1]):
+                row = row * extent + i
+            col = idx[-1]
+            chunk = fdiv(col, per_chunk)
+            key = fmod(fdiv(row, rows_per_line), key_range)
+            low = fmod(chunk, key_range)
+            swizzled = chunk - low + xor(low, key)
+            return row * cols + swizzled * per_chunk + fmod(col, per_chunk)
+
+        _ = rows
+        return Layout(shape, forward, {"kind": "swizzled", "shape": list(shape),
+                                       "dtype_bits": dtype_bits})
+
+    def table(self):
+        """Offsets of every element, as a nested list in index order."""
+        import numpy as np
+
+        out = np.zeros(self.shape, dtype=np.int64)
+        for idx in itertools.product(*(range(s) for s in self.shape)):
+            out[idx] = self.forward(*idx)
+        return out
+
+    def bank(self, *indices, elem_bytes: int):
+        """The shared-memory bank (of 32, four bytes each) holding an element."""
+        return (self.offset(*indices) * elem_bytes // 4) % 32
+
+    def to_json(self) -> dict:
+        return dict(self.recipe)
+
+    @staticmethod
+    def from_json(data: dict) -> Layout:
+        if data["kind"] == "row_major":
+            return Layout.row_major(data["shape"])
+        if data["kind"] == "swizzled":
+            return Layout.swizzled(data["shape"], data["dtype_bits"])
+        raise ValueError(f"unknown layout kind {data['kind']!r}")
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v}" for k, v in self.recipe.items() if k != "kind")
+        return f"Layout.{self.recipe.get('kind', 'custom')}({params})"
+
+
+# ---------------------------------------------------------------- Fragment
+
+
+@dataclass
+class Fragment:
+    """index (+ replica number) -> (thread, local register index).
+
+    `forward(*index, rep)` returns `(thread, local)`. Every (index, rep) pair
+    maps to a different (thread, local) pair: the threads x registers grid is
+    filled exactly once, so the inverse exists.
+    """
+
+    shape: tuple
+    threads: int
+    replicate: int
+    forward: object  # callable(*index, rep) -> (thread, local)
+    local_size: int
+    recipe: dict = field(default_factory=dict)
+
+    # -- queries
+
+    def owners(self, *index) -> list[tuple[int, int]]:
+        """(thread, local) of every copy of an element."""
+        return [tuple(self.forward(*index, r)) for r in range(self.replicate)]
+
+    def thread_of(self, *index) -> int:
+        return self.forward(*index, 0)[0]
+
+    def local_of(self, *index) -> int:
+        return self.forward(*index, 0)[1]
+
+    def elements_of(self, thread: int) -> list[tuple[tuple, int]]:
+        """(index, local) of every element `thread` holds, ordered by local register."""
+        held = []
+        for idx in itertools.product(*(range(s) for s in self.shape)):
+            for r in range(self.replicate):
+                t, loc = self.forward(*idx, r)
+                if t == thread:
+                    held.append((idx, loc))
+        return sorted(held, key=lambda e: e[1])
+
+    def tables(self):
+        """Arrays thread[rep, *index] and local[rep, *index], for views and checks."""
+        import numpy as np
+
+        thread = np.zeros((self.replicate, *self.shape), dtype=np.int32)
+        local = np.zeros_like(thread)
+        for idx in itertools.product(*(range(s) for s in self.shape)):
+            for r in range(self.replicate):
+                t, loc = self.forward(*idx, r)
+                thread[(r, *idx)] = t
+                local[(r, *idx)] = loc
+        return thread, local
+
+    def same_as(self, other: Fragment) -> bool:
+        """Equal placement of every element (compared element by element)."""
+        if self.shape != other.shape or self.replicate != other.replicate:
+            return False
+        a, b = self.tables(), other.tables()
+        return bool((a[0] == b[0]).all() and (a[1] == b[1]).all())
+
+    def check(self) -> None:
+        """Raise if two elements share a (thread, register) slot or a slot is out of range."""
+        seen = set()
+        for idx in itertools.product(*(range(s) for s in self.shape)):
+            for r in range(self.replicate):
+                t, loc = self.forward(*idx, r)
+                if not (0 <= t < self.threads and 0 <= loc < self.local_size):
+                    raise ValueError(f"{self}: element {idx} copy {r} maps to thread {t}, "
+                                     f"register {loc}, outside {self.threads}x{self.local_size}")
+                if (t, loc) in seen:
+                    raise ValueError(f"{self}: two elements share thread {t} register {loc}")
+                seen.add((t, loc))
+
+    # -- code generation
+
+    def index_of(self, thread, local):
+        """TIR expressions (index..., rep) of the element in `local` of `thread`."""
+        from tvm import tirx
+
+        idx_vars = [tirx.Var(f"i{d}", "int32") for d in range(len(self.shape))]
+        if self.replicate == 1:  # no replica axis: an extent-1 input would not be bijective
+            fwd = self.forward(*idx_vars, 0)
+            index_map = tirx.IndexMap(idx_vars, list(fwd), None)
+            inverse = index_map.inverse(list(self.shape))
+            return list(inverse.map_indices([thread, local])) + [0]
+        rep = tirx.Var("rep", "int32")
+        fwd = self.forward(*idx_vars, rep)
+        index_map = tirx.IndexMap(idx_vars + [rep], list(fwd), None)
+        inverse = index_map.inverse(list(self.shape) + [self.replicate])
+        return list(inverse.map_indices([thread, local]))
+
+    # -- composition
+
+    def repeat(self, reps, on_thread: bool = False) -> Fragment:
+        """Stack `reps[d]` copies along each dimension - as registers, or as threads."""
+        reps = tuple(int(r) for r in reps)
+        base = self
+        tile_count = _product(reps)
+
+        def forward(*args):
+            *idx, rep = args
+            tile, inner = 0, []
+            for i, extent, r in zip(idx, base.shape, reps):
+                if r > 1:
+                    tile = tile * r + fdiv(i, extent)
+                    inner.append(fmod(i, extent))
+                else:
+                    inner.append(i)
+            t, loc = base.forward(*inner, rep)
+            if on_thread:
+                return t + tile * base.threads, loc
+            return t, loc + tile * base.local_size
+
+        shape = tuple(s * r for s, r in zip(self.shape, reps))
+        return Fragment(shape, self.threads * (tile_count if on_thread else 1), self.replicate,
+                        forward, self.local_size * (1 if on_thread else tile_count),
+                        {"kind": "repeat", "of": self.recipe, "reps": list(reps),
+                         "on_thread": on_thread})
+
+    def repeat_on_thread(self, reps) -> Fragment:
+        return self.repeat(reps, on_thread=True)
+
+    def replicate_on(self, copies: int) -> Fragment:
+        """`copies` more threads hold each element (thread + k * threads)."""
+        base = self
+
+        def forward(*args):
+            *idx, rep = args
+            t, loc = base.forward(*idx, fmod(rep, base.replicate))
+            return t + fdiv(rep, base.replicate) * base.threads, loc
+
+        return Fragment(self.shape, self.threads * copies, self.replicate * copies, forward,
+                        self.local_size, {"kind": "replicate", "of": self.recipe,
+                                          "copies": copies})
+
+    # -- families
+
+    @staticmethod
+    def mma_c() -> Fragment:
+        """One warp's 16x8 accumulator tile of mma.m16n8k16 (PTX ISA figure for C/D)."""
+        def forward(i, j, rep):
+            return fmod(i, 8) * 4 + fdiv(j, 2), fmod(j, 2) + 2 * fdiv(i, 8)
+
+        return Fragment((16, 8), 32, 1, forward, 4, {"kind": "mma_c"})
+
+    @staticmethod
+    def mma_a() -> Fragment:
+        """One warp's 16x16 A operand of mma.m16n8k16, row-major (a0..a7)."""
+        def forward(i, k, rep):
+            return fmod(i, 8) * 4 + fdiv(fmod(k, 8), 2), \
+                fmod(k, 2) + 2 * fdiv(i, 8) + 4 * fdiv(k, 8)
+
+        return Fragment((16, 16), 32, 1, forward, 8, {"kind": "mma_a"})
+
+    @staticmethod
+    def mma_b() -> Fragment:
+        """One warp's 16x8 (KxN) B operand of mma.m16n8k16, column-major (b0..b3)."""
+        def forward(k, j, rep):
+            return j * 4 + fdiv(fmod(k, 8), 2), fmod(k, 2) + 2 * fdiv(k, 8)
+
+        return Fragment((16, 8), 32, 1, forward, 4, {"kind": "mma_b"})
+
+    @staticmethod
+    def accumulator(m: int, n: int, warps_m: int, warps_n: int) -> Fragment:
+        """A GEMM's MxN accumulator: warps in a warps_m x warps_n grid, 16x8 tiles each."""
+        wm, wn = m // warps_m, n // warps_n
+        frag = Fragment.mma_c().repeat((wm // 16, wn // 8)).repeat_on_thread((warps_m, warps_n))
+        frag.recipe = {"kind": "accumulator", "m": m, "n": n, "warps": [warps_m, warps_n]}
+        return frag
+
+    @staticmethod
+    def operand_a(m: int, k: int, warps_m: int, warps_n: int) -> Fragment:
+        """A GEMM's A operand held in registers (MxK); warps along N hold copies."""
+        frag = Fragment.mma_a().repeat((m // warps_m // 16, k // 16))
+        frag = frag.repeat_on_thread((warps_m, 1))
+        if warps_n > 1:
+            frag = _interleave_warps(frag, warps_m, warps_n)
+        frag.recipe = {"kind": "operand_a", "m": m, "k": k, "warps": [warps_m, warps_n]}
+        return frag
+
+    @staticmethod
+    def block_cyclic(shape, threads: int, vector: int) -> Fragment:
+        """Elements in row-major order dealt to threads `vector` at a time, round-robin."""
+        shape = tuple(int(s) for s in shape)
+        total = _product(shape)
+        rounds = total // (threads * vector)
+
+        def forward(*args):
+            *idx, rep = args
+            flat = 0
+            for i, extent in zip(idx, shape):
+                flat = flat * extent + i
+            return fmod(fdiv(flat, vector), threads), \
+                fdiv(flat, threads * vector) * vector + fmod(flat, vector)
+
+        return Fragment(shape, threads, 1, forward, rounds * vector,
+                        {"kind": "block_cyclic", "shape": list(shape), "threads": threads,
+                         "vector": vector})
+
+    @staticmethod
+    def replicated(shape, threads: int) -> Fragment:
+        """Every thread holds every element (small per-row statistics)."""
+        shape = tuple(int(s) for s in shape)
+
+        def forward(*args):
+            *idx, rep = args
+            flat = 0
+            for i, extent in zip(idx, shape):
+                flat = flat * extent + i
+            return rep, flat
+
+        return Fragment(shape, threads, threads, forward, max(_product(shape), 1),
+                        {"kind": "replicated", "shape": list(shape), "threads": threads})
+
+    # -- reduction
+
+    def reduce(self, dim: int) -> Fragment:
+        """The layout of a reduction of this fragment along `dim`.
+
+        Each result lives, replicated, on every thread that held a part of its
+        row, so that a warp shuffle and (across warps) shared memory finish
+        the reduction and leave the result where the next elementwise use is.
+        """
+        kind = self.recipe.get("kind")
+        rank = len(self.shape)
+        dim = dim + rank if dim < 0 else dim
+        if kind == "accumulator" and dim == 1:
+            return Fragment.accumulator_rows(self.recipe["m"], *self.recipe["warps"])
+        if kind == "replicated":
+            shape = self.shape[:dim] + self.shape[dim + 1:]
+            return Fragment.replicated(shape or (1,), self.threads)
+        if kind == "block_cyclic" and dim == rank - 1:
+            rows, cols = _product(self.shape[:-1]), self.shape[-1]
+            threads, vector = self.recipe["threads"], self.recipe["vector"]
+            out_shape = self.shape[:-1] or (1,)
+            if cols % (threads * vector) == 0 or rows == 1:
+                return Fragment.replicated(out_shape, threads)
+            if (threads * vector) % cols == 0 and cols % vector == 0:
+                return Fragment.packed_rows(out_shape, threads, cols // vector)
+        raise NotImplementedError(f"cannot reduce {self} along dimension {dim}")
+
+    @staticmethod
+    def accumulator_rows(m: int, warps_m: int, warps_n: int) -> Fragment:
+        """Rows of an accumulator: row i on the four lanes (and warps along N) that hold it."""
+        wm = m // warps_m
+
+        def forward(i, rep):
+            warp = fdiv(i, wm) * warps_n + fdiv(rep, 4)
+            ii = fmod(i, wm)
+            return warp * 32 + fmod(ii, 8) * 4 + fmod(rep, 4), fdiv(ii, 16) * 2 + fdiv(
+                fmod(ii, 16), 8)
+
+        return Fragment((m,), warps_m * warps_n * 32, 4 * warps_n, forward, wm // 8,
+                        {"kind": "accumulator_rows", "m": m, "warps": [warps_m, warps_n]})
+
+    @staticmethod
+    def packed_rows(shape, threads: int, per_row: int) -> Fragment:
+        """Row i on the `per_row` consecutive threads that share it (rows packed round-robin)."""
+        shape = tuple(int(s) for s in shape)
+        rows = _product(shape)
+        rows_per_round = threads // per_row
+
+        def forward(*args):
+            *idx, rep = args
+            flat = 0
+            for i, extent in zip(idx, shape):
+                flat = flat * extent + i
+            return fmod(flat, rows_per_round) * per_row + rep, fdiv(flat, rows_per_round)
+
+        return Fragment(shape, threads, per_row, forward, math.ceil(rows / rows_per_round),
+                        {"kind": "packed_rows", "shape": list(shape), "threads": threads,
+                         "per_row": per_row})
+
+    # -- printing and JSON
+
+    def to_json(self, with_tables: bool = True) -> dict:
+        data = {"kind": "fragment", "recipe": self.recipe, "shape": list(self.shape),
+                "threads": self.threads, "replicate": self.replicate,
+                "local_size": self.local_size}
+        if with_tables:
+            thread, local = self.tables()
+            data["thread"] = thread.tolist()
+            data["local"] = local.tolist()
+        return data
+
+    @staticmethod
+    def from_json(data: dict) -> Fragment:
+        return _from_recipe(data["recipe"])
+
+    def __repr__(self) -> str:
+        return (f"Fragment({_describe(self.recipe)}: shape {list(self.shape)}, {self.threads} "
+                f"threads x {self.local_size} registers, replicate {self.replicate})")
+
+
+def _interleave_warps(frag: Fragment, warps_m: int, warps_n: int) -> Fragment:
+    """Give each of the warps_n warps of a row a copy (threads warp_m*warps_n + n)."""
+    base = frag
+
+    def forward(*args):
+        *idx, rep = args
+        t, loc = base.forward(*idx, 0)
+        warp, lane = fdiv(t, 32), fmod(t, 32)
+        return (warp * warps_n + rep) * 32 + lane, loc
+
+    return Fragment(frag.shape, frag.threads * warps_n, warps_n, forward, frag.local_size,
+                    dict(frag.recipe))
+
+
+def _describe(recipe: dict) -> str:
+    kind = recipe.get("kind", "custom")
+    params = ", ".join(f"{k}={v if not isinstance(v, dict) else _describe(v)}"
+                       for k, v in recipe.items() if k != "kind")
+    return f"{kind}({params})"
+
+
+def _from_recipe(recipe: dict) -> Fragment:
+    kind = recipe["kind"]
+    simple = {"mma_c": Fragment.mma_c, "mma_a": Fragment.mma_a, "mma_b": Fragment.mma_b}
+    if kind in simple:
+        return simple[kind]()
+    if kind == "accumulator":
+        return Fragment.accumulator(recipe["m"], recipe["n"], *recipe["warps"])
+    if kind == "operand_a":
+        return Fragment.operand_a(recipe["m"], recipe["k"], *recipe["warps"])
+    if kind == "accumulator_rows":
+        return Fragment.accumulator_rows(recipe["m"], *recipe["warps"])
+    if kind == "block_cyclic":
+        return Fragment.block_cyclic(recipe["shape"], recipe["threads"], recipe["vector"])
+    if kind == "replicated":
+        return Fragment.replicated(recipe["shape"], recipe["threads"])
+    if kind == "packed_rows":
+        return Fragment.packed_rows(recipe["shape"], recipe["threads"], recipe["per_row"])
+    if kind == "repeat":
+        return _from_recipe(recipe["of"]).repeat(recipe["reps"], recipe["on_thread"])
+    if kind == "replicate":
+        return _from_recipe(recipe["of"]).replicate_on(recipe["copies"])
+    raise ValueError(f"unknown fragment kind {kind!r}")
