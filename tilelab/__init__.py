@@ -26,6 +26,7 @@ _LAZY = {
     "JITFunction": ("jit", "JITFunction"),
     "PassConfigKey": ("compile", "PassConfigKey"),
     "Trace": ("trace", "Trace"),
+    "load": ("runtime.artifact", "load"),
     "language": ("language", None),
     "profiler": ("profiler", None),
 }

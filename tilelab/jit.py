@@ -100,6 +100,11 @@ class Kernel:
             raise TileLabArgumentError(
                 f"{param.name} is a {device} tensor but this kernel was compiled for the CPU",
                 where, hint="move the tensors to the CPU, or compile with target='cuda'")
+        if device != "cuda" and self.target == "cuda":
+            raise TileLabArgumentError(
+                f"{param.name} must be a CUDA tensor, got a {device} "
+                f"{type(value).__name__}", where,
+                hint=f"move it to the GPU: {param.name}.cuda()")
         if tuple(value.shape) != tuple(param.shape):
             raise TileLabArgumentError(
                 f"{param.name} must have shape {tuple(param.shape)}, got {tuple(value.shape)}",
@@ -113,8 +118,12 @@ class Kernel:
             raise TileLabArgumentError(f"{param.name} must be contiguous", where,
                                        hint="pass tensor.contiguous()")
 
-    @staticmethod
-    def _allocate(param, args):
+    def _allocate(self, param, args):
+        if self.target == "cuda":  # on the inputs' GPU; no tilelab.language (it imports TVM)
+            import torch
+
+            device = args[0].device if args else torch.device("cuda", torch.cuda.current_device())
+            return torch.empty(param.shape, dtype=getattr(torch, str(param.dtype)), device=device)
         if args and not hasattr(args[0], "is_contiguous"):  # numpy in, numpy out
             import numpy as np
 

@@ -1,0 +1,253 @@
+"""The exported kernel: one self-contained file that runs without TVM.
+
+A `.tilelab` file is a zip archive holding
+
+* ``meta.json``: the format name and version, the kernel's name, the name of its
+  entry point in the cubin, the launch configuration (grid, block, dynamic
+  shared memory), its tensor parameters (name, shape, dtype, output), its scalar
+  parameters (dtypes, passed after the tensors), and the GPU architecture;
+* ``kernel.cubin``: the compiled device code;
+* ``trace.json`` (optional): the compilation's `tilelab.Trace`;
+* ``kernel.cu`` (optional): the generated CUDA C.
+
+`save_artifact` writes it atomically; `load_artifact` reads it back into an
+`Artifact`; `load` (also `tilelab.load`) turns it into a callable
+`tilelab.Kernel` that launches through `tilelab.runtime.cuda.CudaLauncher`.
+Neither reading nor running needs TVM or a compiler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+
+from ..errors import TileLabError, TileLabWarning
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "RuntimeParam", "TileLabArtifactError", "load",
+           "load_artifact", "save_artifact"]
+
+FORMAT = "tilelab-kernel"
+FORMAT_VERSION = 1
+SUFFIX = ".tilelab"
+
+_META, _CUBIN, _TRACE, _SOURCE = "meta.json", "kernel.cubin", "trace.json", "kernel.cu"
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed zip timestamps: the same kernel gives the same bytes
+
+
+class TileLabArtifactError(TileLabError):
+    """A kernel file that is missing, damaged, or written by an incompatible tilelab."""
+
+
+@dataclass(frozen=True)
+class RuntimeParam:
+    """A tensor parameter of a loaded kernel (what `tilelab.Kernel` needs of a parameter)."""
+
+    name: str
+    shape: tuple
+    dtype: str
+    output: bool = False
+    location: object = None  # no source location: the kernel was compiled elsewhere
+
+
+@dataclass
+class Artifact:
+    """The contents of a `.tilelab` file."""
+
+    name: str
+    kernel_name: str
+    cubin: bytes
+    grid: tuple
+    block: tuple
+    dynamic_smem: int
+    params: list  # dicts: name, shape (tuple), dtype, output
+    arch: str
+    trace_json: str | None = None
+    source: str | None = None
+    scalar_params: list = field(default_factory=list)  # dtypes, after the tensors
+    version: int = FORMAT_VERSION
+
+    def runtime_params(self) -> list[RuntimeParam]:
+        return [RuntimeParam(p["name"], tuple(p["shape"]), p["dtype"], bool(p["output"]))
+                for p in self.params]
+
+    def launcher(self):
+        """A `CudaLauncher` for this kernel (tensors in signature order, then scalars)."""
+        from .cuda import CudaLauncher
+
+        return CudaLauncher(self.cubin, self.kernel_name, self.grid, self.block,
+                            self.dynamic_smem, [p["dtype"] for p in self.params],
+                            self.scalar_params, arch=self.arch)
+
+    def trace(self):
+        """The compilation's Trace, or a small one holding the CUDA source."""
+        from ..trace import Trace
+
+        trace = None
+        if self.trace_json:
+            try:
+                trace = Trace.from_json(self.trace_json)
+            except (TypeError, ValueError, KeyError) as err:
+                warnings.warn(f"the trace in kernel {self.name} could not be read ({err}); "
+                              f"it was written by another tilelab version", TileLabWarning,
+                              stacklevel=3)
+        if trace is None:
+            trace = Trace(kernel=self.name, target="cuda",
+                          params=[dict(p, shape=list(p["shape"])) for p in self.params])
+        if self.source and not trace.code.get("cuda"):
+            trace.code["cuda"] = self.source
+        return trace
+
+    def to_kernel(self):
+        """A `tilelab.Kernel`: call it with the input tensors; it returns the outputs."""
+        from ..jit import Kernel
+
+        if self.scalar_params:
+            raise TileLabArtifactError(
+                f"kernel {self.name} takes scalar parameters ({', '.join(self.scalar_params)}),"
+                f" which tilelab.Kernel cannot pass yet",
+                hint="use tilelab.runtime.load_artifact(path).launcher() and call it with the "
+                     "tensors followed by the scalars")
+        return Kernel(self.name, self.runtime_params(), self.launcher(), "cuda",
+                      trace=self.trace(), program=None)
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _normalize_params(params) -> list[dict]:
+    out = []
+    for i, p in enumerate(params):
+        if not isinstance(p, dict):  # accept ParamInfo-like objects too
+            p = {k: getattr(p, k) for k in ("name", "shape", "dtype", "output")}
+        try:
+            out.append({"name": str(p["name"]), "shape": tuple(int(s) for s in p["shape"]),
+                        "dtype": str(p["dtype"]), "output": bool(p.get("output", False))})
+        except (KeyError, TypeError, ValueError) as err:
+            raise TileLabArtifactError(f"parameter {i} ({p!r}) needs name, a shape of "
+                                       f"integers, dtype and output: {err}") from None
+    return out
+
+
+def _dims(value, what: str) -> tuple:
+    if isinstance(value, int):
+        value = (value,)
+    dims = tuple(int(v) for v in value)
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise TileLabArtifactError(f"{what} must be 1 to 3 positive integers, got {value!r}")
+    return dims + (1,) * (3 - len(dims))
+
+
+def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, block,
+                  dynamic_smem: int, params, arch: str, trace_json: str | None = None,
+                  source: str | None = None, scalar_params=()) -> str:
+    """Write a kernel to one `.tilelab` file (atomically); returns the path written."""
+    if not isinstance(cubin, (bytes, bytearray)) or not cubin:
+        raise TileLabArtifactError("cubin must be non-empty bytes")
+    meta = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "name": str(name),
+        "kernel_name": str(kernel_name),
+        "grid": list(_dims(grid, "grid")),
+        "block": list(_dims(block, "block")),
+        "dynamic_smem": int(dynamic_smem),
+        "params": [dict(p, shape=list(p["shape"])) for p in _normalize_params(params)],
+        "scalar_params": [str(d) for d in scalar_params],
+        "arch": str(arch),
+    }
+    entries = [(_META, json.dumps(meta, indent=1).encode()), (_CUBIN, bytes(cubin))]
+    if trace_json is not None:
+        entries.append((_TRACE, trace_json.encode()))
+    if source is not None:
+        entries.append((_SOURCE, source.encode()))
+
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            with zipfile.ZipFile(f, "w") as zf:
+                for entry, data in entries:
+                    info = zipfile.ZipInfo(entry, date_time=_EPOCH)
+                    info.compress_type = zipfile.ZIP_DEFLATED
+                    info.external_attr = 0o644 << 16
+                    zf.writestr(info, data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+# ---------------------------------------------------------------- reading
+
+
+def load_artifact(path) -> Artifact:
+    """Read a `.tilelab` file; TileLabError if it is missing, damaged or too new."""
+    path = os.fspath(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+            for required in (_META, _CUBIN):
+                if required not in names:
+                    raise TileLabArtifactError(f"{path} is not a tilelab kernel file "
+                                               f"(it has no {required})")
+            meta = json.loads(zf.read(_META).decode())
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise TileLabArtifactError(f"{path} is not a tilelab kernel file")
+            version = meta.get("version")
+            if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+                raise TileLabArtifactError(
+                    f"{path} has kernel-file format version {version!r}; this tilelab reads "
+                    f"version {FORMAT_VERSION}",
+                    hint="export the kernel again with this tilelab, or update tilelab")
+            cubin = zf.read(_CUBIN)
+            trace_json = zf.read(_TRACE).decode() if _TRACE in names else None
+            source = zf.read(_SOURCE).decode() if _SOURCE in names else None
+    except FileNotFoundError:
+        raise TileLabArtifactError(f"no kernel file at {path}") from None
+    except IsADirectoryError:
+        raise TileLabArtifactError(f"{path} is a directory, not a kernel file") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
+            NotImplementedError, OSError) as err:  # BadZipFile: also a bad CRC
+        raise TileLabArtifactError(f"{path} is damaged or not a tilelab kernel file: "
+                                   f"{err}") from None
+    try:
+        if not cubin:
+            raise ValueError("the cubin is empty")
+        return Artifact(
+            name=str(meta["name"]),
+            kernel_name=str(meta["kernel_name"]),
+            cubin=cubin,
+            grid=_dims(meta["grid"], "grid"),
+            block=_dims(meta["block"], "block"),
+            dynamic_smem=int(meta["dynamic_smem"]),
+            params=_normalize_params(meta["params"]),
+            arch=str(meta["arch"]),
+            trace_json=trace_json,
+            source=source,
+            scalar_params=[str(d) for d in meta.get("scalar_params", [])],
+            version=version,
+        )
+    except TileLabArtifactError as err:
+        raise TileLabArtifactError(f"{path} is damaged: {err.message}") from None
+    except (KeyError, TypeError, ValueError) as err:
+        raise TileLabArtifactError(f"{path} is damaged: bad or missing field in "
+                                   f"{_META}: {err}") from None
+
+
+def load(path):
+    """Load an exported kernel as a callable `tilelab.Kernel` (CUDA; no TVM needed)."""
+    return load_artifact(path).to_kernel()

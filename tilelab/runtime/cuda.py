@@ -1,0 +1,448 @@
+"""Launch a compiled CUDA kernel (a cubin) on torch's current stream, without TVM.
+
+A `CudaLauncher` holds one cubin and its launch configuration. On its first
+call on a device it loads the cubin into torch's CUDA context through NVIDIA's
+driver bindings (`cuda.bindings.driver`, from the cuda-bindings or cuda-python
+package); every call then only writes the tensors' data pointers into a
+kernel-parameter array built once, and calls `cuLaunchKernel` with the raw
+address of that array. Nothing here imports TVM, and torch is imported on the
+first launch, so an exported kernel runs where only torch and a driver exist.
+
+The kernel's parameters are, in order, one device pointer per tensor
+(`param_dtypes`) and then, optionally, scalars passed by value
+(`scalar_params`, e.g. ``["int32"]``): call the launcher with the tensors
+followed by the scalar values.
+
+A launcher keeps its parameter array in the object, so one launcher must not
+be called from two threads at the same time (the driver copies the parameter
+values during `cuLaunchKernel`, so consecutive calls are safe).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+from ..errors import TileLabArgumentError, TileLabError
+
+__all__ = ["CudaError", "CudaLauncher", "CudaUnavailableError", "driver", "launch_overhead_us"]
+
+# Kernels may use this much dynamic shared memory without opting in.
+STATIC_SMEM_LIMIT = 48 * 1024
+
+# Scalar kernel parameters passed by value: dtype -> ctypes type of the same size.
+SCALAR_CTYPES = {
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+    "bool": ctypes.c_bool,
+}
+
+_INSTALL_HINT = "pip install cuda-bindings (or cuda-python) into this environment"
+
+
+class CudaUnavailableError(TileLabError):
+    """CUDA cannot be used here: no driver bindings, no driver, or no GPU."""
+
+
+class CudaError(TileLabError):
+    """A CUDA driver call failed; `result` is the CUresult name (``"CUDA_ERROR_..."``)."""
+
+    def __init__(self, message: str, result: str | None = None, hint: str = ""):
+        self.result = result
+        super().__init__(message, hint=hint)
+
+
+# ---------------------------------------------------------------- driver bindings
+
+_DRIVER = None
+
+
+def driver():
+    """NVIDIA's driver-API module (`cuda.bindings.driver`), imported on first use."""
+    global _DRIVER
+    if _DRIVER is None:
+        try:
+            from cuda.bindings import driver as drv
+        except ImportError:
+            try:  # cuda-python before 12.6 had the same API under another name
+                from cuda import cuda as drv  # type: ignore[no-redef]
+            except ImportError:
+                raise CudaUnavailableError(
+                    "running a CUDA kernel needs NVIDIA's driver bindings "
+                    "(the module cuda.bindings.driver), which are not installed",
+                    hint=_INSTALL_HINT) from None
+        _DRIVER = drv
+    return _DRIVER
+
+
+def _result_name(drv, err) -> str:
+    name = getattr(err, "name", None)
+    if name:
+        return name
+    try:
+        res, text = drv.cuGetErrorName(err)
+        if not res and text:
+            return text.decode()
+    except Exception:  # noqa: BLE001 - only for the message
+        pass
+    return f"CUresult {int(err)}"
+
+
+def _result_text(drv, err) -> str:
+    try:
+        res, text = drv.cuGetErrorString(err)
+        if not res and text:
+            return text.decode()
+    except Exception:  # noqa: BLE001 - only for the message
+        pass
+    return ""
+
+
+def _error(what: str, err, hint: str = "") -> CudaError:
+    drv = driver()
+    name = _result_name(drv, err)
+    text = _result_text(drv, err)
+    message = f"{what} failed: {name}" + (f" ({text})" if text else "")
+    return CudaError(message, result=name, hint=hint or _HINTS.get(name, ""))
+
+
+_HINTS = {
+    "CUDA_ERROR_NO_BINARY_FOR_GPU": "the cubin was built for another GPU architecture; "
+                                    "recompile it for this GPU",
+    "CUDA_ERROR_INVALID_IMAGE": "the cubin is damaged or was built for another architecture",
+    "CUDA_ERROR_UNSUPPORTED_PTX_VERSION": "the NVIDIA driver is older than the compiler that "
+                                          "built the kernel; update the driver",
+    "CUDA_ERROR_ILLEGAL_ADDRESS": "the kernel accessed memory out of bounds; the CUDA context "
+                                  "is unusable now, restart the process",
+    "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES": "the block needs more registers or threads than an "
+                                          "SM has; use fewer threads per block",
+    "CUDA_ERROR_NOT_FOUND": "the cubin has no kernel of that name (it must be extern \"C\")",
+}
+
+
+def _call(what: str, fn, *args):
+    """Call a driver function; raise CudaError unless it returned CUDA_SUCCESS."""
+    try:
+        out = fn(*args)
+    except RuntimeError as err:  # the bindings could not load libcuda
+        raise CudaUnavailableError(f"{what} failed: {err}",
+                                   hint="is an NVIDIA driver installed on this machine?") from None
+    err = out[0]
+    if err:
+        raise _error(what, err)
+    if len(out) == 1:
+        return None
+    return out[1] if len(out) == 2 else out[1:]
+
+
+# ---------------------------------------------------------------- torch hooks
+
+
+def _first_get_device() -> int:
+    """Initialize torch's CUDA state once, then swap in the fast device/stream queries."""
+    global _get_device, _get_stream
+    try:
+        import torch
+    except ImportError:
+        raise CudaUnavailableError("running a CUDA kernel needs torch, which is not installed",
+                                   hint="pip install torch (a CUDA build)") from None
+    if not torch.cuda.is_available():
+        raise CudaUnavailableError("no CUDA GPU is available to torch",
+                                   hint="run on a machine with an NVIDIA GPU and a CUDA build "
+                                        "of torch")
+    torch.cuda.init()
+    get_device = getattr(torch._C, "_cuda_getDevice", None)
+    get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    _get_device = get_device or torch.cuda.current_device
+    if get_stream is None:
+        def get_stream(device):
+            return torch.cuda.current_stream(device).cuda_stream
+    _get_stream = get_stream
+    return _get_device()
+
+
+_get_device = _first_get_device  # replaced by torch's own query on first use
+
+
+def _get_stream(device: int) -> int:  # replaced by _first_get_device
+    import torch
+
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+_PRIMARY_CONTEXTS: dict = {}  # device -> retained primary context
+
+
+def _ensure_context(drv, device: int):
+    """Make torch's context for `device` (the device's primary context) current."""
+    ctx = _call("cuCtxGetCurrent", drv.cuCtxGetCurrent)
+    if ctx is not None and int(ctx) != 0:
+        current = _call("cuCtxGetDevice", drv.cuCtxGetDevice)
+        if int(current) == device:
+            return ctx
+    primary = _PRIMARY_CONTEXTS.get(device)
+    if primary is None:
+        handle = _call("cuDeviceGet", drv.cuDeviceGet, device)
+        primary = _call("cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain, handle)
+        _PRIMARY_CONTEXTS[device] = primary
+    _call("cuCtxSetCurrent", drv.cuCtxSetCurrent, primary)
+    ctx = _call("cuCtxGetCurrent", drv.cuCtxGetCurrent)
+    if ctx is None or int(ctx) == 0:
+        raise CudaUnavailableError(f"no CUDA context is current on cuda:{device}")
+    return ctx
+
+
+def _dims(value, what: str) -> tuple[int, int, int]:
+    if isinstance(value, int):
+        value = (value,)
+    try:
+        dims = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise TileLabArgumentError(f"{what} must be up to 3 integers, got {value!r}") from None
+    if not 1 <= len(dims) <= 3 or any(d < 1 for d in dims):
+        raise TileLabArgumentError(f"{what} must be 1 to 3 positive integers, got {value!r}")
+    return dims + (1,) * (3 - len(dims))
+
+
+# ---------------------------------------------------------------- the launcher
+
+
+class CudaLauncher:
+    """Launches one kernel of a cubin: ``launcher(*tensors, *scalars)``.
+
+    `param_dtypes` are the dtypes of the tensor parameters (passed as device
+    pointers, in order); `scalar_params` the dtypes of scalar parameters that
+    follow them. Tensors must be contiguous CUDA tensors on the current device;
+    dtypes and shapes are checked by the `tilelab.Kernel` that wraps a launcher,
+    not here.
+    """
+
+    def __init__(self, cubin: bytes, kernel_name: str, grid, block, dynamic_smem: int = 0,
+                 param_dtypes=(), scalar_params=(), arch: str | None = None):
+        if not isinstance(cubin, (bytes, bytearray, memoryview)) or len(cubin) == 0:
+            raise TileLabArgumentError("cubin must be non-empty bytes")
+        if not kernel_name or not isinstance(kernel_name, str):
+            raise TileLabArgumentError(f"kernel_name must be a non-empty string, got "
+                                       f"{kernel_name!r}")
+        self.cubin = bytes(cubin)
+        self.kernel_name = kernel_name
+        self.grid = _dims(grid, "grid")
+        self.block = _dims(block, "block")
+        self.dynamic_smem = int(dynamic_smem)
+        if self.dynamic_smem < 0:
+            raise TileLabArgumentError(f"dynamic_smem must be >= 0, got {dynamic_smem}")
+        self.param_dtypes = [str(d) for d in param_dtypes]
+        self.scalar_params = [str(d) for d in scalar_params]
+        for dtype in self.scalar_params:
+            if dtype not in SCALAR_CTYPES:
+                raise TileLabArgumentError(
+                    f"unsupported scalar parameter type {dtype!r}",
+                    hint="supported: " + ", ".join(SCALAR_CTYPES))
+        self.arch = arch
+
+        n_ptr, n_scalar = len(self.param_dtypes), len(self.scalar_params)
+        self._n_ptr = n_ptr
+        self._n_args = n_ptr + n_scalar
+        # The kernelParams array (void*[n]) points at one 8-byte slot per pointer
+        # and at one ctypes value per scalar; it is built once and refilled per call.
+        self._ptrs = (ctypes.c_uint64 * max(n_ptr, 1))()
+        self._scalars = [SCALAR_CTYPES[d]() for d in self.scalar_params]
+        addresses = [ctypes.addressof(self._ptrs) + 8 * i for i in range(n_ptr)]
+        addresses += [ctypes.addressof(s) for s in self._scalars]
+        self._params = (ctypes.c_void_p * max(self._n_args, 1))(*addresses)
+        self._params_addr = ctypes.addressof(self._params) if self._n_args else 0
+
+        self._modules: dict[int, object] = {}  # device -> CUmodule
+        self._functions: dict[int, object] = {}  # device -> CUfunction
+        self._stream_raw = None  # the last stream, as an int and as a CUstream
+        self._stream = None
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{d}*" for d in self.param_dtypes)
+        if self.scalar_params:
+            params += ", " + ", ".join(self.scalar_params)
+        return (f"<CudaLauncher {self.kernel_name}({params}) grid={self.grid} "
+                f"block={self.block} smem={self.dynamic_smem}>")
+
+    # -- loading, once per device
+
+    def _load(self, device: int):
+        drv = driver()
+        _call("cuInit", drv.cuInit, 0)
+        _ensure_context(drv, device)
+        try:
+            module = _call("loading the cubin (cuModuleLoadData)", drv.cuModuleLoadData,
+                           self.cubin)
+        except CudaError as err:
+            if err.result in ("CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_INVALID_IMAGE",
+                              "CUDA_ERROR_INVALID_PTX") and self.arch:
+                err.hint = (f"the cubin was built for {self.arch} but this GPU is "
+                            f"{self._device_arch(device)}; recompile for this GPU")
+                err.args = (err.render(),)
+            raise
+        function = _call(f"finding kernel {self.kernel_name!r} in the cubin "
+                         f"(cuModuleGetFunction)", drv.cuModuleGetFunction, module,
+                         self.kernel_name.encode())
+        if self.dynamic_smem > STATIC_SMEM_LIMIT:
+            attribute = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            try:
+                _call(f"allowing {self.dynamic_smem} bytes of dynamic shared memory for "
+                      f"{self.kernel_name} (cuFuncSetAttribute)", drv.cuFuncSetAttribute,
+                      function, attribute, self.dynamic_smem)
+            except CudaError as err:
+                err.hint = (f"this GPU allows at most {self._max_smem(drv, device)} bytes of "
+                            f"shared memory per block")
+                err.args = (err.render(),)
+                raise
+        self._modules[device] = module
+        self._functions[device] = function
+        return function
+
+    @staticmethod
+    def _device_arch(device: int) -> str:
+        try:
+            import torch
+
+            major, minor = torch.cuda.get_device_capability(device)
+            return f"sm_{major}{minor}"
+        except Exception:  # noqa: BLE001 - only for the message
+            return "another architecture"
+
+    @staticmethod
+    def _max_smem(drv, device: int) -> str:
+        try:
+            attr = drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+            handle = _call("cuDeviceGet", drv.cuDeviceGet, device)
+            return str(_call("cuDeviceGetAttribute", drv.cuDeviceGetAttribute, attr, handle))
+        except TileLabError:
+            return "fewer"
+
+    def load(self):
+        """Load the cubin on the current device now (it is otherwise loaded on first call)."""
+        device = _get_device()
+        function = self._functions.get(device)
+        return function if function is not None else self._load(device)
+
+    def close(self):
+        """Unload the cubin from every device it was loaded on."""
+        if not self._modules:
+            return
+        drv = driver()
+        for module in self._modules.values():
+            try:
+                drv.cuModuleUnload(module)
+            except Exception:  # noqa: BLE001 - best effort
+                pass
+        self._modules.clear()
+        self._functions.clear()
+
+    # -- launching
+
+    def __call__(self, *args):
+        device = _get_device()
+        function = self._functions.get(device)
+        if function is None:
+            function = self._load(device)
+        if len(args) != self._n_args:
+            raise self._arity_error(args)
+        ptrs = self._ptrs
+        i = 0
+        try:
+            for tensor in args[:self._n_ptr]:  # the tuple itself when there are no scalars
+                if tensor.get_device() != device:
+                    raise self._device_error(i, tensor, device)
+                ptrs[i] = tensor.data_ptr()
+                i += 1
+        except AttributeError:
+            raise self._device_error(i, args[i], device) from None
+        if self._scalars:
+            self._set_scalars(args[self._n_ptr:])
+        raw = _get_stream(device)
+        if raw != self._stream_raw:
+            self._stream = driver().CUstream(raw)
+            self._stream_raw = raw
+        grid, block = self.grid, self.block
+        err = _DRIVER.cuLaunchKernel(function, grid[0], grid[1], grid[2],
+                                     block[0], block[1], block[2], self.dynamic_smem,
+                                     self._stream, self._params_addr, 0)[0]
+        if err:
+            self._launch_failed(err, device)
+
+    def _launch_failed(self, err, device: int):
+        drv = _DRIVER
+        if err in (drv.CUresult.CUDA_ERROR_INVALID_CONTEXT,
+                   drv.CUresult.CUDA_ERROR_INVALID_HANDLE):
+            # Another context was current on this thread (e.g. a new thread); retry in torch's.
+            _ensure_context(drv, device)
+            grid, block = self.grid, self.block
+            err = drv.cuLaunchKernel(self._functions[device], grid[0], grid[1], grid[2],
+                                     block[0], block[1], block[2], self.dynamic_smem,
+                                     self._stream, self._params_addr, 0)[0]
+            if not err:
+                return
+        raise _error(f"CUDA launch of {self.kernel_name} (grid={self.grid}, block={self.block},"
+                     f" dynamic smem={self.dynamic_smem} B)", err)
+
+    def _set_scalars(self, values):
+        for dtype, slot, value in zip(self.scalar_params, self._scalars, values, strict=True):
+            try:
+                slot.value = value
+            except TypeError:
+                raise TileLabArgumentError(
+                    f"{self.kernel_name}: a {dtype} scalar parameter got "
+                    f"{type(value).__name__} {value!r}") from None
+
+    def _arity_error(self, args) -> TileLabError:
+        expected = f"{self._n_ptr} tensor(s)"
+        if self.scalar_params:
+            expected += f" and {len(self.scalar_params)} scalar(s) " \
+                        f"({', '.join(self.scalar_params)})"
+        return TileLabArgumentError(f"{self.kernel_name} takes {expected}, but {len(args)} "
+                                    f"argument(s) were given")
+
+    def _device_error(self, index: int, tensor, device: int) -> TileLabError:
+        if not hasattr(tensor, "get_device") or not hasattr(tensor, "data_ptr"):
+            return TileLabArgumentError(f"{self.kernel_name}: argument {index} must be a CUDA "
+                                        f"tensor, got {type(tensor).__name__}")
+        where = tensor.get_device()
+        if where < 0:
+            return TileLabArgumentError(f"{self.kernel_name}: argument {index} must be a CUDA "
+                                        f"tensor, got a CPU tensor", hint="move it with .cuda()")
+        return TileLabArgumentError(
+            f"{self.kernel_name}: argument {index} is on cuda:{where} but the current device "
+            f"is cuda:{device}", hint=f"call inside `with torch.cuda.device({where}):`")
+
+    def __getstate__(self):
+        raise TypeError("a CudaLauncher cannot be pickled; save the kernel with "
+                        "tilelab.runtime.save_artifact instead")
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def launch_overhead_us(launcher, tensors, n: int = 1000, warmup: int = 10) -> float:
+    """Host time per call of `launcher(*tensors)` in microseconds (mean of n calls).
+
+    The GPU is synchronized before the timed loop and after it; the clock stops
+    when the last call returns, so this is the time the host spends launching,
+    as long as the kernel itself is shorter than a launch.
+    """
+    import torch
+
+    for _ in range(warmup):
+        launcher(*tensors)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(n):
+        launcher(*tensors)
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / n * 1e6
