@@ -359,14 +359,23 @@ def test_a_fresh_process_starts_warm(tmp_path, isolated_cache):
 
     env = {k: v for k, v in os.environ.items() if k != "TILELAB_DISABLE_CACHE"}
     env["TILELAB_CACHE_DIR"] = str(isolated_cache)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         env=env, timeout=300)
-    assert out.returncode == 0, out.stderr
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    entries = [p.name[:12] for p in isolated_cache.glob("*/*") if p.is_dir()]
-    assert result["cache_hit"] is True, (
-        f"{result}; cache entries {entries} (two entries: the key differed between the "
-        "processes, e.g. tilelab's source changed while the test ran)")
+
+    def run_fresh_process() -> dict:
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                             env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def entries() -> int:
+        return sum(1 for p in isolated_cache.glob("*/*") if p.is_dir())
+
+    result = run_fresh_process()
+    if not result["cache_hit"] and entries() == 2:
+        # The key names the compiler's source, hashed once per process: if tilelab/ was
+        # edited since this process hashed it, the keys differ. Then a second fresh
+        # process must hit the entry the first one wrote.
+        result = run_fresh_process()
+    assert result["cache_hit"] is True, f"{result}; {entries()} cache entries"
     assert result["correct"] is True, result
     assert result["seconds"] < 0.5, f"warm compile took {result['seconds']:.3f} s (goal 0.05 s)"
 

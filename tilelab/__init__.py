@@ -19,12 +19,12 @@ from .errors import (  # noqa: F401
 __version__ = "0.1.0"
 
 _LAZY = {
-    "jit": ("jit", "jit"),
-    "compile": ("jit", "compile"),
-    "lower": ("jit", "lower"),
-    "Kernel": ("jit", "Kernel"),
-    "JITFunction": ("jit", "JITFunction"),
-    "PassConfigKey": ("compile", "PassConfigKey"),
+    "jit": ("kernel", "jit"),
+    "compile": ("kernel", "compile"),
+    "lower": ("kernel", "lower"),
+    "Kernel": ("kernel", "Kernel"),
+    "JITFunction": ("kernel", "JITFunction"),
+    "PassConfigKey": ("compiler", "PassConfigKey"),
     "Trace": ("trace", "Trace"),
     "load": ("runtime.artifact", "load"),
     "language": ("language", None),

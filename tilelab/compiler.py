@@ -49,10 +49,6 @@ def resolve_target(target: str | None, tensors=()) -> str:
         target = "cuda" if on_gpu else "cpu"
     if target not in TARGETS:
         raise TileLabError(f"unknown target {target!r}; choose one of auto, cpu, cuda")
-    if target == "cuda":
-        raise TileLabError(
-            "the CUDA backend is not available in this version of tilelab",
-            hint="run on the CPU: pass CPU tensors or target='cpu'")
     return target
 
 
@@ -93,6 +89,8 @@ class PassRecorder:
         self._previous = None
         self._previous_text = ""
         self.stage = "pipeline"
+        self.device_module = None  # the last module holding a GPU kernel
+
 
     def record(self, name: str, mod, duration_ms: float, owner: str, stage: str):
         import tvm_ffi
@@ -102,6 +100,9 @@ class PassRecorder:
         self.records.append(PassRecord(name, text, bool(changed), round(duration_ms, 3),
                                        owner, stage))
         self._previous, self._previous_text = mod, text
+        if any(f.attrs is not None and "calling_conv" in f.attrs and
+               int(f.attrs["calling_conv"]) == 2 for f in mod.functions.values()):
+            self.device_module = mod
 
     def instrument(self):
         import tvm
@@ -134,11 +135,14 @@ class PassRecorder:
 
 
 class CompiledArtifact:
-    """What a backend produced: a runner for the kernel, the Trace, and the files to cache."""
+    """What a backend produced: a runner for the kernel, its Trace, and (CUDA) launch data."""
 
-    def __init__(self, runner, trace: Trace):
+    def __init__(self, runner, trace: Trace, launch: dict | None = None,
+                 cubin: bytes | None = None):
         self.runner = runner
         self.trace = trace
+        self.launch = launch  # kernel_name, grid, block, dynamic_smem, arch, arg_order
+        self.cubin = cubin
 
 
 def program_key(program, target: str, configs: dict) -> str:
@@ -157,7 +161,7 @@ def compile_program(program, target: str = "cpu", pass_configs=None) -> Compiled
         trace = Trace.from_json((entry / "trace.json").read_text())
         trace.cache_hit = True
         trace.compile_seconds = time.perf_counter() - started
-        return CompiledArtifact(_load_runner(target, entry, program.name), trace)
+        return _load_cached(target, entry, program, trace)
     artifact, files = _compile_uncached(program, target, configs)
     artifact.trace.compile_seconds = time.perf_counter() - started
     files["trace.json"] = artifact.trace.to_json().encode()
@@ -165,16 +169,48 @@ def compile_program(program, target: str = "cpu", pass_configs=None) -> Compiled
     return artifact
 
 
-def _load_runner(target: str, entry: Path, name: str):
-    from .backends.cpu import CPURunner
+def _load_cached(target: str, entry: Path, program, trace: Trace) -> CompiledArtifact:
+    if target == "cpu":
+        from .backends.cpu import CPURunner
 
-    return CPURunner.load(entry / "kernel.so", name)
+        return CompiledArtifact(CPURunner.load(entry / "kernel.so", program.name), trace)
+    launch = json.loads((entry / "launch.json").read_text())
+    cubin = (entry / "kernel.cubin").read_bytes()
+    return CompiledArtifact(cuda_runner(program, launch, cubin), trace, launch, cubin)
+
+
+def cuda_runner(program, launch: dict, cubin: bytes):
+    """A CudaLauncher called with the tensors in signature order."""
+    from .runtime.cuda import CudaLauncher
+
+    return CudaLauncher(cubin, launch["kernel_name"], launch["grid"], launch["block"],
+                        launch["dynamic_smem"], [p.dtype for p in program.params],
+                        arch=launch["arch"], arg_order=launch["arg_order"])
+
+
+def kernel_grid(program) -> tuple[int, int, int]:
+    """Grid dimensions of the program's T.Kernel, from its block loops."""
+    from tvm import tirx
+
+    from .passes._util import walk
+
+    grid = [1, 1, 1]
+
+    def visit(loop):
+        if loop.kind == tirx.ForKind.THREAD_BINDING and loop.thread_binding is not None:
+            tag = str(loop.thread_binding.thread_tag)
+            if tag.startswith("blockIdx."):
+                grid["xyz".index(tag[-1])] = int(loop.extent)
+
+    walk(program.func.body, tirx.For, visit)
+    return tuple(grid)
 
 
 def _compile_uncached(program, target: str, configs: dict):
     import tvm
 
-    from .backends import cpu
+    from .backends import cpu, cuda
+    from .backends.cuda import nvcc
 
     trace = Trace(kernel=program.name, target=target,
                   source={"filename": program.source.filename,
@@ -193,10 +229,22 @@ def _compile_uncached(program, target: str, configs: dict):
         try:
             with tvm.transform.PassContext(opt_level=3, config=tvm_configs,
                                            instruments=[recorder.instrument()]):
-                executable = cpu.build(mod, program)
+                if target == "cpu":
+                    executable = cpu.build(mod, program)
+                else:
+                    arch = nvcc.default_arch()
+                    executable = cuda.build(mod, program, arch, on_plan=lambda plan:
+                                            trace.layouts.update(plan.to_json()))
         except TileLabError:
             raise
         except Exception as err:  # a pass or LLVM rejected the program
+            from .passes._util import UserErrors
+
+            user_error = UserErrors.take()
+            if user_error is not None:
+                if user_error.location is None:
+                    user_error.with_location(program.source.location(program.source.node))
+                raise user_error from None
             last = recorder.records[-1].name if recorder.records else "the front end"
             first_line = str(err).strip().splitlines()[-1] if str(err).strip() else ""
             raise TileLabCompileError(
@@ -207,6 +255,8 @@ def _compile_uncached(program, target: str, configs: dict):
         warnings.warn_explicit(w.message, w.category, program.source.filename,
                                program.source.line_offset + 1)
     trace.passes = recorder.records
+    if target == "cuda":
+        return _finish_cuda(program, trace, executable, recorder, arch, configs)
     trace.code["llvm"] = cpu.llvm_ir(executable)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.so"
@@ -215,3 +265,34 @@ def _compile_uncached(program, target: str, configs: dict):
                  "meta.json": json.dumps({"name": program.name, "target": target}).encode()}
     runner = cpu.CPURunner(executable, program.name)
     return CompiledArtifact(runner, trace), files
+
+
+def _finish_cuda(program, trace: Trace, executable, recorder, arch: str, configs: dict):
+    """nvcc the generated source; record code, resources and the launch configuration."""
+    import math
+
+    from .backends import cuda
+    from .backends.cuda import nvcc
+
+    source = cuda.cuda_source(executable)
+    fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
+    compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
+    config = cuda.launch_config(program, recorder.device_module)
+    names = [str(b.name) for b in program.func.params]
+    order = []
+    for pname in config["param_names"]:
+        base = pname.removesuffix("_ptr")
+        if base not in names:
+            raise TileLabCompileError(f"kernel parameter {pname} matches no tensor of "
+                                      f"{program.name}")
+        order.append(names.index(base))
+    launch = {"kernel_name": config["kernel_name"], "grid": list(kernel_grid(program)),
+              "block": [math.prod(program.threads or (1,)), 1, 1],
+              "dynamic_smem": config["dynamic_smem"], "arch": arch, "arg_order": order}
+    trace.code.update(cuda=source, ptx=compiled["ptx"], sass=compiled["sass"],
+                      ptxas=compiled["ptxas"])
+    trace.resources = dict(compiled["resources"], dynamic_smem_bytes=launch["dynamic_smem"],
+                           grid=launch["grid"], block=launch["block"], arch=arch)
+    files = {"kernel.cubin": compiled["cubin"], "launch.json": json.dumps(launch).encode()}
+    runner = cuda_runner(program, launch, compiled["cubin"])
+    return CompiledArtifact(runner, trace, launch, compiled["cubin"]), files

@@ -50,8 +50,11 @@ def _user_error(fn):
 class Kernel:
     """A compiled kernel: call it with tensors; outputs are allocated and returned."""
 
-    def __init__(self, name: str, params, runner, target: str, trace=None, program=None):
+    def __init__(self, name: str, params, runner, target: str, trace=None, program=None,
+                 launch=None, cubin=None):
         self.name = name
+        self.launch = launch  # CUDA: kernel symbol, grid, block, shared memory, arch
+        self.cubin = cubin
         self.params = params  # ParamInfo-like: name, shape, dtype, output, location
         self.target = target
         self.trace = trace
@@ -140,6 +143,24 @@ class Kernel:
         """The generated code: CUDA C on GPUs, LLVM IR on the CPU."""
         return self.trace.code.get("cuda") or self.trace.code.get("llvm", "")
 
+    def export(self, path) -> None:
+        """Write a self-contained `.tilelab` file that `tilelab.load` runs without TVM."""
+        if self.target != "cuda" or self.cubin is None:
+            raise TileLabError("only CUDA kernels can be exported; compile with target='cuda'")
+        if sorted(self.launch["arg_order"]) != list(range(len(self.params))):
+            raise TileLabError(f"{self.name} does not use all of its tensors; remove the unused "
+                               "ones before exporting")
+        from .runtime.artifact import save_artifact
+
+        save_artifact(path, name=self.name, kernel_name=self.launch["kernel_name"],
+                      cubin=self.cubin, grid=self.launch["grid"], block=self.launch["block"],
+                      dynamic_smem=self.launch["dynamic_smem"],
+                      params=[{"name": p.name, "shape": list(p.shape), "dtype": p.dtype,
+                               "output": p.output} for p in self.params],
+                      arch=self.launch["arch"], arg_order=self.launch["arg_order"],
+                      trace_json=self.trace.to_json() if self.trace
+                      else None, source=self.trace.code.get("cuda") if self.trace else None)
+
     def get_profiler(self):
         from .profiler import Profiler
 
@@ -225,7 +246,7 @@ class JITFunction:
     # -- eager style
 
     def _eager_kernel(self, args, kwargs, need_tensors: bool, target=None):
-        from .compile import resolve_target
+        from .compiler import resolve_target
         from .language.frontend import eager_tensor_params
 
         signature = inspect.signature(self.fn)
@@ -280,7 +301,7 @@ def jit(fn=None, *, out_idx=None, target="auto", pass_configs=None, **_ignored):
 @_user_error
 def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel:  # noqa: A001
     """Compile a `@T.prim_func` program into a Kernel."""
-    from .compile import compile_program, resolve_target
+    from .compiler import compile_program, resolve_target
     from .language.frontend import TileProgram
 
     if not isinstance(program, TileProgram):
@@ -291,7 +312,7 @@ def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel: 
     resolved = resolve_target(target)
     artifact = compile_program(program, resolved, pass_configs)
     return Kernel(program.name, program.params, artifact.runner, resolved, artifact.trace,
-                  program)
+                  program, artifact.launch, artifact.cubin)
 
 
 def lower(program_or_jit, *args, out_idx=None, target="auto", pass_configs=None, **kwargs):

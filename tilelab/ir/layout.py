@@ -172,6 +172,10 @@ class Fragment:
     forward: object  # callable(*index, rep) -> (thread, local)
     local_size: int
     recipe: dict = field(default_factory=dict)
+    # Padded fragments (more register slots than elements) give their inverse and a
+    # validity test directly; all others get the inverse from TVM's IndexMap.
+    inverse: object = None  # callable(thread, local) -> [*index, rep]
+    valid: object = None  # callable(thread, local) -> condition, or None if always valid
 
     # -- queries
 
@@ -234,6 +238,8 @@ class Fragment:
         """TIR expressions (index..., rep) of the element in `local` of `thread`."""
         from tvm import tirx
 
+        if self.inverse is not None:
+            return list(self.inverse(thread, local))
         idx_vars = [tirx.Var(f"i{d}", "int32") for d in range(len(self.shape))]
         if self.replicate == 1:  # no replica axis: an extent-1 input would not be bijective
             fwd = self.forward(*idx_vars, 0)
@@ -337,10 +343,28 @@ class Fragment:
 
     @staticmethod
     def block_cyclic(shape, threads: int, vector: int) -> Fragment:
-        """Elements in row-major order dealt to threads `vector` at a time, round-robin."""
+        """Elements in row-major order dealt to threads `vector` at a time, round-robin.
+
+        When the elements do not fill the last round, the fragment is *padded*:
+        some threads have register slots with no element behind them, and the
+        generated code tests `valid` before touching those.
+        """
         shape = tuple(int(s) for s in shape)
         total = _product(shape)
-        rounds = total // (threads * vector)
+        rounds = -(-total // (threads * vector))
+        padded = total % (threads * vector) != 0
+
+        def inverse(thread, local):
+            flat = fdiv(local, vector) * threads * vector + thread * vector + fmod(local, vector)
+            index, rest = [], flat
+            for extent in reversed(shape[1:]):
+                index.append(fmod(rest, extent))
+                rest = fdiv(rest, extent)
+            return [rest, *reversed(index), 0]
+
+        def valid(thread, local):
+            flat = fdiv(local, vector) * threads * vector + thread * vector + fmod(local, vector)
+            return flat < total
 
         def forward(*args):
             *idx, rep = args
@@ -352,7 +376,8 @@ class Fragment:
 
         return Fragment(shape, threads, 1, forward, rounds * vector,
                         {"kind": "block_cyclic", "shape": list(shape), "threads": threads,
-                         "vector": vector})
+                         "vector": vector}, inverse=inverse if padded else None,
+                        valid=valid if padded else None)
 
     @staticmethod
     def replicated(shape, threads: int) -> Fragment:

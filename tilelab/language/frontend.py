@@ -517,8 +517,10 @@ def _user_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
-def _function_env(fn) -> dict:
+def _function_env(fn, enclosing: dict | None = None) -> dict:
+    """Globals, then the variables of the enclosing scope, then the closure (innermost wins)."""
     env = dict(fn.__globals__)
+    env.update(enclosing or {})
     if fn.__closure__:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
             try:
@@ -555,11 +557,15 @@ def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
                        getattr(builder, "threads", ()))
 
 
-def trace_prim_func(fn, **_options) -> TileProgram:
-    """Factory style: `@T.prim_func def kernel(A: T.Tensor(...), ...)` traced at definition."""
+def trace_prim_func(fn, enclosing: dict | None = None, **_options) -> TileProgram:
+    """Factory style: `@T.prim_func def kernel(A: T.Tensor(...), ...)` traced at definition.
+
+    `enclosing` holds the factory's local variables: names used only in the
+    parameter annotations (`Q: T.Tensor(shape, dtype)`) are not in the closure.
+    """
     source = FunctionSource.of(fn)
     builder = Builder()
-    interp = Interpreter(builder, source, _function_env(fn))
+    interp = Interpreter(builder, source, _function_env(fn, enclosing))
     with activate(builder):
         args = source.node.args
         for arg in args.args:

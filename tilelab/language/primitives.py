@@ -440,11 +440,15 @@ def use_swizzle(panel_size=8, order="row", enable=True):
 
 def prim_func(fn=None, **kwargs):
     """Mark a kernel function in the factory style; it is traced right away."""
+    import sys
+
     from .frontend import trace_prim_func
 
+    # the factory's locals: annotations may name variables the body never uses
+    enclosing = dict(sys._getframe(1).f_locals)
     if fn is None:
-        return lambda f: trace_prim_func(f, **kwargs)
-    return trace_prim_func(fn, **kwargs)
+        return lambda f: trace_prim_func(f, enclosing=enclosing, **kwargs)
+    return trace_prim_func(fn, enclosing=enclosing, **kwargs)
 
 
 def macro(fn):

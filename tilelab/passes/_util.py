@@ -32,14 +32,52 @@ def substitute(node, mapping: dict):
                 return by_id[id(k)]
         return var
 
-    return tvm_ffi.structural_map(node, (tirx.Var, replace), order="post")
+    return tvm_ffi.structural_map(node, (tirx.Var, keep_user_errors(replace)), order="post")
 
 
 def rewrite(node, node_type, fn):
     """Rewrite every node of `node_type`, innermost first."""
-    return tvm_ffi.structural_map(node, (node_type, fn), order="post")
+    return tvm_ffi.structural_map(node, (node_type, keep_user_errors(fn)), order="post")
+
+
+def rewrite_pre(node, node_type, fn):
+    """Rewrite every node of `node_type`, outermost first (the result is not revisited)."""
+    return tvm_ffi.structural_map(node, (node_type, keep_user_errors(fn)), order="pre")
 
 
 def walk(node, node_type, fn):
     """Call `fn` on every node of `node_type`, in program order."""
-    tvm_ffi.structural_walk(node, (node_type, fn), order="pre")
+    tvm_ffi.structural_walk(node, (node_type, keep_user_errors(fn)), order="pre")
+
+
+class UserErrors:
+    """Carries a TileLabError raised inside a pass across TVM's C++ pass manager.
+
+    TVM re-raises Python exceptions from passes as its own error type, losing
+    the location; passes wrapped with `keep_user_errors` park the original
+    here and `tilelab.compile` raises it again unchanged.
+    """
+
+    pending: list = []
+
+    @classmethod
+    def take(cls):
+        error = cls.pending[-1] if cls.pending else None
+        cls.pending.clear()
+        return error
+
+
+def keep_user_errors(fn):
+    import functools
+
+    from ..errors import TileLabError
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TileLabError as err:
+            UserErrors.pending.append(err)
+            raise
+
+    return wrapper

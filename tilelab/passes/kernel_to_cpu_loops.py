@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from ._util import rewrite, substitute
+from ._util import rewrite, rewrite_pre, substitute
 
 
 def _block_loops(loop):
@@ -59,14 +59,7 @@ def kernel_to_cpu_loops(func, has_atomics: bool):
             return _flatten_blocks(loop, has_atomics)
         return loop
 
-    body = tvm_ffi_map_pre(body, lower_kernel)
-    return func.with_body(body)
-
-
-def tvm_ffi_map_pre(body, fn):
-    import tvm_ffi
-
-    return tvm_ffi.structural_map(body, (tirx.For, fn), order="pre")
+    return func.with_body(rewrite_pre(body, tirx.For, lower_kernel))
 
 
 def KernelToCPULoops(has_atomics: bool = False):  # noqa: N802

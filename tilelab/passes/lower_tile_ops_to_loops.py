@@ -33,8 +33,8 @@ def _in_bounds(region: Region, indices) -> list:
     """Bounds conditions for a global tensor (the simplifier later drops the provable ones)."""
     if region.scope != "global":
         return []
-    return [tirx.LT(index, extent) for index, extent in zip(indices, region.buffer.shape)
-            if _const_int(extent) is None or _const_int(extent) > 1]
+    # every dimension, unit ones too: a 64-row tile copied into a 1-row tensor must stop at 1
+    return [tirx.LT(index, extent) for index, extent in zip(indices, region.buffer.shape)]
 
 
 def _all(conds):

@@ -70,6 +70,7 @@ class Artifact:
     source: str | None = None
     scalar_params: list = field(default_factory=list)  # dtypes, after the tensors
     version: int = FORMAT_VERSION
+    arg_order: list | None = None  # kernel parameter k is tensor arg_order[k]
 
     def runtime_params(self) -> list[RuntimeParam]:
         return [RuntimeParam(p["name"], tuple(p["shape"]), p["dtype"], bool(p["output"]))
@@ -81,7 +82,7 @@ class Artifact:
 
         return CudaLauncher(self.cubin, self.kernel_name, self.grid, self.block,
                             self.dynamic_smem, [p["dtype"] for p in self.params],
-                            self.scalar_params, arch=self.arch)
+                            self.scalar_params, arch=self.arch, arg_order=self.arg_order)
 
     def trace(self):
         """The compilation's Trace, or a small one holding the CUDA source."""
@@ -104,7 +105,7 @@ class Artifact:
 
     def to_kernel(self):
         """A `tilelab.Kernel`: call it with the input tensors; it returns the outputs."""
-        from ..jit import Kernel
+        from ..kernel import Kernel
 
         if self.scalar_params:
             raise TileLabArtifactError(
@@ -144,7 +145,7 @@ def _dims(value, what: str) -> tuple:
 
 def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, block,
                   dynamic_smem: int, params, arch: str, trace_json: str | None = None,
-                  source: str | None = None, scalar_params=()) -> str:
+                  source: str | None = None, scalar_params=(), arg_order=None) -> str:
     """Write a kernel to one `.tilelab` file (atomically); returns the path written."""
     if not isinstance(cubin, (bytes, bytearray)) or not cubin:
         raise TileLabArtifactError("cubin must be non-empty bytes")
@@ -160,6 +161,8 @@ def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, bloc
         "scalar_params": [str(d) for d in scalar_params],
         "arch": str(arch),
     }
+    if arg_order is not None:
+        meta["arg_order"] = [int(i) for i in arg_order]
     entries = [(_META, json.dumps(meta, indent=1).encode()), (_CUBIN, bytes(cubin))]
     if trace_json is not None:
         entries.append((_TRACE, trace_json.encode()))
@@ -239,6 +242,7 @@ def load_artifact(path) -> Artifact:
             trace_json=trace_json,
             source=source,
             scalar_params=[str(d) for d in meta.get("scalar_params", [])],
+            arg_order=meta.get("arg_order"),
             version=version,
         )
     except TileLabArtifactError as err:

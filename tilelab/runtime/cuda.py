@@ -219,14 +219,15 @@ class CudaLauncher:
     """Launches one kernel of a cubin: ``launcher(*tensors, *scalars)``.
 
     `param_dtypes` are the dtypes of the tensor parameters (passed as device
-    pointers, in order); `scalar_params` the dtypes of scalar parameters that
+    pointers, in the order of the call; `arg_order` permutes them into the
+    kernel's parameter order); `scalar_params` the dtypes of scalar parameters that
     follow them. Tensors must be contiguous CUDA tensors on the current device;
     dtypes and shapes are checked by the `tilelab.Kernel` that wraps a launcher,
     not here.
     """
 
     def __init__(self, cubin: bytes, kernel_name: str, grid, block, dynamic_smem: int = 0,
-                 param_dtypes=(), scalar_params=(), arch: str | None = None):
+                 param_dtypes=(), scalar_params=(), arch: str | None = None, arg_order=None):
         if not isinstance(cubin, (bytes, bytearray, memoryview)) or len(cubin) == 0:
             raise TileLabArgumentError("cubin must be non-empty bytes")
         if not kernel_name or not isinstance(kernel_name, str):
@@ -255,7 +256,14 @@ class CudaLauncher:
         # and at one ctypes value per scalar; it is built once and refilled per call.
         self._ptrs = (ctypes.c_uint64 * max(n_ptr, 1))()
         self._scalars = [SCALAR_CTYPES[d]() for d in self.scalar_params]
-        addresses = [ctypes.addressof(self._ptrs) + 8 * i for i in range(n_ptr)]
+        # The kernel's k-th pointer parameter is tensor arg_order[k] of the call (the code
+        # generator may order a kernel's parameters differently from the signature).
+        order = list(range(n_ptr)) if arg_order is None else [int(i) for i in arg_order]
+        if sorted(order) != list(range(n_ptr)):
+            raise TileLabArgumentError(f"arg_order {order} is not a permutation of the "
+                                       f"{n_ptr} tensor parameters")
+        self.arg_order = order
+        addresses = [ctypes.addressof(self._ptrs) + 8 * i for i in order]
         addresses += [ctypes.addressof(s) for s in self._scalars]
         self._params = (ctypes.c_void_p * max(self._n_args, 1))(*addresses)
         self._params_addr = ctypes.addressof(self._params) if self._n_args else 0

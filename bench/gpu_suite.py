@@ -1,0 +1,256 @@
+"""The GPU suite: course kernels checked against PyTorch and timed beside it.
+
+Two halves, because the GPU machine has no TVM and no nvcc:
+
+    python bench/gpu_suite.py build [--quick]   # here: compile and export every kernel
+    python bench/gpu_suite.py run   [--json F]  # on the GPU: load, check, time
+
+`build` compiles each course kernel for its shapes (shapes with tails for the
+checks, the issue's large shapes for the timings) and exports `.tilelab`
+artifacts plus a manifest into bench/artifacts/suite/. `run` loads them with
+`tilelab.load` (no TVM), makes fresh random inputs, compares with the PyTorch
+reference, and times kernel and baseline in the same run: CUDA events, warm-up,
+median, L2 flushed before every launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "bench" / "artifacts" / "suite"
+sys.path.insert(0, str(ROOT))
+
+# name, kernel, compile-time sizes, inputs, reference, tolerance, work
+CHECKS = [
+    ("vector_add", "vector_add", {"N": 1000003}, [("randn", (1000003,), "float32")] * 2,
+     "add", 1e-5),
+    ("row_sum", "row_sum", {"M": 777, "N": 1000}, [("randn", (777, 1000), "float32")],
+     "row_sum", 1e-3),
+    ("softmax", "softmax", {"M": 1000, "N": 4096}, [("randn", (1000, 4096), "float16")],
+     "softmax", 1e-2),
+    ("layer_norm", "layer_norm", {"M": 999, "N": 4096},
+     [("randn", (999, 4096), "float16"), ("randn", (4096,), "float16"),
+      ("randn", (4096,), "float16")], "layer_norm", 2e-2),
+    ("rms_norm", "rms_norm", {"M": 999, "N": 4096},
+     [("randn", (999, 4096), "float16"), ("randn", (4096,), "float16")], "rms_norm", 2e-2),
+    ("gemm_fp16", "gemm", {"M": 1000, "N": 1000, "K": 1000},
+     [("randn", (1000, 1000), "float16")] * 2, "matmul", 2e-2),
+    ("gemm_bf16", "gemm_bf16", {"M": 520, "N": 264, "K": 1008},
+     [("randn", (520, 1008), "bfloat16"), ("randn", (1008, 264), "bfloat16")], "matmul", 3e-2),
+    ("gemm_bias_relu", "gemm_bias_relu", {"M": 1000, "N": 1000, "K": 512},
+     [("randn", (1000, 512), "float16"), ("randn", (512, 1000), "float16"),
+      ("randn", (1000,), "float16")], "matmul_bias_relu", 2e-2),
+    ("online_softmax", "online_softmax", {"M": 1000, "N": 5000},
+     [("randn", (1000, 5000), "float16")], "softmax", 1e-2),
+    ("flash_attention_d64", "flash_attention", {"shape": (2, 4, 1000, 64)},
+     [("randn", (2, 4, 1000, 64), "float16")] * 3, "sdpa", 2e-2),
+    ("flash_attention_d128", "flash_attention", {"shape": (1, 4, 777, 128)},
+     [("randn", (1, 4, 777, 128), "float16")] * 3, "sdpa", 2e-2),
+]
+
+BENCH = [
+    ("vector_add", "vector_add", {"N": 1 << 28}, [("randn", (1 << 28,), "float32")] * 2,
+     "add", 1e-5, {"bytes": 3 * 4 * (1 << 28)}),
+    ("softmax", "softmax", {"M": 8192, "N": 8192}, [("randn", (8192, 8192), "float16")],
+     "softmax", 1e-2, {"bytes": 2 * 2 * 8192 * 8192}),
+    ("layer_norm", "layer_norm", {"M": 8192, "N": 8192},
+     [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16"),
+      ("randn", (8192,), "float16")], "layer_norm", 2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
+    ("rms_norm", "rms_norm", {"M": 8192, "N": 8192},
+     [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16")], "rms_norm", 2e-2,
+     {"bytes": 2 * 2 * 8192 * 8192}),
+    ("gemm_fp16", "gemm", {"M": 8192, "N": 8192, "K": 8192},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("flash_attention", "flash_attention", {"shape": (4, 32, 4096, 128)},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
+     {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
+]
+
+
+# ---------------------------------------------------------------- build (needs TVM, nvcc)
+
+
+def compile_kernel(kind: str, sizes: dict, options: dict):
+    import tilelab
+
+    if kind == "vector_add":
+        from examples.vector_add import vector_add_kernel as k
+    elif kind == "row_sum":
+        from examples.row_sum import row_sum_kernel as k
+    elif kind == "softmax":
+        from examples.softmax import softmax_kernel as k
+    elif kind == "online_softmax":
+        from examples.online_softmax import online_softmax_kernel as k
+    elif kind == "layer_norm":
+        from examples.layer_norm import layer_norm_kernel as k
+    elif kind == "rms_norm":
+        from examples.rms_norm import rms_norm_kernel as k
+    elif kind == "gemm":
+        from examples.gemm import gemm_kernel as k
+    elif kind == "gemm_bf16":
+        import tilelab.language as T
+        from examples.gemm import gemm_kernel as k
+
+        return k.compile(**sizes, input_dtype=T.bfloat16, target="cuda", **options)
+    elif kind == "gemm_bias_relu":
+        from examples.gemm_bias_relu import gemm_bias_relu_kernel as k
+    elif kind == "flash_attention":
+        from examples.flash_attention import flash_attention_kernel as fa
+
+        program = fa.fn(*sizes["shape"], **options)
+        return tilelab.compile(program, out_idx=fa.out_idx, target="cuda",
+                               pass_configs=fa.pass_configs)
+    else:
+        raise ValueError(kind)
+    return k.compile(**sizes, target="cuda", **options)
+
+
+def build(quick: bool) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    manifest = {"checks": [], "bench": []}
+    for section, cases in (("checks", CHECKS), ("bench", [] if quick else BENCH)):
+        for case in cases:
+            name, kind, sizes, inputs, ref, tol = case[:6]
+            work = case[6] if len(case) > 6 else {}
+            started = time.perf_counter()
+            kernel = compile_kernel(kind, sizes, {})
+            path = ARTIFACTS / f"{section}_{name}.tilelab"
+            kernel.export(path)
+            seconds = time.perf_counter() - started
+            print(f"{section:6} {name:22} compiled in {seconds:5.2f} s "
+                  f"({kernel.trace.resources.get('registers')} registers)")
+            manifest[section].append({"name": name, "artifact": path.name, "inputs": inputs,
+                                      "reference": ref, "tolerance": tol, "work": work,
+                                      "resources": kernel.trace.resources})
+    (ARTIFACTS / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+# ---------------------------------------------------------------- run (torch + driver only)
+
+
+def references():
+    import torch
+    import torch.nn.functional as F
+
+    def rms(x, w, eps=1e-6):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * w.float()).to(
+            x.dtype)
+
+    return {
+        "add": lambda a, b: a + b,
+        "row_sum": lambda x: x.sum(-1),
+        "softmax": lambda x: torch.softmax(x, dim=-1),
+        "layer_norm": lambda x, g, b: F.layer_norm(x, (x.shape[-1],), g, b, 1e-5),
+        "rms_norm": rms,
+        "rms_norm_torch": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, 1e-6),
+        "matmul": lambda a, b: a @ b,
+        "matmul_bias_relu": lambda a, b, bias: torch.relu(a @ b + bias),
+        "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+    }
+
+
+def make_inputs(specs):
+    import torch
+
+    return [torch.randn(shape, device="cuda", dtype=getattr(torch, dtype))
+            for _, shape, dtype in specs]
+
+
+def time_ms(fn, warmup=10, rep=50):
+    from tilelab.profiler import do_bench
+
+    return do_bench(fn, warmup=warmup, rep=rep, backend="event")
+
+
+def ceilings() -> dict:
+    """The card's measured copy bandwidth and bf16 matmul rate."""
+    import torch
+
+    n = 1 << 28
+    src = torch.empty(n, dtype=torch.float32, device="cuda")
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src))
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm = time_ms(lambda: a @ b)
+    return {"copy_GBps": 2 * 4 * n / ms / 1e6, "bf16_matmul_TFLOPs": 2 * 8192 ** 3 / mm / 1e9}
+
+
+def run(json_path: str | None) -> int:
+    import torch
+
+    import tilelab
+
+    assert "tvm" not in sys.modules
+    manifest = json.loads((ARTIFACTS / "manifest.json").read_text())
+    refs = references()
+    results = {"device": torch.cuda.get_device_name(), "checks": [], "bench": []}
+    failures = 0
+    print(f"device: {results['device']}")
+    for case in manifest["checks"]:
+        kernel = tilelab.load(ARTIFACTS / case["artifact"])
+        errors = []
+        for seed in range(3):  # fresh inputs each time; a moving error would be a race
+            torch.manual_seed(seed)
+            inputs = make_inputs(case["inputs"])
+            out = kernel(*inputs)
+            expected = refs[case["reference"]](*inputs)
+            torch.cuda.synchronize()
+            errors.append((out.float() - expected.float()).abs().max().item())
+        ok = all(e <= case["tolerance"] * (1 + expected.float().abs().max().item())
+                 for e in errors) and all(not math.isnan(e) for e in errors)
+        failures += not ok
+        print(f"check {case['name']:22} max|err| {max(errors):.2e}  {'ok' if ok else 'FAIL'}")
+        results["checks"].append({"name": case["name"], "max_abs_error": errors, "ok": ok})
+    if manifest["bench"]:
+        results["ceilings"] = ceilings()
+        print(f"ceilings: copy {results['ceilings']['copy_GBps']:.0f} GB/s, bf16 matmul "
+              f"{results['ceilings']['bf16_matmul_TFLOPs']:.0f} TFLOP/s")
+    for case in manifest["bench"]:
+        kernel = tilelab.load(ARTIFACTS / case["artifact"])
+        torch.manual_seed(0)
+        inputs = make_inputs(case["inputs"])
+        ref = refs[case["reference"]]
+        out, expected = kernel(*inputs), ref(*inputs)
+        err = (out.float() - expected.float()).abs().max().item()
+        ours, theirs = time_ms(lambda: kernel(*inputs)), time_ms(lambda: ref(*inputs))
+        row = {"name": case["name"], "ms": ours, "torch_ms": theirs, "speedup": theirs / ours,
+               "max_abs_error": err, "shapes": [s for _, s, _ in case["inputs"]]}
+        work = case["work"]
+        if "bytes" in work:
+            row["GBps"] = work["bytes"] / ours / 1e6
+            row["torch_GBps"] = work["bytes"] / theirs / 1e6
+        if "flops" in work:
+            row["TFLOPs"] = work["flops"] / ours / 1e9
+            row["torch_TFLOPs"] = work["flops"] / theirs / 1e9
+        rate = (f"{row['GBps']:7.0f} GB/s vs {row['torch_GBps']:7.0f}" if "GBps" in row else
+                f"{row['TFLOPs']:7.1f} TFLOP/s vs {row['torch_TFLOPs']:7.1f}")
+        print(f"bench {case['name']:16} {ours:8.3f} ms  torch {theirs:8.3f} ms  {rate}  "
+              f"x{row['speedup']:.2f}  err {err:.1e}")
+        results["bench"].append(row)
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1))
+    return 1 if failures else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=["build", "run"])
+    parser.add_argument("--quick", action="store_true", help="build the checks only")
+    parser.add_argument("--json", help="write results here (run)")
+    args = parser.parse_args()
+    if args.mode == "build":
+        build(args.quick)
+        return 0
+    return run(args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""The CUDA backend: tile programs to kernels for NVIDIA GPUs.
+
+The pipeline: tilelab infers a layout for every fragment, lowers tile ops to
+per-thread code (vectorized copies, warp-shuffle reductions, tensor-core
+`mma.sync`), then TVM's passes flatten buffers, insert barriers between shared
+memory writes and reads, merge shared allocations and split host from device
+code. TVM's CUDA code generator prints the kernel as CUDA C; nvcc compiles it
+with tilelab's device header (`include/tilelab.cuh`) into a cubin, which the
+runtime (`tilelab.runtime`, no TVM needed) launches.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from ...passes.check_fragment_reads import CheckFragmentReads
+from ...passes.insert_barriers import InsertBarriers
+from ...passes.lower_tile_ops_to_threads import InferLayouts, LowerTileOpsToThreads
+
+PIPELINE_NAME = "tilelab_cuda"
+
+
+def passes(program, on_plan) -> list:
+    """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering."""
+    import tvm.s_tir as s_tir
+
+    T = tirx.transform  # noqa: N806
+    plans: dict = {}
+    return [
+        CheckFragmentReads(program.buffer_locations),
+        InsertBarriers(),                      # __syncthreads where threads share a tile
+        InferLayouts(plans, on_plan),          # a Fragment for every fragment buffer
+        LowerTileOpsToThreads(plans),          # tile ops -> per-thread code
+        s_tir.transform.LowerOpaqueBlock(),    # thread-bound loops -> kernel launch attributes
+        T.FlattenBuffer(),
+        T.BF16ComputeLegalize(),
+        T.NarrowDataType(32),
+        T.VectorizeLoop(),                     # 16-byte loads and stores
+        T.StorageRewrite(),
+        T.UnrollLoop(),
+        T.StmtSimplify(),
+        T.RemoveNoOp(),
+        T.CommonSubexprElim(),
+        T.VerifyMemory(),
+        T.AnnotateEntryFunc(),
+        s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
+        s_tir.transform.ThreadSync("shared.dyn"),
+        s_tir.transform.MergeSharedMemoryAllocations(),
+        T.SplitHostDevice(),
+        T.MakePackedAPI(),
+        T.BF16StorageLegalize(),
+    ]
+
+
+def target(arch: str):
+    import tvm
+
+    return tvm.target.Target({"kind": "cuda", "arch": arch}, host="llvm")
+
+
+def build(mod, program, arch: str, on_plan=None):
+    """Run the CUDA pipeline and TVM's code generator; returns the executable."""
+    import tvm
+    from tvm.s_tir.pipeline import finalize_device_passes, finalize_host_passes
+
+    def factory():
+        return tvm.transform.Sequential(passes(program, on_plan), name=PIPELINE_NAME), \
+            finalize_host_passes, finalize_device_passes
+
+    tirx.compilation_pipeline.register_tir_pipeline(PIPELINE_NAME, factory)
+    return tvm.tirx.build(mod, target=target(arch), pipeline=PIPELINE_NAME)
+
+
+def cuda_source(executable) -> str:
+    """The CUDA C that TVM printed, with tilelab's header included."""
+    source = executable.imports[0].inspect_source()
+    return '#include "tilelab.cuh"\n' + source
+
+
+def launch_config(program, device_mod) -> dict:
+    """Kernel symbol, grid, block, dynamic shared memory and parameter order."""
+    import math
+
+    from ...ir.tile_ops import is_buffer
+    from ...passes._util import walk
+
+    kernels = [(gv, f) for gv, f in device_mod.functions.items()
+               if f.attrs is not None and "calling_conv" in f.attrs]
+    gv, func = kernels[0]
+    name = str(gv.name_hint)
+    smem = [0]
+
+    def visit(node):
+        if isinstance(node, tirx.AllocBuffer) and node.buffer.scope() == "shared.dyn":
+            smem[0] += math.prod(int(s) for s in node.buffer.shape) * \
+                tirx_bytes(str(node.buffer.dtype))
+
+    walk(func.body, tirx.AllocBuffer, visit)
+    params = [str(p.name) for p in func.params if not is_buffer(p)]
+    return {"kernel_name": name, "dynamic_smem": smem[0], "param_names": params}
+
+
+def tirx_bytes(dtype: str) -> int:
+    from ...language.dtypes import itemsize
+
+    return itemsize(dtype)

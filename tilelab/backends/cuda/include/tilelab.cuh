@@ -1,0 +1,87 @@
+// tilelab's device header: the few GPU instructions tilelab emits that plain
+// CUDA C does not spell directly. Each function wraps one PTX instruction, so
+// the generated kernel reads as a list of named steps and every instruction
+// can be looked up in the PTX ISA manual under the same name.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+namespace tl {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+// ---- ldmatrix: eight 8x8 16-bit matrices' rows, one 16-byte row per lane address,
+// land in registers in the layout mma.sync expects. .trans transposes each 8x8.
+__device__ __forceinline__ void ldmatrix_x4(void* regs, const void* smem) {
+  uint32_t* r = static_cast<uint32_t*>(regs);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(void* regs, const void* smem) {
+  uint32_t* r = static_cast<uint32_t*>(regs);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x2(void* regs, const void* smem) {
+  uint32_t* r = static_cast<uint32_t*>(regs);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(smem)));
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(void* regs, const void* smem) {
+  uint32_t* r = static_cast<uint32_t*>(regs);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(smem)));
+}
+
+// ---- mma.sync m16n8k16: D = A(16x16) * B(16x8) + C, fp32 accumulators.
+// a: 8 halves (4 registers), b: 4 halves (2 registers), c: 4 floats, in the PTX fragment order.
+__device__ __forceinline__ void mma_m16n8k16(float* c, const half* a, const half* b) {
+  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
+  const uint32_t* B = reinterpret_cast<const uint32_t*>(b);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));
+}
+__device__ __forceinline__ void mma_m16n8k16(float* c, const __nv_bfloat16* a,
+                                             const __nv_bfloat16* b) {
+  const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
+  const uint32_t* B = reinterpret_cast<const uint32_t*>(b);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));
+}
+
+// ---- cp.async: copy global -> shared without passing through registers.
+// When `in_bounds` is false the source is not read and the bytes become zero.
+template <int Bytes>
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem, bool in_bounds) {
+  static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  int src_bytes = in_bounds ? Bytes : 0;
+  if constexpr (Bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                 :: "r"(smem_addr(smem)), "l"(gmem), "n"(Bytes), "r"(src_bytes));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+
+// ---- warp shuffles for reductions
+template <typename T>
+__device__ __forceinline__ T shfl_xor(T value, int lane_mask) {
+  return __shfl_xor_sync(0xffffffffu, value, lane_mask);
+}
+
+}  // namespace tl

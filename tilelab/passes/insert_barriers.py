@@ -1,0 +1,154 @@
+"""Insert block-wide barriers between shared-memory writes and reads.
+
+Threads of a block share a tile in shared memory, so one thread may read what
+another wrote only after a barrier (`__syncthreads`), and may overwrite what
+others still read only after one too. At the tile level the accesses are
+plain: a copy into `A_shared` writes it, a GEMM reads it, a `T.Parallel` loop
+reads and writes what its body touches. This pass walks each statement list
+keeping the shared buffers written and read since the last barrier, and puts
+a barrier before any statement that would race with them. A loop whose next
+iteration would race with the end of the previous one gets a barrier at the
+end of its body. (TVM's own ThreadSync pass runs later too, but it cannot see
+the accesses that tensor-core instructions make through pointers.)
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+from ..ir.tile_ops import is_buffer, is_load, op_name, regions
+from ._util import walk
+
+_WRITTEN_REGION = {"copy": 1, "fill": 0, "gemm": 2, "reduce": 1, "atomic_add": 0}
+
+
+def _shared(buffer) -> bool:
+    return is_buffer(buffer) and buffer.scope().startswith("shared")
+
+
+def accesses(stmt) -> tuple[set, set]:
+    """Names of shared buffers a statement reads and writes (anywhere inside it)."""
+    reads, writes = set(), set()
+
+    def visit(node):
+        if isinstance(node, TilePrimitiveCall):
+            regs = regions(node)
+            written = _WRITTEN_REGION.get(op_name(node))
+            for i, region in enumerate(regs):
+                if _shared(region.buffer):
+                    (writes if i == written else reads).add(region.buffer.name)
+            if op_name(node) == "gemm" and _shared(regs[2].buffer):
+                reads.add(regs[2].buffer.name)
+        elif isinstance(node, tirx.BufferStore) and _shared(node.buffer):
+            writes.add(node.buffer.name)
+        elif is_load(node) and _shared(node.source):
+            reads.add(node.source.name)
+
+    walk(stmt, object, visit)
+    return reads, writes
+
+
+def barrier():
+    return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
+
+
+class _State:
+    def __init__(self):
+        self.reads: set = set()
+        self.writes: set = set()
+
+    def conflicts(self, reads: set, writes: set) -> bool:
+        return bool(reads & self.writes or writes & self.reads or writes & self.writes)
+
+    def add(self, reads: set, writes: set):
+        self.reads |= reads
+        self.writes |= writes
+
+    def clear(self):
+        self.reads, self.writes = set(), set()
+
+
+def _is_loop_body_container(stmt) -> bool:
+    return isinstance(stmt, tirx.For) and stmt.kind in (tirx.ForKind.SERIAL,
+                                                         tirx.ForKind.UNROLLED)
+
+
+def _sequence(stmts: list, state: _State) -> list:
+    out = []
+    for stmt in stmts:
+        if isinstance(stmt, tirx.SeqStmt):
+            out.extend(_sequence(list(stmt), state))
+            continue
+        if _is_loop_body_container(stmt):
+            out.extend(_loop(stmt, state))
+            continue
+        reads, writes = accesses(stmt)
+        if state.conflicts(reads, writes):
+            out.append(barrier())
+            state.clear()
+        out.append(stmt)
+        state.add(reads, writes)
+    return out
+
+
+def _loop(loop, state: _State) -> list:
+    """A loop is its body repeated: check entry, the body, and the wrap-around."""
+    reads, writes = accesses(loop.body)
+    if not reads and not writes:
+        return [loop]
+    out = []
+    if state.conflicts(reads, writes):
+        out.append(barrier())
+        state.clear()
+    inner = _State()
+    inner.reads, inner.writes = set(state.reads), set(state.writes)
+    body = _sequence(list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body],
+                     inner)
+    # the next iteration starts with the accesses before the body's first barrier
+    head = _State()
+    for stmt in body:
+        if _is_barrier(stmt):
+            break
+        head.add(*accesses(stmt))
+    if inner.conflicts(head.reads, head.writes):
+        body.append(barrier())
+        inner.clear()
+    out.append(tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, tirx.SeqStmt(body)
+                        if len(body) > 1 else body[0], annotations=loop.annotations))
+    state.reads, state.writes = inner.reads | reads, inner.writes | writes
+    return out
+
+
+def _is_barrier(stmt) -> bool:
+    return isinstance(stmt, tirx.Evaluate) and "tvm_storage_sync" in str(stmt)
+
+
+def insert_barriers(body):
+    stmts = _sequence([body], _State())
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def InsertBarriers():  # noqa: N802
+    """Expects tile ops inside kernels; adds `tvm_storage_sync("shared")` where threads race."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.InsertBarriers")
+    def _pass(func, _mod, _ctx):
+        from ._util import rewrite_pre
+
+        def on_kernel(loop):
+            if "tilelab.kernel" not in loop.annotations:
+                return loop
+            return _with_block_body(loop, insert_barriers)
+
+        return func.with_body(rewrite_pre(func.body, tirx.For, on_kernel))
+
+    return _pass
+
+
+def _with_block_body(loop, fn):
+    if isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.THREAD_BINDING:
+        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind,
+                        _with_block_body(loop.body, fn), thread_binding=loop.thread_binding,
+                        annotations=loop.annotations)
+    return fn(loop)
