@@ -39,8 +39,13 @@ TARGETS = ("cpu", "cuda")
 
 
 def resolve_target(target: str | None, tensors=()) -> str:
-    """`auto` picks CUDA when the inputs live on a GPU, else the CPU."""
+    """`auto` picks CUDA when the inputs live on a GPU, else the CPU.
+
+    `cuda:sm_80` names the GPU architecture (default: the visible GPU's, else sm_90a).
+    """
     target = (target or "auto").lower()
+    if target.startswith("cuda:sm_"):
+        return target
     if target == "llvm":
         target = "cpu"
     if target == "auto":
@@ -174,6 +179,7 @@ def _load_cached(target: str, entry: Path, program, trace: Trace) -> CompiledArt
         from .backends.cpu import CPURunner
 
         return CompiledArtifact(CPURunner.load(entry / "kernel.so", program.name), trace)
+    # a CUDA kernel
     launch = json.loads((entry / "launch.json").read_text())
     cubin = (entry / "kernel.cubin").read_bytes()
     return CompiledArtifact(cuda_runner(program, launch, cubin), trace, launch, cubin)
@@ -232,9 +238,10 @@ def _compile_uncached(program, target: str, configs: dict):
                 if target == "cpu":
                     executable = cpu.build(mod, program)
                 else:
-                    arch = nvcc.default_arch()
+                    arch = target.partition(":")[2] or nvcc.default_arch()
                     executable = cuda.build(mod, program, arch, on_plan=lambda plan:
-                                            trace.layouts.update(plan.to_json()))
+                                            trace.layouts.update(plan.to_json()),
+                                            pipelines=trace.pipelines)
         except TileLabError:
             raise
         except Exception as err:  # a pass or LLVM rejected the program
@@ -255,7 +262,7 @@ def _compile_uncached(program, target: str, configs: dict):
         warnings.warn_explicit(w.message, w.category, program.source.filename,
                                program.source.line_offset + 1)
     trace.passes = recorder.records
-    if target == "cuda":
+    if target.startswith("cuda"):
         return _finish_cuda(program, trace, executable, recorder, arch, configs)
     trace.code["llvm"] = cpu.llvm_ir(executable)
     with tempfile.TemporaryDirectory() as tmp:

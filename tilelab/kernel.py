@@ -311,8 +311,8 @@ def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel: 
     program = program.with_outputs(out_idx)
     resolved = resolve_target(target)
     artifact = compile_program(program, resolved, pass_configs)
-    return Kernel(program.name, program.params, artifact.runner, resolved, artifact.trace,
-                  program, artifact.launch, artifact.cubin)
+    return Kernel(program.name, program.params, artifact.runner, resolved.partition(":")[0],
+                  artifact.trace, program, artifact.launch, artifact.cubin)
 
 
 def lower(program_or_jit, *args, out_idx=None, target="auto", pass_configs=None, **kwargs):

@@ -110,20 +110,24 @@ class Layout:
         rows_per_line = max(128 // row_bytes, 1)
         key_range = min(chunks, 8)
 
+        def column(row, col):
+            """The swizzle permutes 16-byte chunks within a row: where column `col` goes."""
+            chunk = fdiv(col, per_chunk)
+            key = fmod(fdiv(row, rows_per_line), key_range)
+            low = fmod(chunk, key_range)
+            return (chunk - low + xor(low, key)) * per_chunk + fmod(col, per_chunk)
+
         def forward(*idx):
             row = 0
             for i, extent in zip(idx[:-1], shape[:-1]):
                 row = row * extent + i
-            col = idx[-1]
-            chunk = fdiv(col, per_chunk)
-            key = fmod(fdiv(row, rows_per_line), key_range)
-            low = fmod(chunk, key_range)
-            swizzled = chunk - low + xor(low, key)
-            return row * cols + swizzled * per_chunk + fmod(col, per_chunk)
+            return row * cols + column(row, idx[-1])
 
         _ = rows
-        return Layout(shape, forward, {"kind": "swizzled", "shape": list(shape),
-                                       "dtype_bits": dtype_bits})
+        layout = Layout(shape, forward, {"kind": "swizzled", "shape": list(shape),
+                                         "dtype_bits": dtype_bits})
+        layout.column = column
+        return layout
 
     def table(self):
         """Offsets of every element, as a nested list in index order."""

@@ -21,7 +21,8 @@ def substitute(node, mapping: dict):
     """Replace scalar variables (not buffers) by expressions."""
     if not mapping:
         return node
-    by_id = {id(k): v for k, v in mapping.items()}
+    by_id = {id(k): tirx.const(v, "int32") if isinstance(v, int) else v
+             for k, v in mapping.items()}
     keys = list(mapping)
 
     def replace(var):

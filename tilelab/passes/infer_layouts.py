@@ -31,7 +31,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
 
 from ..errors import TileLabTypeError
-from ..ir.layout import Fragment
+from ..ir.layout import Fragment, Layout
 from ..ir.tile_ops import config, is_buffer, is_load, op_name, regions
 from ._util import walk
 
@@ -88,9 +88,13 @@ class LayoutPlan:
     gemm_warps: dict = field(default_factory=dict)  # the gemm node -> (wm, wn)
     nests: list = field(default_factory=list)
     loop_layouts: dict = field(default_factory=dict)  # the outer T.Parallel loop -> Fragment
+    shared_layouts: dict = field(default_factory=dict)  # shared tile name -> swizzled Layout
 
     def to_json(self) -> dict:
-        return {name: frag.to_json() for name, frag in self.fragments.items()}
+        out = {name: frag.to_json() for name, frag in self.fragments.items()}
+        out.update({name: dict(layout.to_json(), scope="shared")
+                    for name, layout in self.shared_layouts.items()})
+        return out
 
 
 def _parallel_nest(loop) -> ParallelNest:
@@ -179,17 +183,22 @@ def infer_layouts(body, threads: int) -> LayoutPlan:
     for g in gemms:
         a, b, c = regions(g)
         cfg = config(g)
-        m, n = _shape(c.buffer)
+        m, n = _shape(c.buffer)[-2:]
         if warps < 1:
             raise TileLabTypeError("T.gemm needs at least one warp (32 threads)")
         wm, wn = warp_grid(cfg["policy"], m, n, warps)
         plan.gemm_warps[g] = (wm, wn)
         if _is_fragment(c.buffer):
             assign(c.buffer, Fragment.accumulator(m, n, wm, wn), "T.gemm accumulator")
+        for operand in (a, b):  # tensor cores read 16-byte rows: swizzle against conflicts
+            buf = operand.buffer
+            if buf.scope().startswith("shared") and tirx_dtype_bits(buf.dtype) == 16:
+                tile = _shape(buf)[-2:]
+                plan.shared_layouts[buf.name] = Layout.swizzled(tile, 16)
         if _is_fragment(a.buffer):
             if cfg["transpose_A"]:
                 raise TileLabTypeError("a register A operand of T.gemm cannot be transposed")
-            k = _shape(a.buffer)[1]
+            k = _shape(a.buffer)[-1]
             assign(a.buffer, Fragment.operand_a(m, k, wm, wn), "T.gemm A operand")
 
     def propagate():

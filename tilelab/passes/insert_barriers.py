@@ -17,7 +17,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from ..ir.tile_ops import is_buffer, is_load, op_name, regions
+from ..ir.tile_ops import config, is_buffer, is_load, op_name, regions
 from ._util import walk
 
 _WRITTEN_REGION = {"copy": 1, "fill": 0, "gemm": 2, "reduce": 1, "atomic_add": 0}
@@ -33,6 +33,8 @@ def accesses(stmt) -> tuple[set, set]:
 
     def visit(node):
         if isinstance(node, TilePrimitiveCall):
+            if config(node).get("asynchronous"):
+                return  # the pipeline that issued it waits and synchronizes for it
             regs = regions(node)
             written = _WRITTEN_REGION.get(op_name(node))
             for i, region in enumerate(regs):
@@ -82,6 +84,10 @@ def _sequence(stmts: list, state: _State) -> list:
             continue
         if _is_loop_body_container(stmt):
             out.extend(_loop(stmt, state))
+            continue
+        if _is_barrier(stmt):
+            state.clear()
+            out.append(stmt)
             continue
         reads, writes = accesses(stmt)
         if state.conflicts(reads, writes):

@@ -26,7 +26,14 @@ _TENSOR_CORE_TYPES = ("float16", "bfloat16")
 
 
 def _shape(region: Region):
-    return [int(e) for e in region.buffer.shape]
+    """The 2-d tile a region covers (a pipelined tile has a leading slot dimension)."""
+    return [int(e) for e in region.extents][-2:]
+
+
+def _at(region: Region, row, col):
+    """Indices of element (row, col) of the tile, slot index included."""
+    starts = list(region.starts)
+    return starts[:-2] + [starts[-2] + row, starts[-1] + col]
 
 
 def lower_gemm(lowering, stmt, a: Region, b: Region, c: Region, cfg: dict):
@@ -69,12 +76,12 @@ def lower_gemm(lowering, stmt, a: Region, b: Region, c: Region, cfg: dict):
         if not ta:  # A is MxK in shared memory
             row, col = m0 + tirx.floormod(lane, 16), kk * 16 + tirx.floordiv(lane, 16) * 8
             body.append(_extern("tl::ldmatrix_x4", _address(a_regs, [mi * 8]),
-                                _address(a.buffer, [simplify(row), simplify(col)])))
+                                lowering.address(a.buffer, _at(a, simplify(row), simplify(col)))))
         else:  # A is KxM: load transposed 8x8 pieces
             row = kk * 16 + tirx.floormod(lane, 8) + tirx.floordiv(lane, 16) * 8
             col = m0 + tirx.floormod(tirx.floordiv(lane, 8), 2) * 8
             body.append(_extern("tl::ldmatrix_x4_trans", _address(a_regs, [mi * 8]),
-                                _address(a.buffer, [simplify(row), simplify(col)])))
+                                lowering.address(a.buffer, _at(a, simplify(row), simplify(col)))))
     for ni in range(nt):
         n0 = warp_n * tile_n + ni * 8
         if not tb:  # B is KxN: rows of K, transposed into the column-major operand
@@ -85,7 +92,7 @@ def lower_gemm(lowering, stmt, a: Region, b: Region, c: Region, cfg: dict):
             col = kk * 16 + tirx.floormod(tirx.floordiv(lane, 8), 2) * 8
             name = "tl::ldmatrix_x2"
         body.append(_extern(name, _address(b_regs, [ni * 4]),
-                            _address(b.buffer, [simplify(row), simplify(col)])))
+                            lowering.address(b.buffer, _at(b, simplify(row), simplify(col)))))
     a_local = lowering.local(a.buffer) if a_in_registers else None
     for mi in range(mt):
         for ni in range(nt):
@@ -119,8 +126,8 @@ def _gemm_fma(lowering, a: Region, b: Region, c: Region, ta: bool, tb: bool, k: 
         if all(elements[t][reg] is None for t in range(frag.threads)):
             continue
         i, j = lowering.inverse(frag, reg)[:2]
-        av = tirx.BufferLoad(a.buffer, [kv, i] if ta else [i, kv])
-        bv = tirx.BufferLoad(b.buffer, [j, kv] if tb else [kv, j])
+        av = tirx.BufferLoad(a.buffer, _at(a, kv, i) if ta else _at(a, i, kv))
+        bv = tirx.BufferLoad(b.buffer, _at(b, j, kv) if tb else _at(b, kv, j))
         update = tirx.BufferStore(local, tirx.BufferLoad(local, [reg]) + to_expr(av, dtype)
                                   * to_expr(bv, dtype), [reg])
         stmts.append(tirx.For(kv, 0, k, tirx.ForKind.SERIAL, update))

@@ -123,6 +123,62 @@ class ThreadLowering:
         return [simplify(substitute(e, {lvar: tirx.const(reg, "int32")})) if not isinstance(e, int)
                 else e for e in exprs]
 
+    def address(self, buffer, indices, rw_mask: int = 1):
+        """Pointer to a shared or local element, through the tile's swizzle if it has one."""
+        indices = list(indices)
+        layout = self.plan.shared_layouts.get(buffer.name)
+        if layout is not None:
+            indices[-1] = simplify(layout.column(indices[-2], indices[-1]))
+        return _address(buffer, indices, rw_mask)
+
+    def swizzle_accesses(self, body):
+        """Rewrite loads and stores of swizzled shared tiles to their permuted columns.
+
+        Inside a vectorized loop, column `base + v` becomes `swizzled(base) + v`: the
+        swizzle moves whole 16-byte chunks, so a vector stays one contiguous access.
+        """
+        if not self.plan.shared_layouts:
+            return body
+        import tvm
+
+        vector_vars: list = []
+
+        def column(buffer, indices):
+            layout = self.plan.shared_layouts[buffer.name]
+            indices = list(indices)
+            last = indices[-1]
+            lane = None
+            if isinstance(last, tirx.Add):
+                for v in vector_vars:
+                    if last.b.same_as(v):
+                        last, lane = last.a, v
+                    elif last.a.same_as(v):
+                        last, lane = last.b, v
+            col = simplify(layout.column(indices[-2], last))
+            indices[-1] = col + lane if lane is not None else col
+            return indices
+
+        def on_load(load):
+            if is_load(load) and load.source.name in self.plan.shared_layouts:
+                return tirx.BufferLoad(load.source, column(load.source, load.indices))
+            return load
+
+        def on_store(store):
+            if store.buffer.name in self.plan.shared_layouts:
+                return tirx.BufferStore(store.buffer, store.value,
+                                        column(store.buffer, store.indices))
+            return store
+
+        def on_loop(loop):
+            if loop.kind == tirx.ForKind.VECTORIZED:
+                vector_vars.append(loop.loop_var)
+
+        from ._util import walk
+
+        walk(body, tirx.For, on_loop)
+        body = rewrite(body, tvm.ir.TensorLoad, on_load)
+        return rewrite(body, tirx.BufferStore, on_store)
+
     def only_if_valid(self, frag: Fragment, reg: int, stmt):
         """Guard a statement on register `reg` of a padded fragment (some threads lack it)."""
         elements = thread_elements(frag)
@@ -300,7 +356,7 @@ class ThreadLowering:
         if self.in_parallel and name not in ("atomic_add",):
             raise TileLabTypeError(f"T.{name} cannot be used inside a T.Parallel loop")
         if name == "copy":
-            return self.lower_copy(*regs)
+            return self.lower_copy(*regs, asynchronous=bool(cfg.get("asynchronous")))
         if name == "fill":
             return self.lower_fill(regs[0], scalars[0])
         if name == "reduce":
@@ -318,13 +374,13 @@ class ThreadLowering:
 
     # -- copies
 
-    def lower_copy(self, src: Region, dst: Region):
+    def lower_copy(self, src: Region, dst: Region, asynchronous: bool = False):
         fs, fd = _is_fragment(src.buffer), _is_fragment(dst.buffer)
         if fs and fd:
             return self.copy_fragment_to_fragment(src.buffer, dst.buffer)
         if fs or fd:
             return self.copy_fragment_memory(src, dst)
-        return self.copy_cooperative(src, dst)
+        return self.copy_cooperative(src, dst, asynchronous)
 
     def copy_fragment_to_fragment(self, src, dst):
         a, b = self.layout_of(src), self.layout_of(dst)
@@ -383,8 +439,12 @@ class ThreadLowering:
             stmts.append(self.only_if_valid(frag, reg, stmt))
         return _seq(stmts)
 
-    def copy_cooperative(self, src: Region, dst: Region):
-        """All threads copy a tile between global and shared memory, 16 bytes at a time."""
+    def copy_cooperative(self, src: Region, dst: Region, asynchronous: bool = False):
+        """All threads copy a tile between global and shared memory, 16 bytes at a time.
+
+        `asynchronous` copies (issued by a software pipeline) use `cp.async`, which
+        writes shared memory straight from global memory, zero-filling past the edge.
+        """
         extents = [int(_const_int(e)) for e in dst.squeezed_extents()] or [1]
         total = math.prod(extents)
         nbytes = max(itemsize(src.dtype), itemsize(dst.dtype))
@@ -406,13 +466,21 @@ class ThreadLowering:
         full = list(base)
         full[-1] = full[-1] + vv if v > 1 else full[-1]
         si, di = src_at(full), dst_at(full)
-        value = to_expr(tirx.BufferLoad(src.buffer, si), dst.dtype)
         src_ok = _all(_in_bounds(src, src_at(base)))
-        if src_ok is not None:
-            value = tirx.if_then_else(src_ok, value, to_expr(0, dst.dtype))
-        stmt = tirx.BufferStore(dst.buffer, value, di)
-        if v > 1:
-            stmt = tirx.For(vv, 0, v, tirx.ForKind.VECTORIZED, stmt)
+        nbytes_vector = v * itemsize(dst.dtype)
+        if asynchronous and src.dtype == dst.dtype and nbytes_vector in (4, 8, 16) and \
+                dst.scope.startswith("shared"):
+            stmt = _extern(f"tl::cp_async<{nbytes_vector}>",
+                           self.address(dst.buffer, dst_at(base), rw_mask=2),
+                           _address(src.buffer, src_at(base)),
+                           src_ok if src_ok is not None else tirx.const(True, "bool"))
+        else:
+            value = to_expr(tirx.BufferLoad(src.buffer, si), dst.dtype)
+            if src_ok is not None:
+                value = tirx.if_then_else(src_ok, value, to_expr(0, dst.dtype))
+            stmt = tirx.BufferStore(dst.buffer, value, di)
+            if v > 1:
+                stmt = tirx.For(vv, 0, v, tirx.ForKind.VECTORIZED, stmt)
         stmt = _guard(_in_bounds(dst, dst_at(base)), stmt)
         if chunks % self.threads:
             stmt = tirx.IfThenElse(tirx.LT(chunk, chunks), stmt, None)
@@ -732,7 +800,7 @@ def LowerTileOpsToThreads(plans: dict):  # noqa: N802
 
             def lower(body, tx, block_vars):
                 lowering = ThreadLowering(plans["plan"], threads, tx, block_vars)
-                return lowering.lower(body), lowering.scratch
+                return lowering.swizzle_accesses(lowering.lower(body)), lowering.scratch
 
             return _add_threads(loop, lower, threads)
 

@@ -15,12 +15,13 @@ from tvm import tirx
 
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.insert_barriers import InsertBarriers
+from ...passes.pipeline_loops import PipelineLoops
 from ...passes.lower_tile_ops_to_threads import InferLayouts, LowerTileOpsToThreads
 
 PIPELINE_NAME = "tilelab_cuda"
 
 
-def passes(program, on_plan) -> list:
+def passes(program, on_plan, pipelines: list) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering."""
     import tvm.s_tir as s_tir
 
@@ -28,6 +29,7 @@ def passes(program, on_plan) -> list:
     plans: dict = {}
     return [
         CheckFragmentReads(program.buffer_locations),
+        PipelineLoops(pipelines),              # T.Pipelined: load ahead with cp.async
         InsertBarriers(),                      # __syncthreads where threads share a tile
         InferLayouts(plans, on_plan),          # a Fragment for every fragment buffer
         LowerTileOpsToThreads(plans),          # tile ops -> per-thread code
@@ -58,13 +60,14 @@ def target(arch: str):
     return tvm.target.Target({"kind": "cuda", "arch": arch}, host="llvm")
 
 
-def build(mod, program, arch: str, on_plan=None):
+def build(mod, program, arch: str, on_plan=None, pipelines: list | None = None):
     """Run the CUDA pipeline and TVM's code generator; returns the executable."""
     import tvm
     from tvm.s_tir.pipeline import finalize_device_passes, finalize_host_passes
 
     def factory():
-        return tvm.transform.Sequential(passes(program, on_plan), name=PIPELINE_NAME), \
+        plans = pipelines if pipelines is not None else []
+        return tvm.transform.Sequential(passes(program, on_plan, plans), name=PIPELINE_NAME), \
             finalize_host_passes, finalize_device_passes
 
     tirx.compilation_pipeline.register_tir_pipeline(PIPELINE_NAME, factory)

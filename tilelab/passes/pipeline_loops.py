@@ -1,0 +1,201 @@
+"""Software pipelining of `T.Pipelined` loops: load ahead while computing.
+
+In `for k in T.Pipelined(n, num_stages=S)`, the copies from global memory
+into shared tiles at the top of the body (the *producers*) do not depend on
+the rest of the body (the *consumers*). So the copies for iteration k + S - 1
+can be issued while iteration k computes, if every shared tile they fill has
+S slots. The loop becomes:
+
+    prologue:  for s < S-1:  copy tiles of iteration s into slot s; commit
+    loop k:    wait until iteration k's copies landed; barrier
+               copy tiles of iteration k+S-1 into slot (k+S-1) % S; commit
+               consumers, reading slot k % S
+
+The copies are asynchronous (`cp.async`: global to shared without passing
+through registers); `commit` closes a group of them and `wait` lets at most
+S-2 groups stay in flight. The barrier both publishes the landed tile to all
+threads and proves that everyone finished reading the slot about to be
+refilled (it was read in iteration k-1).
+
+The plan (which statement runs in which stage, the slots) goes into the Trace
+so that the notebook can replay the schedule.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
+from ..language.builder import seq
+from ._util import keep_user_errors, rewrite, substitute
+
+
+def _extern(name: str):
+    return tirx.Evaluate(tirx.call_extern("void", name))
+
+
+def _barrier():
+    return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
+
+
+def _is_producer(stmt) -> bool:
+    if not (isinstance(stmt, TilePrimitiveCall) and op_name(stmt) == "copy"):
+        return False
+    src, dst = regions(stmt)
+    return src.scope == "global" and dst.scope.startswith("shared")
+
+
+def _describe(stmt) -> str:
+    if isinstance(stmt, TilePrimitiveCall):
+        names = ", ".join(r.buffer.name for r in regions(stmt))
+        return f"{op_name(stmt)}({names})"
+    if isinstance(stmt, tirx.For):
+        return f"loop over {stmt.loop_var.name}"
+    return type(stmt).__name__
+
+
+class _Staging:
+    """Shared tiles that get S slots: the new buffers and how to rewrite accesses."""
+
+    def __init__(self, stages: int):
+        self.stages = stages
+        self.buffers: dict = {}  # old buffer name -> (old buffer, staged buffer)
+
+    def add(self, buffer):
+        shape = [self.stages] + [int(s) for s in buffer.shape]
+        staged = tirx.decl_buffer(shape, buffer.dtype, name=buffer.name, scope=buffer.scope())
+        self.buffers[buffer.name] = (buffer, staged)
+
+    def region(self, region: Region, slot) -> Region:
+        _, staged = self.buffers[region.buffer.name]
+        return Region(staged, (slot, *region.starts), (1, *region.extents))
+
+    def retarget(self, stmt, slot):
+        """Point every use of a staged tile in `stmt` at `slot`."""
+        def on_tile_op(op):
+            regs = [a for a in op.args]
+            changed = False
+            new_args = []
+            for a in regs:
+                if _is_region(a) and a.source.name in self.buffers:
+                    new_args.append(self.region(Region.from_tir(a), slot).to_tir())
+                    changed = True
+                else:
+                    new_args.append(a)
+            if not changed:
+                return op
+            return TilePrimitiveCall(*new_args, op=op.op, config=dict(op.config))
+
+        def on_load(load):
+            if is_load(load) and load.source.name in self.buffers:
+                return tirx.BufferLoad(self.buffers[load.source.name][1],
+                                       [slot, *load.indices])
+            return load
+
+        def on_store(store):
+            if store.buffer.name in self.buffers:
+                return tirx.BufferStore(self.buffers[store.buffer.name][1], store.value,
+                                        [slot, *store.indices])
+            return store
+
+        import tvm
+
+        stmt = rewrite(stmt, TilePrimitiveCall, on_tile_op)
+        stmt = rewrite(stmt, tvm.ir.TensorLoad, on_load)
+        return rewrite(stmt, tirx.BufferStore, on_store)
+
+
+def _is_region(arg) -> bool:
+    import tvm
+
+    return isinstance(arg, tvm.ir.TensorRegion)
+
+
+def pipeline_loop(loop, plans: list):
+    stages = int(loop.annotations["num_stages"])
+    body = list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
+    producers = [s for s in body if _is_producer(s)]
+    if stages < 2 or not producers:
+        return loop, None
+    consumers = [s for s in body if not _is_producer(s)]
+    staging = _Staging(stages)
+    for p in producers:
+        staging.add(regions(p)[1].buffer)
+    k, n = loop.loop_var, loop.extent
+
+    def issue(iteration, slot):
+        stmts = []
+        for p in producers:
+            src, dst = regions(p)
+            src = Region(src.buffer, tuple(substitute(s, {k: iteration}) if not isinstance(s, int)
+                                           else s for s in src.starts), src.extents)
+            stmts.append(tile_call("copy", src, staging.region(dst, slot), asynchronous=True))
+        return seq(stmts)
+
+    def guarded(iteration, stmt):
+        if isinstance(n, tirx.IntImm) and isinstance(iteration, int) and iteration < int(n.value):
+            return stmt
+        return tirx.IfThenElse(tirx.LT(iteration, n), stmt, None)
+
+    commit = _extern("tl::cp_async_commit")
+    prologue = []
+    for s in range(stages - 1):
+        prologue += [guarded(s, issue(s, s)), commit]
+    ahead = k + (stages - 1)
+    new_body = [
+        _extern(f"tl::cp_async_wait<{stages - 2}>"),
+        _barrier(),
+        guarded(ahead, issue(ahead, tirx.floormod(ahead, stages))),
+        commit,
+    ] + [staging.retarget(c, tirx.floormod(k, stages)) for c in consumers]
+    new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
+                        annotations={"num_stages": stages, "tilelab.pipelined": True})
+    plan = {
+        "loop": str(k.name), "num_stages": stages,
+        "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
+        "statements": [{"text": _describe(s), "stage": 0 if _is_producer(s) else stages - 1,
+                        "order": i, "role": "copy" if _is_producer(s) else "compute"}
+                       for i, s in enumerate(body)],
+        "slots": {name: stages for name in staging.buffers},
+        "async_groups": [[_describe(p) for p in producers]],
+        "waits": f"cp.async.wait_group {stages - 2} then a barrier, at the top of each iteration",
+    }
+    plans.append(plan)
+    return seq(prologue + [new_loop]), staging
+
+
+def PipelineLoops(plans: list):  # noqa: N802
+    """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc)."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.PipelineLoops")
+    @keep_user_errors
+    def _pass(func, _mod, _ctx):
+        stagings = []
+
+        def on_seq(block):
+            stmts, changed = [], False
+            for stmt in block:
+                if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
+                        "tilelab.pipelined" not in stmt.annotations:
+                    new, staging = pipeline_loop(stmt, plans)
+                    if staging is not None:
+                        stagings.append(staging)
+                        changed = True
+                    stmts.extend(list(new) if isinstance(new, tirx.SeqStmt) else [new])
+                else:
+                    stmts.append(stmt)
+            return tirx.SeqStmt(stmts) if changed else block
+
+        body = rewrite(func.body, tirx.SeqStmt, on_seq)
+        for staging in stagings:
+            def on_alloc(alloc, staging=staging):
+                if is_buffer(alloc.buffer) and alloc.buffer.name in staging.buffers:
+                    return tirx.AllocBuffer(staging.buffers[alloc.buffer.name][1])
+                return alloc
+
+            body = rewrite(body, tirx.AllocBuffer, on_alloc)
+        return func.with_body(body)
+
+    return _pass
+
