@@ -63,11 +63,20 @@ BENCH = [
      [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16"),
       ("randn", (8192,), "float16")], "layer_norm", 2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
     ("rms_norm", "rms_norm", {"M": 8192, "N": 8192},
-     [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16")], "rms_norm", 2e-2,
-     {"bytes": 2 * 2 * 8192 * 8192}),
+     [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16")], "rms_norm_torch",
+     2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
     ("gemm_fp16", "gemm", {"M": 8192, "N": 8192, "K": 8192},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     ("flash_attention", "flash_attention", {"shape": (4, 32, 4096, 128)},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
+     {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
+    ("flash_attention_bm128", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
+     {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
+    ("flash_attention_bm128_s3", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256,
+                                                "num_stages": 3}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
      {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
 ]
@@ -103,7 +112,7 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
     elif kind == "flash_attention":
         from examples.flash_attention import flash_attention_kernel as fa
 
-        program = fa.fn(*sizes["shape"], **options)
+        program = fa.fn(*sizes["shape"], **sizes.get("options", {}), **options)
         return tilelab.compile(program, out_idx=fa.out_idx, target="cuda",
                                pass_configs=fa.pass_configs)
     else:

@@ -83,7 +83,7 @@ def test_runtime_imports_no_tvm(tmp_path):
     path = _save_fake(tmp_path / "k.tilelab")
     code = f"""
 import sys
-import tilelab.runtime, tilelab.runtime.cuda, tilelab.runtime.artifact, tilelab.jit
+import tilelab.runtime, tilelab.runtime.cuda, tilelab.runtime.artifact, tilelab.kernel
 import tilelab
 kernel = tilelab.load({str(path)!r})
 assert kernel.target == "cuda" and kernel.get_kernel_source() == "// source"

@@ -123,7 +123,8 @@ class PassRecorder:
                 start = recorder._starts.pop() if recorder._starts else time.perf_counter()
                 if info.name in PassRecorder.SKIP or info.name.startswith("sequential"):
                     return
-                if info.name == "tirx.BindTarget":  # bookkeeping, not worth a record
+                if info.name == "tirx.BindTarget":  # the front end's IR, now with its target
+                    recorder.records[-1].ir = recorder._previous_text = mod.script()
                     recorder._previous = mod
                     return
                 stage = recorder.stage
@@ -166,12 +167,24 @@ def compile_program(program, target: str = "cpu", pass_configs=None) -> Compiled
         trace = Trace.from_json((entry / "trace.json").read_text())
         trace.cache_hit = True
         trace.compile_seconds = time.perf_counter() - started
+        _warn(program, trace.warnings)  # a cached kernel still deserves its warnings
         return _load_cached(target, entry, program, trace)
     artifact, files = _compile_uncached(program, target, configs)
     artifact.trace.compile_seconds = time.perf_counter() - started
     files["trace.json"] = artifact.trace.to_json().encode()
     cache.put(key, files)
     return artifact
+
+
+def _warn(program, messages) -> None:
+    """Show the compiler's warnings at the kernel's definition."""
+    import warnings
+
+    from .errors import TileLabWarning
+
+    for message in messages:
+        warnings.warn_explicit(message, TileLabWarning, program.source.filename,
+                               program.source.line_offset + 1)
 
 
 def _load_cached(target: str, entry: Path, program, trace: Trace) -> CompiledArtifact:
@@ -257,10 +270,8 @@ def _compile_uncached(program, target: str, configs: dict):
             raise TileLabCompileError(
                 f"compiling {program.name} for {target} failed after {last}: {first_line}",
                 program.source.location(program.source.node)) from None
-    for w in caught:
-        trace.warnings.append(str(w.message))
-        warnings.warn_explicit(w.message, w.category, program.source.filename,
-                               program.source.line_offset + 1)
+    trace.warnings = [str(w.message) for w in caught]
+    _warn(program, trace.warnings)
     trace.passes = recorder.records
     if target.startswith("cuda"):
         return _finish_cuda(program, trace, executable, recorder, arch, configs)

@@ -76,6 +76,13 @@ class Kernel:
 
     @_user_error
     def __call__(self, *args):
+        fast = self._fast_path()
+        if fast is not None and len(args) == len(fast[0]):
+            expected, allocate = fast
+            # the common case in a few comparisons; any mismatch takes the explaining path
+            if all(type(a) is t and a.dtype is d and a.shape == s and a.is_cuda is c and
+                   a.is_contiguous() for a, (t, d, s, c) in zip(args, expected)):
+                return self._launch(args, [alloc(args) for alloc in allocate])
         inputs = self.inputs
         if len(args) != len(inputs):
             names = ", ".join(p.name for p in inputs)
@@ -84,7 +91,9 @@ class Kernel:
                 inputs[0].location if inputs else None)
         for param, value in zip(inputs, args):
             self._check(param, value)
-        outputs = [self._allocate(p, args) for p in self.outputs]
+        return self._launch(args, [self._allocate(p, args) for p in self.outputs])
+
+    def _launch(self, args, outputs):
         arrays, it_in, it_out = [], iter(args), iter(outputs)
         for p in self.params:
             arrays.append(next(it_out) if p.output else next(it_in))
@@ -92,6 +101,28 @@ class Kernel:
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _fast_path(self):
+        """Per-input (type, dtype, shape, on GPU) and output allocators for torch tensors."""
+        if not hasattr(self, "_fast"):
+            try:
+                import torch
+            except ImportError:
+                self._fast = None
+                return None
+            cuda = self.target == "cuda"
+            expected = [(torch.Tensor, getattr(torch, p.dtype), torch.Size(p.shape), cuda)
+                        for p in self.inputs]
+
+            def allocator(p):
+                dtype, shape = getattr(torch, p.dtype), tuple(p.shape)
+                if cuda:
+                    return lambda args: torch.empty(shape, dtype=dtype, device=args[0].device
+                                                    if args else "cuda")
+                return lambda args: torch.empty(shape, dtype=dtype)
+
+            self._fast = (expected, [allocator(p) for p in self.outputs])
+        return self._fast
 
     def _check(self, param, value):
         where = param.location
@@ -171,16 +202,11 @@ class Kernel:
 
 
 def _is_factory(source) -> bool:
-    """A factory defines a nested function decorated with @T.prim_func and returns it."""
-    for node in ast.walk(source.node):
-        if isinstance(node, ast.FunctionDef) and node is not source.node:
-            for dec in node.decorator_list:
-                target = dec.func if isinstance(dec, ast.Call) else dec
-                if isinstance(target, ast.Attribute) and target.attr == "prim_func":
-                    return True
-                if isinstance(target, ast.Name) and target.id == "prim_func":
-                    return True
-    return False
+    """Eager kernels launch `with T.Kernel(...)` in their own body; factories return one."""
+    for stmt in source.node.body:
+        if isinstance(stmt, ast.With):
+            return False
+    return True
 
 
 def _freeze(value):
@@ -254,10 +280,11 @@ class JITFunction:
         params = list(signature.parameters)
         extra = {k: v for k, v in kwargs.items() if k not in signature.parameters}
         named = {k: v for k, v in kwargs.items() if k in signature.parameters}
+        where = self.source.location(self.source.node)
         try:
             bound = signature.bind_partial(*args, **named)
         except TypeError as err:
-            raise TileLabArgumentError(f"{self.fn.__name__}: {err}") from None
+            raise TileLabArgumentError(f"{self.fn.__name__}: {err}", where) from None
         bound.apply_defaults()
         tensors, examples, values = [], {}, {}
         for name in params:
@@ -266,17 +293,17 @@ class JITFunction:
                 if value is None:
                     if need_tensors:
                         raise TileLabArgumentError(f"{self.fn.__name__} needs a tensor for "
-                                                   f"{name}")
+                                                   f"{name}", where)
                     continue
                 if not _is_tensor(value):
                     raise TileLabArgumentError(f"{name} must be a tensor, got "
-                                               f"{type(value).__name__}")
+                                               f"{type(value).__name__}", where)
                 tensors.append(value)
                 examples[name] = tuple(int(s) for s in value.shape)
             elif name in bound.arguments:
                 values[name] = bound.arguments[name]
             else:
-                raise TileLabArgumentError(f"{self.fn.__name__} needs a value for {name}")
+                raise TileLabArgumentError(f"{self.fn.__name__} needs a value for {name}", where)
         resolved = resolve_target(target or self.target, tensors)
         dtypes = tuple(_dtype_name(t) for t in tensors)
         key = ("eager", tuple(sorted(examples.items())), dtypes, _freeze(values),

@@ -66,8 +66,9 @@ class Builder:
                 self.shape_constants[extent.name] = int(example[axis])
                 extent = int(example[axis])
             elif example is not None and int(example[axis]) != int(extent):
+                declared = tuple(e if isinstance(e, SymbolicDim) else int(e) for e in shape)
                 raise TileLabArgumentError(
-                    f"{name} must have shape {tuple(int(e) if not isinstance(e, SymbolicDim) else e for e in shape)} "
+                    f"{name} must have shape {declared} "
                     f"but the tensor passed has shape {tuple(example)}")
             resolved.append(int(extent))
         buffer = tirx.decl_buffer(tuple(resolved), str(dtype), name=self.fresh_name(name))

@@ -13,9 +13,8 @@ import operator
 
 from tvm import tirx
 
-from ..ir.tile_ops import is_buffer
-
 from ..errors import TileLabTypeError
+from ..ir.tile_ops import is_buffer
 from . import dtypes
 
 Expr = tirx.Expr

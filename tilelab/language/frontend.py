@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from tvm import tirx
 
 from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
-from ..ir.tile_ops import Region, _const_int, is_buffer, is_load
+from ..ir.tile_ops import Region, _const_int, is_buffer
 from . import expr as E
 from .builder import Builder, ParamInfo, activate, seq
 from .primitives import Kernel, Loop, SymbolicDim, Tensor, serial

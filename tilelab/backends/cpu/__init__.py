@@ -56,7 +56,7 @@ def build(mod, program):
 
 def llvm_ir(executable) -> str:
     try:
-        return executable.mod.inspect_source("ll")
+        return executable.inspect_source("ll")
     except Exception:  # noqa: BLE001 - source text is optional
         return ""
 

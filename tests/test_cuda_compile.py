@@ -1,0 +1,244 @@
+"""The course kernels compiled for CUDA, without a GPU (CI has nvcc but no GPU).
+
+Each course kernel of `examples/` is compiled the way bench/gpu_suite.py
+compiles it (the course's own block sizes), for an Ampere (`cuda:sm_80`) and a
+Hopper (`cuda:sm_90a`) target, on small shapes whose sizes are not multiples
+of the block sizes. Nothing is launched: the tests check what the compiler
+produced - CUDA C with a `__global__` kernel, a cubin, ptxas' resource report
+(registers, no spills), the launch configuration, the tensor-core and
+async-copy instructions of the GEMMs, the layouts and pipeline plans in the
+Trace - and that the kernel survives export to a `.tilelab` file and back.
+
+Each kernel is compiled once per architecture (a module-level cache), so the
+module costs about a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import tilelab
+from tilelab.backends.cuda.nvcc import find_nvcc
+
+if find_nvcc() is None:
+    pytest.skip("compiling for CUDA needs nvcc, which was not found", allow_module_level=True)
+
+import tilelab.language as T  # noqa: E402
+from examples.flash_attention import flash_attention_kernel  # noqa: E402
+from examples.gemm import gemm_kernel  # noqa: E402
+from examples.gemm_bias_relu import gemm_bias_relu_kernel  # noqa: E402
+from examples.layer_norm import layer_norm_kernel  # noqa: E402
+from examples.online_softmax import online_softmax_kernel  # noqa: E402
+from examples.rms_norm import rms_norm_kernel  # noqa: E402
+from examples.row_sum import row_sum_kernel  # noqa: E402
+from examples.softmax import softmax_kernel  # noqa: E402
+from examples.vector_add import vector_add_kernel  # noqa: E402
+from tilelab.runtime.artifact import load_artifact  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARCHS = ["cuda:sm_80", "cuda:sm_90a"]
+
+
+def _flash_attention(shape, target):
+    """The factory style, compiled as bench/gpu_suite.py does (with the jit's pass configs)."""
+    program = flash_attention_kernel.fn(*shape)
+    return tilelab.compile(program, out_idx=flash_attention_kernel.out_idx, target=target,
+                           pass_configs=flash_attention_kernel.pass_configs)
+
+
+# name -> (compile for a target, the shapes of the tensors it takes, in signature order).
+# Row kernels (softmax, layer_norm, rms_norm) use N = 1024: with N = 1000 they do not
+# compile for CUDA yet (see test_row_kernels_compile_with_a_partial_row).
+KERNELS = {
+    "vector_add": (lambda t: vector_add_kernel.compile(N=1000, target=t),
+                   [(1000,), (1000,)]),
+    "row_sum": (lambda t: row_sum_kernel.compile(M=77, N=1000, target=t), [(77, 1000)]),
+    "softmax": (lambda t: softmax_kernel.compile(M=33, N=1024, target=t), [(33, 1024)]),
+    "layer_norm": (lambda t: layer_norm_kernel.compile(M=33, N=1024, target=t),
+                   [(33, 1024), (1024,), (1024,)]),
+    "rms_norm": (lambda t: rms_norm_kernel.compile(M=33, N=1024, target=t),
+                 [(33, 1024), (1024,)]),
+    "gemm_fp16": (lambda t: gemm_kernel.compile(M=200, N=136, K=100, target=t),
+                  [(200, 100), (100, 136)]),
+    "gemm_bf16": (lambda t: gemm_kernel.compile(M=200, N=136, K=100, input_dtype=T.bfloat16,
+                                                target=t),
+                  [(200, 100), (100, 136)]),
+    "gemm_bias_relu": (lambda t: gemm_bias_relu_kernel.compile(M=200, N=136, K=100, target=t),
+                       [(200, 100), (100, 136), (136,)]),
+    "online_softmax": (lambda t: online_softmax_kernel.compile(M=33, N=1000, target=t),
+                       [(33, 1000)]),
+    "flash_attention_d64": (lambda t: _flash_attention((1, 2, 100, 64), t),
+                            [(1, 2, 100, 64)] * 3),
+    "flash_attention_d128": (lambda t: _flash_attention((1, 2, 100, 128), t),
+                             [(1, 2, 100, 128)] * 3),
+}
+GEMMS = ["gemm_fp16", "gemm_bf16", "gemm_bias_relu"]
+TENSOR_CORE_KERNELS = GEMMS + ["flash_attention_d64", "flash_attention_d128"]
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(name: str, target: str) -> tilelab.Kernel:
+    """Each kernel once per target for the whole module."""
+    return KERNELS[name][0](target)
+
+
+def cases(names):
+    return [pytest.param(name, target, id=f"{name}-{target.partition(':')[2]}")
+            for name in names for target in ARCHS]
+
+
+@pytest.mark.parametrize("name, target", cases(KERNELS))
+def test_course_kernel_compiles_for_cuda(name, target):
+    kernel = compiled(name, target)
+    arch = target.partition(":")[2]
+    assert kernel.target == "cuda"
+    assert [list(p.shape) for p in kernel.inputs] == [list(s) for s in KERNELS[name][1]]
+
+    source = kernel.trace.code["cuda"]
+    assert "__global__" in source
+    assert kernel.get_kernel_source() == source
+    assert isinstance(kernel.cubin, bytes) and len(kernel.cubin) > 0
+
+    resources = kernel.trace.resources
+    assert resources["registers"] > 0, resources
+    assert resources["spill_stores_bytes"] == 0, f"{name} spills registers: {resources}"
+    assert resources["arch"] == arch
+
+    launch = kernel.launch
+    assert launch["arch"] == arch
+    assert len(launch["grid"]) == 3 and all(g >= 1 for g in launch["grid"])
+    assert len(launch["block"]) == 3 and launch["block"][0] in (128, 256)
+    assert isinstance(launch["dynamic_smem"], int) and launch["dynamic_smem"] >= 0
+    assert sorted(launch["arg_order"]) == list(range(len(kernel.params)))
+    assert resources["grid"] == launch["grid"] and resources["block"] == launch["block"]
+
+
+@pytest.mark.parametrize("name, target", cases(TENSOR_CORE_KERNELS))
+def test_tensor_core_kernels_use_mma_and_ldmatrix(name, target):
+    source = compiled(name, target).trace.code["cuda"]
+    assert "tl::mma_m16n8k16" in source
+    assert "tl::ldmatrix" in source
+
+
+@pytest.mark.parametrize("name, target", cases(GEMMS))
+def test_gemm_is_pipelined_with_cp_async(name, target):
+    kernel = compiled(name, target)
+    assert "tl::cp_async" in kernel.trace.code["cuda"]
+    plans = kernel.trace.pipelines
+    assert len(plans) == 1, plans
+    plan = plans[0]
+    assert plan["num_stages"] == 3 and plan["loop"] == "reduction_block"
+    assert plan["slots"] == {"a_shared": 3, "b_shared": 3}
+    # the two tile copies form one cp.async group, loaded ahead of the gemm
+    assert len(plan["async_groups"]) == 1 and len(plan["async_groups"][0]) == 2
+    assert launch_smem_holds_the_stages(kernel)
+
+
+def launch_smem_holds_the_stages(kernel) -> bool:
+    """3 stages of a 128×32 A tile and a 32×128 B tile, 2 bytes an element."""
+    return kernel.launch["dynamic_smem"] >= 3 * 2 * (128 * 32 + 32 * 128)
+
+
+@pytest.mark.parametrize("name, target", cases(GEMMS))
+def test_gemm_accumulator_fragment_is_recorded(name, target):
+    layouts = compiled(name, target).trace.layouts
+    accumulator = layouts["c_fragment"]
+    assert accumulator["kind"] == "fragment"
+    assert accumulator["recipe"]["kind"] == "accumulator"
+    assert accumulator["shape"] == [128, 128] and accumulator["threads"] == 128
+
+
+@pytest.mark.parametrize("name, target", cases(["flash_attention_d64", "flash_attention_d128"]))
+def test_flash_attention_layouts_and_pipeline(name, target):
+    trace = compiled(name, target).trace
+    kinds = {buffer: layout["recipe"]["kind"] for buffer, layout in trace.layouts.items()
+             if layout.get("kind") == "fragment"}
+    assert kinds["scores"] == kinds["output"] == "accumulator"
+    assert kinds["probabilities"] == "operand_a"
+    assert [p["num_stages"] for p in trace.pipelines] == [2]
+
+
+@pytest.mark.parametrize("name, target", cases(KERNELS))
+def test_export_and_load_back(name, target, tmp_path):
+    kernel = compiled(name, target)
+    path = tmp_path / f"{name}.tilelab"
+    kernel.export(path)
+    artifact = load_artifact(path)
+    assert artifact.name == kernel.name
+    assert artifact.kernel_name == kernel.launch["kernel_name"]
+    assert artifact.cubin == kernel.cubin
+    assert list(artifact.grid) == kernel.launch["grid"]
+    assert list(artifact.block) == kernel.launch["block"]
+    assert artifact.dynamic_smem == kernel.launch["dynamic_smem"]
+    assert artifact.arch == kernel.launch["arch"]
+    assert artifact.arg_order == kernel.launch["arg_order"]
+    assert [(p["name"], list(p["shape"]), p["dtype"], p["output"]) for p in artifact.params] == \
+        [(p.name, list(p.shape), p.dtype, p.output) for p in kernel.params]
+    assert artifact.source == kernel.trace.code["cuda"]
+    trace = artifact.trace()
+    assert trace.resources == kernel.trace.resources
+    assert trace.layouts == kernel.trace.layouts and trace.pipelines == kernel.trace.pipelines
+
+
+def test_cuda_kernel_rejects_cpu_tensors():
+    """Calling a CUDA kernel with CPU tensors is a TileLabError, not a crash in the driver."""
+    kernel = compiled("vector_add", "cuda:sm_80")
+    a, b = torch.randn(1000), torch.randn(1000)
+    with pytest.raises(tilelab.TileLabError, match="must be a CUDA tensor"):
+        kernel(a, b)
+
+
+def test_loaded_cuda_kernel_rejects_cpu_tensors(tmp_path):
+    kernel = compiled("gemm_fp16", "cuda:sm_80")
+    kernel.export(tmp_path / "gemm.tilelab")
+    loaded = tilelab.load(tmp_path / "gemm.tilelab")
+    assert loaded.target == "cuda" and loaded.trace.code["cuda"] == kernel.trace.code["cuda"]
+    a, b = torch.randn(200, 100).half(), torch.randn(100, 136).half()
+    with pytest.raises(tilelab.TileLabError, match="must be a CUDA tensor"):
+        loaded(a, b)
+
+
+NO_GPU_SCRIPT = textwrap.dedent("""
+    import torch
+    import tilelab
+    from examples.vector_add import vector_add_kernel
+
+    assert not torch.cuda.is_available()
+    kernel = vector_add_kernel.compile(N=1000, target="cuda")
+    assert kernel.target == "cuda" and kernel.launch["arch"] == "sm_90a", kernel.launch
+    assert kernel.cubin and "__global__" in kernel.trace.code["cuda"]
+    try:
+        kernel(torch.randn(1000), torch.randn(1000))
+    except tilelab.TileLabError as err:
+        assert "must be a CUDA tensor" in str(err), err
+    else:
+        raise AssertionError("a CPU tensor was accepted")
+    print("ok")
+""")
+
+
+def test_compiling_for_cuda_needs_no_gpu(tmp_path):
+    """With every GPU hidden, target='cuda' still compiles (for Hopper, sm_90a)."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TILELAB_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", NO_GPU_SCRIPT], capture_output=True, text=True,
+                         env=env, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")
+
+
+@pytest.mark.xfail(strict=True, reason="bug: infer_layouts._check_nest indexes the padding "
+                   "slots (None) of a padded block_cyclic fragment: TypeError 'NoneType' object "
+                   "is not subscriptable when N is not a multiple of threads x vector")
+@pytest.mark.parametrize("kernel", [softmax_kernel, layer_norm_kernel, rms_norm_kernel],
+                         ids=["softmax", "layer_norm", "rms_norm"])
+def test_row_kernels_compile_with_a_partial_row(kernel):
+    compiled_kernel = kernel.compile(M=33, N=1000, target="cuda:sm_80")
+    assert compiled_kernel.trace.resources["spill_stores_bytes"] == 0
