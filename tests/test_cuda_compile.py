@@ -25,22 +25,21 @@ import pytest
 import torch
 
 import tilelab
+import tilelab.language as T
+from examples.flash_attention import flash_attention_kernel
+from examples.gemm import gemm_kernel
+from examples.gemm_bias_relu import gemm_bias_relu_kernel
+from examples.layer_norm import layer_norm_kernel
+from examples.online_softmax import online_softmax_kernel
+from examples.rms_norm import rms_norm_kernel
+from examples.row_sum import row_sum_kernel
+from examples.softmax import softmax_kernel
+from examples.vector_add import vector_add_kernel
 from tilelab.backends.cuda.nvcc import find_nvcc
+from tilelab.runtime.artifact import load_artifact
 
 if find_nvcc() is None:
     pytest.skip("compiling for CUDA needs nvcc, which was not found", allow_module_level=True)
-
-import tilelab.language as T  # noqa: E402
-from examples.flash_attention import flash_attention_kernel  # noqa: E402
-from examples.gemm import gemm_kernel  # noqa: E402
-from examples.gemm_bias_relu import gemm_bias_relu_kernel  # noqa: E402
-from examples.layer_norm import layer_norm_kernel  # noqa: E402
-from examples.online_softmax import online_softmax_kernel  # noqa: E402
-from examples.rms_norm import rms_norm_kernel  # noqa: E402
-from examples.row_sum import row_sum_kernel  # noqa: E402
-from examples.softmax import softmax_kernel  # noqa: E402
-from examples.vector_add import vector_add_kernel  # noqa: E402
-from tilelab.runtime.artifact import load_artifact  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARCHS = ["cuda:sm_80", "cuda:sm_90a"]
@@ -83,7 +82,7 @@ GEMMS = ["gemm_fp16", "gemm_bf16", "gemm_bias_relu"]
 TENSOR_CORE_KERNELS = GEMMS + ["flash_attention_d64", "flash_attention_d128"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled(name: str, target: str) -> tilelab.Kernel:
     """Each kernel once per target for the whole module."""
     return KERNELS[name][0](target)
@@ -234,9 +233,11 @@ def test_compiling_for_cuda_needs_no_gpu(tmp_path):
     assert out.stdout.strip().endswith("ok")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: infer_layouts._check_nest indexes the padding "
-                   "slots (None) of a padded block_cyclic fragment: TypeError 'NoneType' object "
-                   "is not subscriptable when N is not a multiple of threads x vector")
+@pytest.mark.xfail(
+    strict=True, raises=tilelab.TileLabCompileError,
+    reason="bug: infer_layouts._check_nest indexes the padding slots (None) of a padded "
+           "block_cyclic fragment: TypeError 'NoneType' object is not subscriptable when N is "
+           "not a multiple of threads x vector")
 @pytest.mark.parametrize("kernel", [softmax_kernel, layer_norm_kernel, rms_norm_kernel],
                          ids=["softmax", "layer_norm", "rms_norm"])
 def test_row_kernels_compile_with_a_partial_row(kernel):

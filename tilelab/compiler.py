@@ -176,6 +176,33 @@ def compile_program(program, target: str = "cpu", pass_configs=None) -> Compiled
     return artifact
 
 
+def gpu_plans(program) -> tuple[dict, list]:
+    """Layouts and pipeline plans the CUDA backend would choose (analyses only, no code)."""
+    import math
+
+    import tvm
+    from tvm import tirx
+
+    from .passes._util import walk
+    from .passes.infer_layouts import infer_layouts
+    from .passes.pipeline_loops import PipelineLoops
+
+    pipelines: list = []
+    try:
+        mod = PipelineLoops(pipelines)(tvm.IRModule({program.name: program.func}))
+        layouts: dict = {}
+
+        def visit(loop):
+            if "tilelab.kernel" in loop.annotations:
+                threads = math.prod(int(t) for t in loop.annotations["tilelab.threads"])
+                layouts.update(infer_layouts(loop, threads).to_json())
+
+        walk(mod[program.name].body, tirx.For, visit)
+    except (TileLabError, NotImplementedError):
+        return {}, pipelines  # a CPU-only kernel need not fit the GPU's rules
+    return layouts, pipelines
+
+
 def _warn(program, messages) -> None:
     """Show the compiler's warnings at the kernel's definition."""
     import warnings
@@ -230,13 +257,15 @@ def _compile_uncached(program, target: str, configs: dict):
 
     from .backends import cpu, cuda
     from .backends.cuda import nvcc
+    from .ir.summary import summarize
 
     trace = Trace(kernel=program.name, target=target,
                   source={"filename": program.source.filename,
                           "first_line": program.source.line_offset + 1,
                           "text": program.source.text},
                   params=[{"name": p.name, "shape": list(p.shape), "dtype": p.dtype,
-                           "output": p.output} for p in program.params])
+                           "output": p.output} for p in program.params],
+                  program=summarize(program.func, program.params))
     recorder = PassRecorder()
     mod = tvm.IRModule({program.name: program.func})
     recorder.record("tilelab.FrontEnd", mod, 0.0, "tilelab", "input")
@@ -273,6 +302,8 @@ def _compile_uncached(program, target: str, configs: dict):
     trace.warnings = [str(w.message) for w in caught]
     _warn(program, trace.warnings)
     trace.passes = recorder.records
+    if target == "cpu":  # show what the GPU backend would choose, so CPU users see it too
+        trace.layouts, trace.pipelines = gpu_plans(program)
     if target.startswith("cuda"):
         return _finish_cuda(program, trace, executable, recorder, arch, configs)
     trace.code["llvm"] = cpu.llvm_ir(executable)
