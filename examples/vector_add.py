@@ -19,7 +19,7 @@ from tilelab.profiler import do_bench
 
 
 @tilelab.jit
-def vector_add_kernel(A, B, block_size: int = 256):
+def vector_add_kernel(A, B, block_size: int = 256, threads: int = 0):
     N = T.const("N")
 
     A: T.Tensor((N,), T.float32)
@@ -27,7 +27,9 @@ def vector_add_kernel(A, B, block_size: int = 256):
 
     C = T.empty((N,), T.float32)
 
-    with T.Kernel(T.ceildiv(N, block_size), threads=block_size) as block_id:
+    # One element per thread, as in the tutorial; with threads < block_size each thread
+    # takes block_size // threads neighbouring elements (one 16-byte access for four).
+    with T.Kernel(T.ceildiv(N, block_size), threads=threads or block_size) as block_id:
         for thread_id in T.Parallel(block_size):
             index = block_id * block_size + thread_id
 

@@ -6,7 +6,8 @@ every 16-wide step along K, a warp
 
 1. loads its A tiles (16x16) with `ldmatrix.x4` from shared memory - or takes
    them straight from registers when A is a fragment (FlashAttention's P@V);
-2. loads its B tiles (16x8) with `ldmatrix.x2` (`.trans` when B is stored KxN);
+2. loads its B tiles (16x8), two at a time with `ldmatrix.x4` (`.trans` when B is
+   stored KxN);
 3. issues one `mma.sync.m16n8k16` per (A tile, B tile) pair, accumulating in
    fp32 registers laid out exactly as `Fragment.accumulator` says.
 
@@ -82,17 +83,21 @@ def lower_gemm(lowering, stmt, a: Region, b: Region, c: Region, cfg: dict):
             col = m0 + tirx.floormod(tirx.floordiv(lane, 8), 2) * 8
             body.append(_extern("tl::ldmatrix_x4_trans", _address(a_regs, [mi * 8]),
                                 lowering.address(a.buffer, _at(a, simplify(row), simplify(col)))))
-    for ni in range(nt):
+    ni = 0
+    while ni < nt:  # two 16x8 B tiles per ldmatrix.x4 where possible, else one per .x2
+        pair = ni + 1 < nt
         n0 = warp_n * tile_n + ni * 8
         if not tb:  # B is KxN: rows of K, transposed into the column-major operand
-            row, col = kk * 16 + tirx.floormod(lane, 16), n0
-            name = "tl::ldmatrix_x2_trans"
+            row = kk * 16 + tirx.floormod(lane, 16)
+            col = n0 + (tirx.floordiv(lane, 16) * 8 if pair else 0)
+            name = "tl::ldmatrix_x4_trans" if pair else "tl::ldmatrix_x2_trans"
         else:  # B is NxK: already the operand's column-major order
-            row = n0 + tirx.floormod(lane, 8)
+            row = n0 + tirx.floormod(lane, 8) + (tirx.floordiv(lane, 16) * 8 if pair else 0)
             col = kk * 16 + tirx.floormod(tirx.floordiv(lane, 8), 2) * 8
-            name = "tl::ldmatrix_x2"
+            name = "tl::ldmatrix_x4" if pair else "tl::ldmatrix_x2"
         body.append(_extern(name, _address(b_regs, [ni * 4]),
                             lowering.address(b.buffer, _at(b, simplify(row), simplify(col)))))
+        ni += 2 if pair else 1
     a_local = lowering.local(a.buffer) if a_in_registers else None
     for mi in range(mt):
         for ni in range(nt):

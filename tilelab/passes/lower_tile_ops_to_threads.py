@@ -288,19 +288,27 @@ class ThreadLowering:
             self.in_parallel = outer
 
     def parallel_without_fragments(self, nest, body):
-        """No fragments inside: deal the iterations to threads round-robin."""
+        """No fragments inside: deal the iterations to threads.
+
+        When every thread gets several iterations, each takes a run of `vector`
+        consecutive ones (up to four 32-bit elements: one 16-byte access), marked
+        vectorized; otherwise iterations go round-robin, one per thread per round.
+        """
         total = math.prod(nest.extents)
-        rounds = -(-total // self.threads)
-        c = tirx.Var("c", "int32")
-        flat = c * self.threads + self.tx if rounds > 1 else self.tx
-        index, rest = [], flat
-        for extent in reversed(nest.extents):
-            index.append(tirx.floormod(rest, extent) if extent != total else rest)
-            rest = tirx.floordiv(rest, extent)
-        index.reverse()
-        stmt = self.lower(substitute(body, dict(zip(nest.loop_vars, index))))
-        if total % self.threads:
-            stmt = tirx.IfThenElse(tirx.LT(flat, total), stmt, None)
+        vector = 4
+        while vector > 1 and (total % (self.threads * vector) or nest.extents[-1] % vector):
+            vector //= 2
+        chunks = total // vector
+        rounds = -(-chunks // self.threads)
+        c, vv = tirx.Var("c", "int32"), tirx.Var("v", "int32")
+        chunk = c * self.threads + self.tx if rounds > 1 else self.tx
+        flat = chunk * vector + vv if vector > 1 else chunk
+        stmt = self.lower(substitute(body, dict(zip(nest.loop_vars,
+                                                    _unravel(flat, nest.extents)))))
+        if vector > 1:
+            stmt = tirx.For(vv, 0, vector, tirx.ForKind.VECTORIZED, stmt)
+        if chunks % self.threads:
+            stmt = tirx.IfThenElse(tirx.LT(chunk, chunks), stmt, None)
         if rounds == 1:
             return stmt
         kind = tirx.ForKind.UNROLLED if rounds <= 8 else tirx.ForKind.SERIAL

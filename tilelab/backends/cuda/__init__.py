@@ -37,6 +37,7 @@ def passes(program, on_plan, pipelines: list) -> list:
         T.FlattenBuffer(),
         T.BF16ComputeLegalize(),
         T.NarrowDataType(32),
+        T.StmtSimplify(),                      # drop edge guards that always hold
         T.VectorizeLoop(),                     # 16-byte loads and stores
         T.StorageRewrite(),
         T.UnrollLoop(),
