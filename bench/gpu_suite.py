@@ -41,11 +41,15 @@ CHECKS = [
      [("randn", (999, 4096), "float16"), ("randn", (4096,), "float16")], "rms_norm", 2e-2),
     ("gemm_fp16", "gemm", {"M": 1000, "N": 1000, "K": 1000},
      [("randn", (1000, 1000), "float16")] * 2, "matmul", 2e-2),
+    ("gemm_fp16_panel", "gemm", {"M": 1000, "N": 1200, "K": 256, "options": {"panel": 3}},
+     [("randn", (1000, 256), "float16"), ("randn", (256, 1200), "float16")], "matmul", 2e-2),
     ("gemm_bf16", "gemm_bf16", {"M": 520, "N": 264, "K": 1008},
      [("randn", (520, 1008), "bfloat16"), ("randn", (1008, 264), "bfloat16")], "matmul", 3e-2),
     ("gemm_bias_relu", "gemm_bias_relu", {"M": 1000, "N": 1000, "K": 512},
      [("randn", (1000, 512), "float16"), ("randn", (512, 1000), "float16"),
       ("randn", (1000,), "float16")], "matmul_bias_relu", 2e-2),
+    ("annotated_layout", "annotated_scale", {"M": 1000, "N": 64},
+     [("randn", (1000, 64), "float32")], "scale_plus_row", 1e-5),
     ("online_softmax", "online_softmax", {"M": 1000, "N": 5000},
      [("randn", (1000, 5000), "float16")], "softmax", 1e-2),
     ("flash_attention_d64", "flash_attention", {"shape": (2, 4, 1000, 64)},
@@ -73,6 +77,9 @@ BENCH = [
      2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
     ("gemm_fp16", "gemm", {"M": 8192, "N": 8192, "K": 8192},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("gemm_fp16_panel8", "gemm", {"M": 8192, "N": 8192, "K": 8192,
+                                  "options": {"panel": 8}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     ("gemm_fp16_bk64", "gemm", {"M": 8192, "N": 8192, "K": 8192,
                                 "options": {"block_k": 64}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
@@ -87,6 +94,25 @@ BENCH = [
 
 
 # ---------------------------------------------------------------- build (needs TVM, nvcc)
+
+
+def annotated_scale(M: int, N: int):  # noqa: N803
+    """y = 2x + row % 64 through a fragment whose thread layout the user chose."""
+    import tilelab.language as T
+
+    @T.prim_func
+    def scale(X: T.Tensor((M, N), T.float32), Y: T.Tensor((M, N), T.float32)):
+        with T.Kernel(T.ceildiv(M, 64), threads=128) as bx:
+            tile = T.alloc_fragment((64, 64), T.float32)
+            T.annotate_layout({tile: T.Fragment(
+                (64, 64), forward_thread_fn=lambda i, j: (j * 64 + i) % 128,
+                forward_index_fn=lambda i, j: (j * 64 + i) // 128)})
+            T.copy(X[bx * 64, 0], tile)
+            for i, j in T.Parallel(64, 64):
+                tile[i, j] = tile[i, j] * 2.0 + i
+            T.copy(tile, Y[bx * 64, 0])
+
+    return scale
 
 
 def compile_kernel(kind: str, sizes: dict, options: dict):
@@ -111,6 +137,8 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
         from examples.gemm import gemm_kernel as k
 
         return k.compile(**sizes, input_dtype=T.bfloat16, target="cuda", **options)
+    elif kind == "annotated_scale":
+        return tilelab.compile(annotated_scale(**sizes), out_idx=[1], target="cuda")
     elif kind == "gemm_bias_relu":
         from examples.gemm_bias_relu import gemm_bias_relu_kernel as k
     elif kind == "flash_attention":
@@ -168,6 +196,8 @@ def references():
         "matmul": lambda a, b: a @ b,
         "matmul_bias_relu": lambda a, b, bias: torch.relu(a @ b + bias),
         "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+        "scale_plus_row": lambda x: x * 2 + (torch.arange(x.shape[0], device=x.device) % 64
+                                             )[:, None].to(x.dtype),
     }
 
 

@@ -20,6 +20,8 @@ SHAPES = {
     "rms_norm": "8192×8192 fp16",
     "gemm_fp16": "8192³ fp16 in, fp32 accumulate; 128×128×32 tiles, 4 warps, 3 stages",
     "gemm_fp16_bk64": "8192³ fp16; 128×128×64 tiles, 4 warps, 3 stages",
+    "gemm_fp16_panel8": "8192³ fp16; as gemm_fp16, blocks rasterized in panels of 8 rows "
+                        "(T.use_swizzle(8))",
     "flash_attention": "batch 4, heads 32, seq 4096, dim 128, fp16, non-causal; "
                        "block 64×64, 4 warps, 2 stages",
     "flash_attention_bm128_w8": "same shapes; block 128×64, 8 warps, 2 stages",
@@ -28,6 +30,7 @@ BASELINES = {
     "vector_add": "`a + b`", "vector_add_x4": "`a + b`", "softmax": "`torch.softmax`",
     "layer_norm": "`F.layer_norm`", "layer_norm_bm2": "`F.layer_norm`",
     "rms_norm": "`F.rms_norm`", "gemm_fp16": "`torch.matmul`", "gemm_fp16_bk64": "`torch.matmul`",
+    "gemm_fp16_panel8": "`torch.matmul`",
 }
 
 

@@ -30,6 +30,7 @@ def gemm_kernel(
     block_k: int = 32,
     num_stages: int = 3,
     input_dtype=T.float16,
+    panel: int = 0,
 ):
     M, N, K = T.const("M, N, K")
 
@@ -47,6 +48,9 @@ def gemm_kernel(
         a_shared = T.alloc_shared((block_m, block_k), input_dtype)
         b_shared = T.alloc_shared((block_k, block_n), input_dtype)
         c_fragment = T.alloc_fragment((block_m, block_n), accumulation_dtype)
+
+        if panel:  # visit the blocks in panels of `panel` rows, so tiles are reused from L2
+            T.use_swizzle(panel)
 
         T.clear(c_fragment)
 

@@ -152,8 +152,10 @@ class CompiledArtifact:
 
 
 def program_key(program, target: str, configs: dict) -> str:
+    layouts = {name: layout.to_json() for name, layout in sorted(program.layouts.items())}
     return cache_key("tilelab-kernel", program.script(), target, configs,
-                     bool(program.has_atomics), compiler_fingerprint())
+                     bool(program.has_atomics), list(program.swizzle or ()), layouts,
+                     compiler_fingerprint())
 
 
 def compile_program(program, target: str = "cpu", pass_configs=None) -> CompiledArtifact:
@@ -195,7 +197,7 @@ def gpu_plans(program) -> tuple[dict, list]:
         def visit(loop):
             if "tilelab.kernel" in loop.annotations:
                 threads = math.prod(int(t) for t in loop.annotations["tilelab.threads"])
-                layouts.update(infer_layouts(loop, threads).to_json())
+                layouts.update(infer_layouts(loop, threads, program.layouts).to_json())
 
         walk(mod[program.name].body, tirx.For, visit)
     except (TileLabError, NotImplementedError):

@@ -82,6 +82,12 @@ class Layout:
         return _product(self.shape)
 
     @staticmethod
+    def custom(shape, forward_fn) -> Layout:
+        """`T.Layout(shape, lambda i, j: offset)`: any index -> offset function."""
+        return Layout(tuple(int(s) for s in shape), forward_fn,
+                      {"kind": "custom", "shape": [int(s) for s in shape]})
+
+    @staticmethod
     def row_major(shape) -> Layout:
         shape = tuple(int(s) for s in shape)
 
@@ -143,7 +149,10 @@ class Layout:
         return (self.offset(*indices) * elem_bytes // 4) % 32
 
     def to_json(self) -> dict:
-        return dict(self.recipe)
+        data = dict(self.recipe)
+        if data.get("kind") == "custom" or "offsets" not in data:
+            data["offsets"] = self.table().tolist()
+        return data
 
     @staticmethod
     def from_json(data: dict) -> Layout:
@@ -299,6 +308,36 @@ class Fragment:
         return Fragment(self.shape, self.threads * copies, self.replicate * copies, forward,
                         self.local_size, {"kind": "replicate", "of": self.recipe,
                                           "copies": copies})
+
+    # -- user-defined fragments
+
+    @staticmethod
+    def custom(shape, forward_thread_fn, forward_index_fn, replicate: int = 1) -> Fragment:
+        """`T.Fragment(shape, forward_thread_fn=..., forward_index_fn=..., replicate=1)`.
+
+        `forward_thread_fn(*index)` (or `(*index, rep)` when replicated) gives the
+        thread, `forward_index_fn(*index)` the register. Thread count and register
+        count are read off the functions; `check()` rejects two elements in one slot.
+        """
+        import inspect
+
+        shape = tuple(int(s) for s in shape)
+        takes_rep = len(inspect.signature(forward_thread_fn).parameters) == len(shape) + 1
+
+        def forward(*args):
+            *idx, rep = args
+            thread = forward_thread_fn(*idx, rep) if takes_rep else forward_thread_fn(*idx)
+            return thread, forward_index_fn(*idx)
+
+        threads, locals_ = 0, 0
+        for idx in itertools.product(*(range(s) for s in shape)):
+            for r in range(replicate):
+                t, loc = forward(*idx, r)
+                threads, locals_ = max(threads, t + 1), max(locals_, loc + 1)
+        frag = Fragment(shape, threads, replicate, forward, locals_,
+                        {"kind": "custom", "shape": list(shape)})
+        frag.check()
+        return frag
 
     # -- families
 

@@ -39,6 +39,9 @@ from .expr import (  # noqa: F401
 )
 from .primitives import (  # noqa: F401
     Buffer,
+    Fragment,
+    Layout,
+    annotate_layout,
     GemmWarpPolicy,
     Kernel,
     Parallel,

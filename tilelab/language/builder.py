@@ -41,6 +41,7 @@ class Builder:
     allocated_names: set = field(default_factory=set)
     has_atomics: bool = False
     swizzle: tuple | None = None  # T.use_swizzle(panel, order, enable)
+    annotated_layouts: dict = field(default_factory=dict)  # T.annotate_layout: name -> layout
     params: list = field(default_factory=list)  # ParamInfo, in signature order
     example_shapes: dict = field(default_factory=dict)  # param name -> shape of an example
 

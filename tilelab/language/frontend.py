@@ -97,6 +97,7 @@ class TileProgram:
     swizzle: tuple | None = None
     buffer_locations: dict = field(default_factory=dict)
     threads: tuple = ()
+    layouts: dict = field(default_factory=dict)  # T.annotate_layout: buffer name -> layout
 
     @property
     def outputs(self) -> list[int]:
@@ -119,7 +120,7 @@ class TileProgram:
         params = [ParamInfo(p.name, p.shape, p.dtype, i in indices, p.location)
                   for i, p in enumerate(self.params)]
         return TileProgram(self.func, self.name, params, self.source, self.has_atomics,
-                           self.swizzle, self.buffer_locations, self.threads)
+                           self.swizzle, self.buffer_locations, self.threads, self.layouts)
 
 
 class _Return(Exception):
@@ -554,7 +555,7 @@ def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
     func = tirx.PrimFunc(builder.param_buffers, body).with_attr("global_symbol", name)
     return TileProgram(func, name, list(builder.params), source, builder.has_atomics,
                        builder.swizzle, dict(builder.buffer_locations),
-                       getattr(builder, "threads", ()))
+                       getattr(builder, "threads", ()), dict(builder.annotated_layouts))
 
 
 def trace_prim_func(fn, enclosing: dict | None = None, **_options) -> TileProgram:

@@ -438,6 +438,48 @@ def use_swizzle(panel_size=8, order="row", enable=True):
     current("use_swizzle").swizzle = (int(panel_size), str(order), bool(enable))
 
 
+def Layout(shape, forward_fn):  # noqa: N802 - TileLang's spelling
+    """A memory layout: `T.Layout((64, 32), lambda i, j: i * 32 + (j ^ i % 8))`."""
+    from ..ir.layout import Layout as _Layout
+
+    return _Layout.custom(shape, forward_fn)
+
+
+def Fragment(shape, forward_thread_fn, forward_index_fn=None, replicate=1):  # noqa: N802
+    """A register layout: which thread (and register) keeps each element of a fragment."""
+    from ..ir.layout import Fragment as _Fragment
+
+    if forward_index_fn is None:
+        raise TileLabTypeError("T.Fragment needs forward_index_fn (the register of each "
+                               "element on its thread)")
+    try:
+        return _Fragment.custom(shape, forward_thread_fn, forward_index_fn, replicate)
+    except ValueError as err:
+        raise TileLabTypeError(f"T.Fragment: {err}") from None
+
+
+def annotate_layout(layouts: dict):
+    """Pin layouts: `T.annotate_layout({acc: T.Fragment(...), a_shared: T.Layout(...)})`.
+
+    Annotated layouts take precedence over the ones layout inference would choose;
+    the CPU backend ignores them (it has no threads), the CUDA backend obeys them.
+    """
+    from ..ir.layout import Fragment as _Fragment
+    from ..ir.layout import Layout as _Layout
+
+    builder = current("annotate_layout")
+    for buffer, layout in layouts.items():
+        if not is_buffer(buffer):
+            raise TileLabTypeError("T.annotate_layout keys are buffers")
+        if not isinstance(layout, (_Fragment, _Layout)):
+            raise TileLabTypeError(f"the layout of {buffer.name} must be a T.Fragment or "
+                                   f"T.Layout, got {type(layout).__name__}")
+        if tuple(layout.shape) != tuple(int(s) for s in buffer.shape):
+            raise TileLabTypeError(f"layout of shape {tuple(layout.shape)} does not fit "
+                                   f"{buffer.name} of shape {tuple(buffer.shape)}")
+        builder.annotated_layouts[buffer.name] = layout
+
+
 def prim_func(fn=None, **kwargs):
     """Mark a kernel function in the factory style; it is traced right away."""
     import sys

@@ -128,8 +128,20 @@ def default_fragment(shape, threads: int, dtype_bits: int) -> Fragment:
     return Fragment.block_cyclic(shape, threads, vector)
 
 
-def infer_layouts(body, threads: int) -> LayoutPlan:
+def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPlan:
     plan = LayoutPlan()
+    for name, layout in (annotated or {}).items():  # the user's word comes first
+        if isinstance(layout, Fragment):
+            if layout.threads > threads:
+                raise TileLabTypeError(f"the T.Fragment of {name!r} uses {layout.threads} "
+                                       f"threads but the kernel has {threads}")
+            plan.fragments[name] = layout
+        elif getattr(layout, "column", None) is not None:
+            plan.shared_layouts[name] = layout
+        else:
+            raise TileLabTypeError(
+                f"the layout annotated for {name!r} is not supported for shared memory yet",
+                hint="use a swizzle that permutes 16-byte chunks within rows (Layout.swizzled)")
     fragments: dict = {}  # name -> buffer, in order of allocation
     gemms, reduces, copies = [], [], []
 
@@ -192,7 +204,8 @@ def infer_layouts(body, threads: int) -> LayoutPlan:
             assign(c.buffer, Fragment.accumulator(m, n, wm, wn), "T.gemm accumulator")
         for operand in (a, b):  # tensor cores read 16-byte rows: swizzle against conflicts
             buf = operand.buffer
-            if buf.scope().startswith("shared") and tirx_dtype_bits(buf.dtype) == 16:
+            if buf.scope().startswith("shared") and tirx_dtype_bits(buf.dtype) == 16 and \
+                    buf.name not in plan.shared_layouts:
                 tile = _shape(buf)[-2:]
                 plan.shared_layouts[buf.name] = Layout.swizzled(tile, 16)
         if _is_fragment(a.buffer):
@@ -324,11 +337,19 @@ def _check_nest(nest, layouts, plan, threads):
 
 
 _TABLE_CACHE: dict = {}
+_KEEP_ALIVE: list = []
+
+
+def _key(kind: str, frag: Fragment):
+    """Fragments from a recipe are rebuilt identically; a custom one is only itself."""
+    if frag.recipe.get("kind") == "custom":
+        return (kind, "custom", id(frag.forward))
+    return (kind, repr(frag.recipe), frag.shape)
 
 
 def thread_elements(frag: Fragment) -> list[list[tuple]]:
     """For each thread, the index held in each of its local registers."""
-    key = ("elements", repr(frag.recipe), frag.shape)
+    key = _key("elements", frag)
     if key not in _TABLE_CACHE:
         table = [[None] * frag.local_size for _ in range(frag.threads)]
         thread, local = frag.tables()
@@ -340,12 +361,13 @@ def thread_elements(frag: Fragment) -> list[list[tuple]]:
                 t, loc = int(thread[(r, *idx)]), int(local[(r, *idx)])
                 table[t][loc] = tuple(int(i) for i in idx)
         _TABLE_CACHE[key] = table
+        _KEEP_ALIVE.append(frag.forward)  # so that id() keys stay unique
     return _TABLE_CACHE[key]
 
 
 def owner_table(frag: Fragment) -> dict:
     """element index -> {thread: local register} over all copies."""
-    key = ("owners", repr(frag.recipe), frag.shape)
+    key = _key("owners", frag)
     if key not in _TABLE_CACHE:
         owners: dict = {}
         for t, elements in enumerate(thread_elements(frag)):

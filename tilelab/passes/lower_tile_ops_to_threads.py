@@ -115,7 +115,7 @@ class ThreadLowering:
 
     def inverse(self, frag: Fragment, reg: int) -> list:
         """Index (and replica) of register `reg` on thread tx, as simplified expressions."""
-        key = (repr(frag.recipe), frag.shape)
+        key = id(frag)
         if key not in self._inverse_cache:
             lvar = tirx.Var("reg", "int32")
             self._inverse_cache[key] = (lvar, frag.index_of(self.tx, lvar))
@@ -776,13 +776,33 @@ def tvm_region_type():
 # ---------------------------------------------------------------- the pass
 
 
-def _add_threads(loop, lowering_fn, threads):
+def rasterize(block_loops, panel: int):
+    """`T.use_swizzle(panel)`: visit blocks in panels of `panel` rows for L2 reuse.
+
+    Launch order is blockIdx.x fastest, so consecutive blocks normally sweep a
+    whole row of output tiles, each needing a different column of B. Renumbered,
+    consecutive blocks walk down a panel of `panel` rows first: they share
+    columns of B and rows of A while those are still in L2.
+    """
+    bx, by = block_loops[0], block_loops[1]
+    gx, gy = int(bx.extent), int(by.extent)
+    linear = by.loop_var * gx + bx.loop_var
+    panel_size = panel * gx
+    panel_id, within = tirx.floordiv(linear, panel_size), tirx.floormod(linear, panel_size)
+    rows = tirx.min(panel, gy - panel_id * panel)
+    return {by.loop_var: panel_id * panel + tirx.floormod(within, rows),
+            bx.loop_var: tirx.floordiv(within, rows)}
+
+
+def _add_threads(loop, lowering_fn, threads, swizzle=None):
     """Wrap the innermost block loop's body in the threadIdx.x binding loop."""
     block_loops = []
     node = loop
     while isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
         block_loops.append(node)
         node = node.body
+    if swizzle and swizzle[2] and len(block_loops) >= 2:
+        node = substitute(node, rasterize(block_loops, swizzle[0]))
     tx = tirx.Var("tx", "int32")
     body, scratch = lowering_fn(node, tx, [b.loop_var for b in block_loops])
     body = _seq([tirx.AllocBuffer(s) for s in scratch] + [body])
@@ -810,7 +830,7 @@ def LowerTileOpsToThreads(plans: dict):  # noqa: N802
                 lowering = ThreadLowering(plans["plan"], threads, tx, block_vars)
                 return lowering.swizzle_accesses(lowering.lower(body)), lowering.scratch
 
-            return _add_threads(loop, lower, threads)
+            return _add_threads(loop, lower, threads, plans.get("swizzle"))
 
         return func.with_body(rewrite_pre(func.body, tirx.For, on_kernel))
 
@@ -828,7 +848,7 @@ def InferLayouts(plans: dict, on_plan=None):  # noqa: N802
         def visit(loop):
             if isinstance(loop, tirx.For) and "tilelab.kernel" in loop.annotations:
                 threads = math.prod(int(t) for t in loop.annotations["tilelab.threads"])
-                plans["plan"] = infer_layouts(loop, threads)
+                plans["plan"] = infer_layouts(loop, threads, plans.get("annotated"))
                 if on_plan is not None:
                     on_plan(plans["plan"])
 

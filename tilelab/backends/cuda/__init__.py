@@ -26,7 +26,7 @@ def passes(program, on_plan, pipelines: list) -> list:
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
-    plans: dict = {}
+    plans: dict = {"swizzle": program.swizzle, "annotated": program.layouts}
     return [
         CheckFragmentReads(program.buffer_locations),
         PipelineLoops(pipelines),              # T.Pipelined: load ahead with cp.async
