@@ -200,8 +200,11 @@ def gpu_plans(program) -> tuple[dict, list]:
                 layouts.update(infer_layouts(loop, threads, program.layouts).to_json())
 
         walk(mod[program.name].body, tirx.For, visit)
-    except (TileLabError, NotImplementedError):
-        return {}, pipelines  # a CPU-only kernel need not fit the GPU's rules
+    except Exception:  # noqa: BLE001 - a CPU-only kernel need not fit the GPU's rules
+        from .passes._util import UserErrors
+
+        UserErrors.take()
+        return {}, pipelines
     return layouts, pipelines
 
 

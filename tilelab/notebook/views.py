@@ -87,10 +87,10 @@ def select_passes(trace, which="changed") -> list[int]:
         return [i for i, p in enumerate(trace.passes) if p.changed]
     keys = [which] if isinstance(which, (str, int)) else list(which)
     indices: list[int] = []
+    count = len(trace.passes)
     for key in keys:
         if isinstance(key, int):
-            found = [key % len(trace.passes)] if -len(trace.passes) <= key < len(trace.passes) \
-                else []
+            found = [key % count] if -count <= key < count else []
         else:
             found = [i for i, p in enumerate(trace.passes) if p.name == key]
         if not found:
@@ -102,7 +102,7 @@ def select_passes(trace, which="changed") -> list[int]:
 
 def pass_index(trace, key) -> int:
     """The index of one pass given by name (its first occurrence) or index."""
-    return select_passes(trace, [key])[0] if isinstance(key, str) else key % len(trace.passes)
+    return select_passes(trace, [key])[0]
 
 
 def first_change_index(trace, name: str) -> int | None:
@@ -474,21 +474,21 @@ class JsonView(View):
     """
 
     def __init__(self, kernel: str, title: str, data):
-        self.kernel, self.title, self.data_ = kernel, title, data
+        self.kernel, self.title, self.value = kernel, title, data
 
     @property
     def mime_type(self) -> str:
         return "application/json"
 
     def data(self) -> dict:
-        return {"title": self.title, "data": self.data_}
+        return {"title": self.title, "data": self.value}
 
     def html(self) -> str:
         title = f"{escape(self.title)} · <code>{escape(self.kernel)}</code>"
-        text = json.dumps(self.data_, indent=1)
+        text = json.dumps(self.value, indent=1)
         return box(title, f'<div style="max-height: 480px; overflow: auto;">'
                           f"{preformatted(text)}</div>", attrs='data-tilelab-view="json"')
 
     def plain(self) -> str:
-        text = json.dumps(self.data_)
+        text = json.dumps(self.value)
         return f"{self.title} of {self.kernel}: {text[:500]}{'…' if len(text) > 500 else ''}"
