@@ -10,7 +10,8 @@ checks, the issue's large shapes for the timings) and exports `.tilelab`
 artifacts plus a manifest into bench/artifacts/suite/. `run` loads them with
 `tilelab.load` (no TVM), makes fresh random inputs, compares with the PyTorch
 reference, and times kernel and baseline in the same run: CUDA events, warm-up,
-median, L2 flushed before every launch.
+median, L2 flushed before every launch; kernel and baseline are timed alternately three
+times and the middle of the three medians is kept, because clocks drift during a run.
 """
 
 from __future__ import annotations
@@ -265,7 +266,11 @@ def run(json_path: str | None) -> int:
         ref = refs[case["reference"]]
         out, expected = kernel(*inputs), ref(*inputs)
         err = (out.float() - expected.float()).abs().max().item()
-        ours, theirs = time_ms(lambda: kernel(*inputs)), time_ms(lambda: ref(*inputs))
+        # alternate the two three times and keep the medians: clocks drift during a run
+        pairs = [(time_ms(lambda: kernel(*inputs)), time_ms(lambda: ref(*inputs)))
+                 for _ in range(3)]
+        ours = sorted(p[0] for p in pairs)[1]
+        theirs = sorted(p[1] for p in pairs)[1]
         row = {"name": case["name"], "ms": ours, "torch_ms": theirs, "speedup": theirs / ours,
                "max_abs_error": err, "shapes": [s for _, s, _ in case["inputs"]]}
         work = case["work"]

@@ -242,26 +242,16 @@ def test_kernel_lower_and_jit_expose_the_trace(gemm_kernel):
     check_gemm(gemm_kernel)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: backends/cpu.llvm_ir calls executable.mod."
-                                       "inspect_source, but tvm.tirx.build returns the runtime "
-                                       "Module itself; the AttributeError is swallowed, so "
-                                       "trace.code['llvm'] is ''")
 def test_trace_keeps_the_llvm_ir(gemm_kernel):
     code = gemm_kernel.trace.code.get("llvm", "")
     assert "define" in code and "gemm_nt" in code
 
 
-@pytest.mark.xfail(strict=True, reason="bug: get_kernel_source() returns trace.code['llvm'], "
-                                       "which is empty on the CPU (see test_trace_keeps_the_llvm_ir)")
 def test_get_kernel_source(gemm_kernel):
     source = gemm_kernel.get_kernel_source()
     assert source.strip() and "gemm_nt" in source
 
 
-@pytest.mark.xfail(strict=True, reason="bug: PassRecorder skips tirx.BindTarget but keeps the "
-                                       "front end's text as _previous_text, so the IR recorded "
-                                       "after CheckFragmentReads lacks the target attribute and "
-                                       "the diff blames LowerTileOpsToLoops for adding it")
 def test_each_record_is_the_ir_after_its_pass(gemm_kernel):
     trace = gemm_kernel.trace
     assert '"target"' in trace.ir_after("tilelab.LowerTileOpsToLoops")

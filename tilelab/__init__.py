@@ -29,7 +29,21 @@ _LAZY = {
     "load": ("runtime.artifact", "load"),
     "language": ("language", None),
     "profiler": ("profiler", None),
+    "bench": ("bench", "bench"),
 }
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext tilelab`: the %%tilekernel and %tilelab magics (tilelab.notebook)."""
+    from .notebook import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython):
+    from .notebook import unload_ipython_extension as unload
+
+    unload(ipython)
 
 
 def __getattr__(name):

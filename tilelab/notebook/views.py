@@ -183,7 +183,7 @@ class PassesView(View):
         source = self.trace.source
         if not source.get("text"):
             return ""
-        where = f"{source.get('filename', '?')}, line {source.get('first_line', '?')}"
+        where = _where(source.get("filename", "?"), source.get("first_line", "?"))
         return (f"<details><summary>kernel source ({escape(where)})</summary>"
                 f"{highlight(source['text'], 'python')}</details>")
 
@@ -466,6 +466,18 @@ class ErrorView(View):
 # ---------------------------------------------------------------- raw Trace data
 
 
+def compact_json(value, depth: int = 0) -> str:
+    """Indented JSON that keeps each innermost list (a row of a layout table) on one line."""
+    pad, inner = " " * depth, " " * (depth + 1)
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(k)}: {compact_json(v, depth + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        items = [inner + compact_json(v, depth + 1) for v in value]
+        return "[\n" + ",\n".join(items) + f"\n{pad}]"
+    return json.dumps(value)
+
+
 class JsonView(View):
     """Any piece of a Trace as JSON, for data that has no dedicated view (yet).
 
@@ -485,7 +497,7 @@ class JsonView(View):
 
     def html(self) -> str:
         title = f"{escape(self.title)} · <code>{escape(self.kernel)}</code>"
-        text = json.dumps(self.value, indent=1)
+        text = compact_json(self.value)
         return box(title, f'<div style="max-height: 480px; overflow: auto;">'
                           f"{preformatted(text)}</div>", attrs='data-tilelab-view="json"')
 

@@ -67,6 +67,33 @@ class Line:
 
 
 @dataclass
+class Image:
+    """A grid of colored cells drawn as one pixel each, stretched: big tiles stay small files."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+    colors: list  # rows of '#rrggbb'
+    group: str = "cells"
+
+    def pixels(self):
+        import numpy as np
+
+        table = {c: [int(c[i:i + 2], 16) for i in (1, 3, 5)] for row in self.colors for c in row}
+        return np.array([[table[c] for c in row] for row in self.colors], dtype=np.uint8)
+
+    def png(self) -> bytes:
+        import io
+
+        from matplotlib.image import imsave
+
+        buffer = io.BytesIO()
+        imsave(buffer, self.pixels(), format="png")
+        return buffer.getvalue()
+
+
+@dataclass
 class Scene:
     width: float
     height: float
@@ -84,6 +111,11 @@ class Scene:
 
     def line(self, *args, **kwargs) -> Line:
         item = Line(*args, **kwargs)
+        self.items.append(item)
+        return item
+
+    def image(self, *args, **kwargs) -> Image:
+        item = Image(*args, **kwargs)
         self.items.append(item)
         return item
 
@@ -125,6 +157,9 @@ class Scene:
         ax.set_ylim(self.height, 0)
         ax.axis("off")
         points = 72.0 / dpi  # font sizes are given in pixels
+        for im in (i for i in self.items if isinstance(i, Image)):
+            ax.imshow(im.pixels(), extent=(im.x, im.x + im.w, im.y + im.h, im.y),
+                      interpolation="nearest", aspect="auto")
         rects = [i for i in self.items if isinstance(i, Rect) and i.fill != "none"]
         if rects:
             patches = [Rectangle((r.x, r.y), r.w, r.h) for r in rects]
@@ -171,6 +206,13 @@ def _mpl_fill(rect: Rect) -> str:
 
 
 def _svg_item(item) -> str:
+    if isinstance(item, Image):
+        import base64
+
+        data = base64.b64encode(item.png()).decode("ascii")
+        return (f'<image x="{_num(item.x)}" y="{_num(item.y)}" width="{_num(item.w)}" '
+                f'height="{_num(item.h)}" preserveAspectRatio="none" '
+                f'style="image-rendering: pixelated" href="data:image/png;base64,{data}"/>')
     if isinstance(item, Rect):
         fill = "url(#tl-hatch)" if item.hatch else escape(item.fill)
         extra = f' stroke="{escape(item.stroke)}" stroke-width="{_num(item.stroke_width)}"' \
