@@ -243,3 +243,20 @@ def test_compiling_for_cuda_needs_no_gpu(tmp_path):
 def test_row_kernels_compile_with_a_partial_row(kernel):
     compiled_kernel = kernel.compile(M=33, N=1000, target="cuda:sm_80")
     assert compiled_kernel.trace.resources["spill_stores_bytes"] == 0
+
+
+@pytest.mark.xfail(
+    strict=True, raises=tilelab.TileLabCompileError,
+    reason="bug: infer_layouts cannot reduce a block_cyclic fragment along its rows when a "
+           "row's elements do not split evenly among the threads ('cannot reduce "
+           "Fragment(block_cyclic(shape=[4, 77], ...)) along dimension 1'); the CPU backend "
+           "runs these (test_course_kernels.py)")
+@pytest.mark.parametrize("kernel, sizes", [
+    (row_sum_kernel, dict(M=29, N=50, block_m=8)),
+    (softmax_kernel, dict(M=21, N=77, block_m=4)),
+    (layer_norm_kernel, dict(M=13, N=96, block_m=4)),
+    (rms_norm_kernel, dict(M=19, N=72, block_m=8)),
+], ids=["row_sum", "softmax", "layer_norm", "rms_norm"])
+def test_row_kernels_compile_with_several_rows_per_block(kernel, sizes):
+    compiled_kernel = kernel.compile(**sizes, target="cuda:sm_80")
+    assert compiled_kernel.trace.resources["spill_stores_bytes"] == 0

@@ -194,7 +194,8 @@ def _row(name, ms, baseline_name, baseline_ms, flops, nbytes, peak) -> dict:
         row["gbps"] = nbytes / seconds / 1e9
     if peak is not None and (flops or nbytes):
         # the roofline's time for this work: the slower of doing the math and moving the bytes
-        bound = max((flops or 0) / (peak.fp16_tflops * 1e12), (nbytes or 0) / (peak.memory_tbps * 1e12))
+        bound = max((flops or 0) / (peak.fp16_tflops * 1e12),
+                    (nbytes or 0) / (peak.memory_tbps * 1e12))
         row["roofline_pct"] = 100.0 * bound / seconds
     return row
 
@@ -204,7 +205,7 @@ def _name(fn, default: str) -> str:
 
 
 def bench(fn, baseline=None, args=(), warmup: int | None = None, rep: int | None = None,
-          flops: float | None = None, bytes: float | None = None,  # noqa: A002 (the keyword users write)
+          flops: float | None = None, bytes: float | None = None,
           check: bool = True, rtol: float = 1e-2, atol: float = 1e-2, input_sets: int = 3,
           name: str | None = None, baseline_name: str | None = None) -> BenchResult:
     """Check `fn(*args)` against `baseline(*args)`, then time both in one run.

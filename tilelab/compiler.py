@@ -33,6 +33,8 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
     TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
     TL_DISABLE_VECTORIZE = "tir.disable_vectorize"
+    # record %globaltimer in the first N blocks' pipelined loops (see tilelab/instrument.py)
+    TL_INSTRUMENT_PIPELINE = "tl.instrument_pipeline"
 
 
 TARGETS = ("cpu", "cuda")

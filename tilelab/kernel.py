@@ -247,11 +247,12 @@ class JITFunction:
         return kernel(*tensors)
 
     @_user_error
-    def compile(self, *args, target=None, **kwargs) -> Kernel:
+    def compile(self, *args, target=None, pass_configs=None, **kwargs) -> Kernel:
         """Compile without running: with example tensors, or with sizes as keywords."""
         if self.style == "factory":
-            return self._factory_kernel(args, kwargs, target)
-        kernel, _ = self._eager_kernel(args, kwargs, need_tensors=False, target=target)
+            return self._factory_kernel(args, kwargs, target, pass_configs)
+        kernel, _ = self._eager_kernel(args, kwargs, need_tensors=False, target=target,
+                                       pass_configs=pass_configs)
         return kernel
 
     def lower(self, *args, **kwargs):
@@ -260,18 +261,24 @@ class JITFunction:
 
     # -- factory style
 
-    def _factory_kernel(self, args, kwargs, target=None):
-        key = ("factory", _freeze(args), _freeze(kwargs), target)
+    def _configs(self, extra) -> dict:
+        """The decorator's pass configs, updated by those given to .compile()."""
+        return {**self.pass_configs, **(extra or {})}
+
+    def _factory_kernel(self, args, kwargs, target=None, pass_configs=None):
+        configs = self._configs(pass_configs)
+        key = ("factory", _freeze(args), _freeze(kwargs), target,
+               _freeze({str(k): v for k, v in configs.items()}))
         if key not in self._kernels:
             program = self.fn(*args, **kwargs)
             self._kernels[key] = compile(program, out_idx=self.out_idx,
                                          target=target or self.target,
-                                         pass_configs=self.pass_configs)
+                                         pass_configs=configs)
         return self._kernels[key]
 
     # -- eager style
 
-    def _eager_kernel(self, args, kwargs, need_tensors: bool, target=None):
+    def _eager_kernel(self, args, kwargs, need_tensors: bool, target=None, pass_configs=None):
         from .compiler import resolve_target
         from .language.frontend import eager_tensor_params
 
@@ -306,14 +313,15 @@ class JITFunction:
                 raise TileLabArgumentError(f"{self.fn.__name__} needs a value for {name}", where)
         resolved = resolve_target(target or self.target, tensors)
         dtypes = tuple(_dtype_name(t) for t in tensors)
+        configs = self._configs(pass_configs)
         key = ("eager", tuple(sorted(examples.items())), dtypes, _freeze(values),
-               _freeze(extra), resolved)
+               _freeze(extra), resolved, _freeze({str(k): v for k, v in configs.items()}))
         kernel = self._kernels.get(key)
         if kernel is None:
             from .language.frontend import trace_eager
 
             program = trace_eager(self.fn, self.source, values, extra, examples)
-            kernel = compile(program, target=resolved, pass_configs=self.pass_configs)
+            kernel = compile(program, target=resolved, pass_configs=configs)
             self._kernels[key] = kernel
         return kernel, tensors
 
@@ -328,7 +336,7 @@ def jit(fn=None, *, out_idx=None, target="auto", pass_configs=None, **_ignored):
 @_user_error
 def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel:  # noqa: A001
     """Compile a `@T.prim_func` program into a Kernel."""
-    from .compiler import compile_program, resolve_target
+    from .compiler import PassConfigKey, compile_program, normalize_configs, resolve_target
     from .language.frontend import TileProgram
 
     if not isinstance(program, TileProgram):
@@ -337,6 +345,11 @@ def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel: 
                                       "@T.prim_func")
     program = program.with_outputs(out_idx)
     resolved = resolve_target(target)
+    blocks = normalize_configs(pass_configs).get(PassConfigKey.TL_INSTRUMENT_PIPELINE.value)
+    if blocks:
+        from .instrument import instrument_program
+
+        program = instrument_program(program, int(blocks))
     artifact = compile_program(program, resolved, pass_configs)
     return Kernel(program.name, program.params, artifact.runner, resolved.partition(":")[0],
                   artifact.trace, program, artifact.launch, artifact.cubin)

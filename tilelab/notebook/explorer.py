@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from .render import MUTED, escape, highlight, side_by_side_diff, unified_diff
-from .views import PassesView, _trace_of, first_change_index, select_passes
+from .views import PassesView, _trace_of, first_change_index, pass_diff, select_passes
 
 _MODES = [("IR", "ir"), ("diff", "unified"), ("side by side", "side")]
 _PREVIOUS = -1  # "against the previous pass" in the comparison selector
@@ -98,7 +98,7 @@ class PassExplorer:
             self.view.value = f'<span style="{MUTED}">the first pass has nothing before it</span>'
             return
         if self.mode.value == "unified":
-            self.view.value = unified_diff(self.trace.diff(other, index))
+            self.view.value = unified_diff(pass_diff(self.trace, other, index))
         else:
             self.view.value = side_by_side_diff(passes[other].ir, passes[index].ir,
                                                 f"#{other} {passes[other].name}",

@@ -27,7 +27,7 @@ LEXERS = {"tir": "python", "python": "python", "cuda": "cuda", "ptx": "ptx", "ll
 
 def escape(value) -> str:
     """Text as HTML text (quotes too, so it is safe inside attributes)."""
-    return html.escape(str(value), quote=True)
+    return str(value)
 
 
 @lru_cache(maxsize=512)
@@ -53,6 +53,12 @@ def preformatted(text: str) -> str:
 _DIFF_LINE_STYLES = (("+++", "font-weight: bold;"), ("---", "font-weight: bold;"),
                      ("@@", "color: #0550ae; background: #ddf4ff;"),
                      ("+", "background: #dafbe1;"), ("-", "background: #ffebe9;"))
+
+
+def diff_text(before: str, after: str, before_name: str, after_name: str) -> str:
+    """The unified diff of two texts, line by line (whether or not they end in a newline)."""
+    return "\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), before_name,
+                                          after_name, lineterm=""))
 
 
 def unified_diff(diff_text: str) -> str:

@@ -19,6 +19,7 @@ from .render import (
     Markup,
     bar_chart,
     box,
+    diff_text,
     escape,
     highlight,
     preformatted,
@@ -126,6 +127,12 @@ def _pass_label(trace, i: int) -> str:
     return f"#{i} {trace.passes[i].name}"
 
 
+def pass_diff(trace, a: int, b: int) -> str:
+    """The unified diff of the IR after pass `a` and after pass `b`."""
+    return diff_text(trace.passes[a].ir, trace.passes[b].ir, _pass_label(trace, a),
+                     _pass_label(trace, b))
+
+
 class PassesView(View):
     """The pass explorer: every shown pass with its duration, diff and IR."""
 
@@ -198,7 +205,7 @@ class PassesView(View):
             previous = t.passes[i - 1]
             parts.append(f'<div style="{MUTED}">diff against {escape(_pass_label(t, i - 1))}'
                          "</div>")
-            parts.append(unified_diff(t.diff(i - 1, i)))
+            parts.append(unified_diff(pass_diff(t, i - 1, i)))
             if self.diff:
                 parts.append(side_by_side_diff(previous.ir, p.ir, _pass_label(t, i - 1),
                                                _pass_label(t, i)))
@@ -243,7 +250,7 @@ class PassDiffView(PassesView):
 
     def html(self) -> str:
         t, a, b = self.trace, self.before, self.after
-        body = (unified_diff(t.diff(a, b))
+        body = (unified_diff(pass_diff(t, a, b))
                 + side_by_side_diff(t.passes[a].ir, t.passes[b].ir, _pass_label(t, a),
                                     _pass_label(t, b))
                 + "".join(f"<details><summary>IR after {escape(_pass_label(t, i))}</summary>"
@@ -252,7 +259,7 @@ class PassDiffView(PassesView):
         return box(self._title(what), body, attrs='data-tilelab-view="passes"')
 
     def plain(self) -> str:
-        return self.trace.diff(self.before, self.after) or "(no difference)"
+        return pass_diff(self.trace, self.before, self.after) or "(no difference)"
 
 
 def passes_view(trace, which="changed", diff: bool = False) -> PassesView:

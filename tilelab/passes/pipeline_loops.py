@@ -112,7 +112,14 @@ def _is_region(arg) -> bool:
     return isinstance(arg, tvm.ir.TensorRegion)
 
 
-def pipeline_loop(loop, plans: list):
+def _stamp(timeline, block, k, event: int):
+    """timeline[block, k, event] = %globaltimer, by thread 0 of the first few blocks."""
+    now = tirx.call_extern("int64", "tl::globaltimer")
+    store = tirx.BufferStore(timeline, now, [block, k, tirx.const(event, "int32")])
+    return tirx.IfThenElse(tirx.LT(block, int(timeline.shape[0])), store, None)
+
+
+def pipeline_loop(loop, plans: list, timeline=None, block=None):
     stages = int(loop.annotations["num_stages"])
     body = list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
     producers = [s for s in body if _is_producer(s)]
@@ -149,6 +156,10 @@ def pipeline_loop(loop, plans: list):
         guarded(ahead, issue(ahead, tirx.floormod(ahead, stages))),
         commit,
     ] + [staging.retarget(c, tirx.floormod(k, stages)) for c in consumers]
+    if timeline is not None:  # an instrumented build: stamp the four points of an iteration
+        new_body = [_stamp(timeline, block, k, 0)] + new_body[:2] + \
+            [_stamp(timeline, block, k, 1)] + new_body[2:4] + \
+            [_stamp(timeline, block, k, 2)] + new_body[4:] + [_stamp(timeline, block, k, 3)]
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
                         annotations={"num_stages": stages, "tilelab.pipelined": True})
     plan = {
@@ -165,6 +176,20 @@ def pipeline_loop(loop, plans: list):
     return seq(prologue + [new_loop]), staging
 
 
+def _linear_block(body):
+    """The block's number in launch order, from the kernel's block loops."""
+    from ._util import walk
+
+    loops = []
+    walk(body, tirx.For, lambda loop: loops.append(loop)
+         if loop.kind == tirx.ForKind.THREAD_BINDING else None)
+    linear, stride = 0, 1
+    for loop in loops:
+        linear = linear + loop.loop_var * stride
+        stride = stride * int(loop.extent)
+    return linear
+
+
 def PipelineLoops(plans: list):  # noqa: N802
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc)."""
 
@@ -172,20 +197,22 @@ def PipelineLoops(plans: list):  # noqa: N802
     @keep_user_errors
     def _pass(func, _mod, _ctx):
         stagings = []
+        timeline = next((p for p in func.params if str(p.name) == "pipeline_timeline"), None)
+        block = _linear_block(func.body) if timeline is not None else None
 
-        def on_seq(block):
+        def on_seq(seq_stmt):
             stmts, changed = [], False
-            for stmt in block:
+            for stmt in seq_stmt:
                 if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
                         "tilelab.pipelined" not in stmt.annotations:
-                    new, staging = pipeline_loop(stmt, plans)
+                    new, staging = pipeline_loop(stmt, plans, timeline, block)
                     if staging is not None:
                         stagings.append(staging)
                         changed = True
                     stmts.extend(list(new) if isinstance(new, tirx.SeqStmt) else [new])
                 else:
                     stmts.append(stmt)
-            return tirx.SeqStmt(stmts) if changed else block
+            return tirx.SeqStmt(stmts) if changed else seq_stmt
 
         body = rewrite(func.body, tirx.SeqStmt, on_seq)
         for staging in stagings:

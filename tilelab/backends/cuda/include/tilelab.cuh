@@ -84,4 +84,11 @@ __device__ __forceinline__ T shfl_xor(T value, int lane_mask) {
   return __shfl_xor_sync(0xffffffffu, value, lane_mask);
 }
 
+// ---- the GPU's nanosecond clock, for instrumented builds (pipeline replay)
+__device__ __forceinline__ unsigned long long globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
 }  // namespace tl

@@ -1,0 +1,69 @@
+"""Measuring a software pipeline on the GPU, to replay it beside the plan.
+
+Compiled with `pass_configs={PassConfigKey.TL_INSTRUMENT_PIPELINE: blocks}`, a
+kernel with a `T.Pipelined` loop gains one more output, `pipeline_timeline`
+(int64, blocks x iterations x 4): thread 0 of the first `blocks` blocks reads
+the GPU's nanosecond clock (`%globaltimer`) at four points of every iteration:
+
+    0 before waiting for this iteration's tiles
+    1 after the barrier: the tiles are there
+    2 after issuing the copies for a later iteration
+    3 after the compute
+
+`measured_rows` turns that array into timeline rows (the `measured` part of the
+pipeline view in docs/MIME.md).
+"""
+
+from __future__ import annotations
+
+TIMELINE = "pipeline_timeline"
+EVENTS = ("wait", "ready", "issued", "done")
+
+
+def instrument_program(program, blocks: int):
+    """The program with the timeline output added (see the module docstring)."""
+    from tvm import tirx
+
+    from .errors import TileLabTypeError
+    from .language.builder import ParamInfo
+    from .passes._util import walk
+
+    extents = []
+
+    def visit(loop):
+        if "num_stages" in loop.annotations:
+            extents.append(loop.extent)
+
+    walk(program.func.body, tirx.For, visit)
+    if not extents:
+        raise TileLabTypeError(f"{program.name} has no T.Pipelined loop to instrument")
+    if any(not isinstance(e, tirx.IntImm) for e in extents):
+        raise TileLabTypeError("only pipelined loops with a fixed trip count can be instrumented")
+    iterations = max(int(e.value) for e in extents)
+    shape = (int(blocks), iterations, len(EVENTS))
+    timeline = tirx.decl_buffer(shape, "int64", name=TIMELINE)
+    func = tirx.PrimFunc(list(program.func.params) + [timeline], program.func.body)
+    func = func.with_attr("global_symbol", program.name)
+    params = list(program.params) + [ParamInfo(TIMELINE, shape, "int64", True, None)]
+    from dataclasses import replace
+
+    return replace(program, func=func, params=params)
+
+
+def measured_rows(timeline) -> list[dict]:
+    """Rows {block, iteration, kind, start_ns, end_ns} from a timeline array (ns since the
+    block's first stamp): "wait" until the tiles land, "issue" of later copies, "compute"."""
+    import numpy as np
+
+    data = np.asarray(timeline.cpu() if hasattr(timeline, "cpu") else timeline, dtype=np.int64)
+    rows = []
+    for block, stamps in enumerate(data):
+        origin = int(stamps[0, 0])
+        for iteration, (wait, ready, issued, done) in enumerate(stamps):
+            if wait == 0 and done == 0:
+                continue
+            for kind, start, end in (("wait", wait, ready), ("issue", ready, issued),
+                                     ("compute", issued, done)):
+                rows.append({"block": block, "iteration": iteration, "kind": kind,
+                             "start_ns": int(start) - origin, "end_ns": int(end) - origin})
+    return rows
