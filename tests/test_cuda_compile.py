@@ -233,11 +233,6 @@ def test_compiling_for_cuda_needs_no_gpu(tmp_path):
     assert out.stdout.strip().endswith("ok")
 
 
-@pytest.mark.xfail(
-    strict=True, raises=tilelab.TileLabCompileError,
-    reason="bug: infer_layouts._check_nest indexes the padding slots (None) of a padded "
-           "block_cyclic fragment: TypeError 'NoneType' object is not subscriptable when N is "
-           "not a multiple of threads x vector")
 @pytest.mark.parametrize("kernel", [softmax_kernel, layer_norm_kernel, rms_norm_kernel],
                          ids=["softmax", "layer_norm", "rms_norm"])
 def test_row_kernels_compile_with_a_partial_row(kernel):
@@ -245,12 +240,6 @@ def test_row_kernels_compile_with_a_partial_row(kernel):
     assert compiled_kernel.trace.resources["spill_stores_bytes"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True, raises=tilelab.TileLabCompileError,
-    reason="bug: infer_layouts cannot reduce a block_cyclic fragment along its rows when a "
-           "row's elements do not split evenly among the threads ('cannot reduce "
-           "Fragment(block_cyclic(shape=[4, 77], ...)) along dimension 1'); the CPU backend "
-           "runs these (test_course_kernels.py)")
 @pytest.mark.parametrize("kernel, sizes", [
     (row_sum_kernel, dict(M=29, N=50, block_m=8)),
     (softmax_kernel, dict(M=21, N=77, block_m=4)),

@@ -11,6 +11,7 @@ import html
 import inspect
 import json
 import linecache
+import os
 import re
 import subprocess
 import sys
@@ -63,6 +64,16 @@ def shell():
     shell.run_line_magic("unload_ext", "tilelab")
 
 
+@pytest.fixture
+def settings(shell):
+    """%tilelab's settings, put back to the defaults after the test."""
+    from tilelab.notebook.magics import Settings
+
+    magics = shell.magics_manager.registry["TileLabMagics"]
+    yield magics.settings
+    magics.settings = Settings()
+
+
 def run(shell, cell):
     """Run a cell; return its result and what it displayed and printed."""
     with capture_output() as captured:
@@ -89,6 +100,10 @@ def one(captured, view):
 def text_of(markup: str) -> str:
     """What a reader of the HTML sees: the tags dropped, the entities decoded."""
     return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+def bundle_text(captured) -> str:
+    return "".join(o.data["text/plain"] for o in captured.outputs)
 
 
 def kernel_cell(flags: str, extra: str = "") -> str:
@@ -152,7 +167,11 @@ def test_passes_all_and_by_name(shell):
     assert [p["name"] for p in passes] == ["tilelab.FrontEnd", "tirx.FlattenBuffer"]
 
     _, captured = run(shell, kernel_cell('--passes no.SuchPass --args "N=1000"'))
-    assert "no pass 'no.SuchPass'" in captured.stderr + captured.stdout
+    assert "UsageError: no pass 'no.SuchPass'" in captured.stderr + captured.stdout
+    assert "Traceback" not in captured.stderr + captured.stdout
+
+    _, captured = run(shell, "%%tilekernel --kernel torch --passes\n# not a kernel\n")
+    assert "no tilelab kernel of that name" in captured.stderr + captured.stdout
 
 
 def test_diff_shows_side_by_side_tables(shell):
@@ -180,6 +199,38 @@ def test_kernels_compiled_by_calls_in_the_cell(shell):
     assert torch.equal(shell.user_ns["y"], torch.full((300,), 2.0))
 
 
+FACTORY = """%%tilekernel --passes --check "A * 0.5 + B"
+@tilelab.jit(out_idx=[2])
+def scaled_add(N: int, block: int = 64):
+    @T.prim_func
+    def main(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32),
+             C: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    C[bx * block + i] = A[bx * block + i] * 0.5 + B[bx * block + i]
+
+    return main
+
+kernel = scaled_add(100)
+"""
+
+
+def test_factory_style_and_a_compiled_kernel_shown_once(shell):
+    result, captured = run(shell, FACTORY)
+    assert result.success
+    assert isinstance(shell.user_ns["kernel"], tilelab.Kernel)
+    data = one(captured, "passes")["application/vnd.tilelab.passes+json"]
+    assert data["kernel"] == "main"
+    check = one(captured, "check")["application/vnd.tilelab.check+json"]
+    assert check["passed"] and check["total"] == 100  # on random A and B, by parameter name
+
+    _, captured = run(shell, '%%tilekernel --kernel scaled_add --args "N=130" --passes all\n'
+                              '# a kernel from an earlier cell\n')
+    data = one(captured, "passes")["application/vnd.tilelab.passes+json"]
+    assert "T.Buffer((130,)" in data["passes"][0]["ir"]
+
+
 def test_uncompiled_kernel_gets_a_note(shell):
     _, captured = run(shell, kernel_cell("--passes"))
     assert not bundles(captured, "passes")
@@ -198,6 +249,26 @@ def test_source_view_llvm(shell):
     assert data["language"] == "llvm" and "define" in data["code"]
     assert isinstance(data["resources"], dict)
     assert "define" in text_of(bundle["text/html"])
+
+
+def test_target_flag(shell):
+    _, captured = run(shell, kernel_cell('--target cpu --args "N=1000" --passes'))
+    assert one(captured, "passes")["application/vnd.tilelab.passes+json"]["target"] == "cpu"
+    assert shell.user_ns["double_kernel"].target == "cpu"  # later calls compile for it too
+
+
+def test_cuda_source_and_resources_without_a_gpu(shell):
+    from tilelab.backends.cuda.nvcc import find_nvcc
+
+    if find_nvcc() is None:
+        pytest.skip("compiling for CUDA needs nvcc")
+    _, captured = run(shell, kernel_cell('--target cuda --args "N=1000" --source'))
+    sources = {b["application/vnd.tilelab.source+json"]["language"]: b
+               for b in bundles(captured, "source")}
+    assert {"cuda", "ptx"} <= set(sources)
+    data = sources["cuda"]["application/vnd.tilelab.source+json"]
+    assert "__global__" in data["code"] and data["resources"]["block"] == [128, 1, 1]
+    assert "registers" in text_of(sources["cuda"]["text/html"])
 
 
 # ---------------------------------------------------------------- check and bench
@@ -222,12 +293,10 @@ def test_check_reports_a_wrong_baseline(shell):
     assert "FAILED" in bundle["text/html"] and "FAILED" in bundle["text/plain"]
 
 
-def test_bench_in_the_cell(shell):
+def test_bench_in_the_cell(shell, settings):
     run(shell, "%tilelab --warmup 1 --rep 3 --input-sets 2")
-    try:
-        _, captured = run(shell, kernel_cell('--args "N=4096" --bench "X * 2"'))
-    finally:
-        run(shell, "%tilelab --warmup 2 --rep 10 --input-sets 3")
+    assert (settings.warmup, settings.rep, settings.input_sets) == (1, 3, 2)
+    _, captured = run(shell, kernel_cell('--args "N=4096" --bench "X * 2"'))
     bundle = one(captured, "bench")
     data = bundle["application/vnd.tilelab.bench+json"]
     assert data["timing"] == "wall-clock (CPU)" and data["device"].startswith("CPU")
@@ -349,29 +418,35 @@ def test_error_when_calling_a_kernel_in_the_cell(shell):
     data = one(captured, "error")["application/vnd.tilelab.error+json"]
     assert "must be float32" in data["message"]
     assert data["line"] == cell.splitlines().index('    X: T.Tensor((N,), T.float32)') + 1
+    assert f"cell line {data['line']}," in bundle_text(captured)
+
+    # the same mistake in a later cell points at the cell that defined the kernel
+    defined_in = data["filename"]
+    _, captured = run(shell, "%%tilekernel\ndouble_kernel(torch.zeros(8, dtype=torch.int32))\n")
+    later = one(captured, "error")
+    assert later["application/vnd.tilelab.error+json"]["filename"] == defined_in
+    assert f"{defined_in}, line {data['line']}," in later["text/plain"]
 
 
 def test_other_exceptions_propagate(shell):
     result, captured = run(shell, "%%tilekernel\nraise ValueError('plain python')\n")
     assert isinstance(result.error_in_exec, ValueError)
     assert not bundles(captured, "error")
+    # the traceback shows the cell's own line, not the magic's frames
+    assert "<tilekernel-" in captured.stdout and "magics.py" not in captured.stdout
 
 
 # ---------------------------------------------------------------- %tilelab
 
 
-def test_tilelab_line_magic_shows_and_sets_defaults(shell, tmp_path, monkeypatch):
+def test_tilelab_line_magic_shows_and_sets_defaults(shell, settings, tmp_path, monkeypatch):
     monkeypatch.setenv("TILELAB_CACHE_DIR", "/nowhere")
     _, captured = run(shell, "%tilelab")
     assert "target      auto" in captured.stdout and "/nowhere" in captured.stdout
     _, captured = run(shell, f"%tilelab --target cpu --rep 7 --cache-dir {tmp_path}")
-    try:
-        assert "target      cpu" in captured.stdout and "rep         7" in captured.stdout
-        import os
-
-        assert os.environ["TILELAB_CACHE_DIR"] == str(tmp_path)
-    finally:
-        run(shell, "%tilelab --target auto --rep 10")
+    assert "target      cpu" in captured.stdout and "rep         7" in captured.stdout
+    assert (settings.target, settings.rep) == ("cpu", 7)
+    assert os.environ["TILELAB_CACHE_DIR"] == str(tmp_path)
     _, captured = run(shell, "%tilelab --target tpu")
     assert "unknown target 'tpu'" in captured.stderr + captured.stdout
 

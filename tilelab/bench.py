@@ -153,9 +153,9 @@ class _Progress:
             print(f"\r{self.label}: {self.done}/{self.total}", end="", file=sys.stderr)
 
     def _open(self) -> None:
-        from IPython import get_ipython
-
-        if getattr(get_ipython(), "kernel", None) is not None:
+        ipython = sys.modules.get("IPython")  # not imported: not in a notebook either
+        shell = ipython.get_ipython() if ipython is not None else None
+        if getattr(shell, "kernel", None) is not None:
             import ipywidgets
             from IPython.display import display
 

@@ -59,6 +59,14 @@ def xor(a, b):
     return tirx.bitwise_xor(a, b)
 
 
+def _and(a, b):
+    if isinstance(a, bool) and isinstance(b, bool):
+        return a and b
+    from tvm import tirx
+
+    return tirx.And(a, b)
+
+
 def _product(values) -> int:
     return math.prod(values) if values else 1
 
@@ -423,6 +431,68 @@ class Fragment:
                         valid=valid if padded else None)
 
     @staticmethod
+    def row_spread(shape, threads: int, vector: int) -> Fragment:
+        """Rows (all but the last dimension, flattened) go round-robin to groups of threads;
+        within its group a row is dealt out `vector` elements at a time.
+
+        With one row this is `block_cyclic`. With several, each row lives on one
+        group of `threads // groups` threads, so reducing a row needs only the
+        shuffles inside that group. Slots past the end of a row (or past the last
+        row) are padding, tested by `valid`.
+        """
+        shape = tuple(int(s) for s in shape)
+        rows, cols = _product(shape[:-1]), shape[-1]
+        groups = 1
+        while groups * 2 <= rows and threads % (groups * 2) == 0 and \
+                (threads // (groups * 2)) * vector >= min(cols, 2 * vector):
+            groups *= 2
+        per_group = threads // groups
+        per_row = -(-cols // (per_group * vector)) * vector  # register slots per row
+        row_rounds = -(-rows // groups)
+        padded = rows % groups != 0 or cols % (per_group * vector) != 0
+
+        def forward(*args):
+            *idx, rep = args
+            row = 0
+            for i, extent in zip(idx[:-1], shape[:-1]):
+                row = row * extent + i
+            j = idx[-1]
+            thread = fmod(row, groups) * per_group + fmod(fdiv(j, vector), per_group)
+            local = fdiv(row, groups) * per_row + fdiv(j, per_group * vector) * vector + \
+                fmod(j, vector)
+            return thread, local
+
+        def row_col(thread, local):
+            row = fdiv(local, per_row) * groups + fdiv(thread, per_group)
+            within = fmod(local, per_row)
+            col = fdiv(within, vector) * per_group * vector + fmod(thread, per_group) * vector \
+                + fmod(within, vector)
+            return row, col
+
+        def inverse(thread, local):
+            row, col = row_col(thread, local)
+            index = []
+            for extent in reversed(shape[:-1][1:]):
+                index.append(fmod(row, extent))
+                row = fdiv(row, extent)
+            lead = [row, *reversed(index)] if len(shape) > 1 else []
+            return [*lead, col, 0]
+
+        def valid(thread, local):
+            row, col = row_col(thread, local)
+            conds = [c for c in ((row < rows) if rows % groups else None,
+                                 (col < cols) if cols % (per_group * vector) else None)
+                     if c is not None]
+            if not conds:
+                return True
+            return conds[0] if len(conds) == 1 else _and(*conds)
+
+        return Fragment(shape, threads, 1, forward, row_rounds * per_row,
+                        {"kind": "row_spread", "shape": list(shape), "threads": threads,
+                         "vector": vector, "groups": groups}, inverse=inverse if padded else None,
+                        valid=valid if padded else None)
+
+    @staticmethod
     def replicated(shape, threads: int) -> Fragment:
         """Every thread holds every element (small per-row statistics)."""
         shape = tuple(int(s) for s in shape)
@@ -454,6 +524,12 @@ class Fragment:
         if kind == "replicated":
             shape = self.shape[:dim] + self.shape[dim + 1:]
             return Fragment.replicated(shape or (1,), self.threads)
+        if kind == "row_spread" and dim == rank - 1:
+            out_shape = self.shape[:-1] or (1,)
+            groups = self.recipe["groups"]
+            if groups == 1:
+                return Fragment.replicated(out_shape, self.threads)
+            return Fragment.packed_rows(out_shape, self.threads, self.threads // groups)
         if kind == "block_cyclic" and dim == rank - 1:
             rows, cols = _product(self.shape[:-1]), self.shape[-1]
             threads, vector = self.recipe["threads"], self.recipe["vector"]
@@ -551,6 +627,8 @@ def _from_recipe(recipe: dict) -> Fragment:
         return Fragment.accumulator_rows(recipe["m"], *recipe["warps"])
     if kind == "block_cyclic":
         return Fragment.block_cyclic(recipe["shape"], recipe["threads"], recipe["vector"])
+    if kind == "row_spread":
+        return Fragment.row_spread(recipe["shape"], recipe["threads"], recipe["vector"])
     if kind == "replicated":
         return Fragment.replicated(recipe["shape"], recipe["threads"])
     if kind == "packed_rows":

@@ -32,6 +32,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from ..errors import TileLabError
+from ..kernel import JITFunction, Kernel, _is_tensor
 from .views import CheckView, ErrorView, JsonView, PassesView, source_views
 
 
@@ -77,10 +78,6 @@ def _parse(magic, line: str):
     return magic.parser.parse_args(argv)
 
 
-def _is_tensor(value) -> bool:
-    return hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "__dlpack__")
-
-
 def _tensor_bytes(kernel) -> int:
     """The bytes a kernel must move at least: every input read once, every output written once."""
     import torch
@@ -121,7 +118,7 @@ class TileLabMagics(Magics):
 
     # ------------------------------------------------------------ %%tilekernel
 
-    @magic_arguments()
+    @magic_arguments(name="%tilekernel")  # the usage line then reads %%tilekernel
     @argument("--target", type=_target,
               help="compile for cpu, cuda, cuda:sm_XX or auto (default: %%tilelab's)")
     @argument("--args", metavar="EXPR",
@@ -156,25 +153,30 @@ class TileLabMagics(Magics):
         --args and shown as the flags ask. Kernel errors are shown at the
         cell's own line (line 1 is the %%tilekernel line).
         """
+        __tracebackhide__ = True  # IPython shows a plain exception from the cell's frames only
         args = _parse(self.tilekernel, line)
         before = dict(self.shell.user_ns)
+        filename = f"<tilekernel-{next(self._cell_numbers)}>"
         kernel_name = ""
         try:
-            result = self._execute(line, cell)
+            result = self._execute(filename, line, cell)
+            shown = []  # a factory and the kernel it made in the cell are shown once
             for kernel_name, value in self._kernels(args, before):
                 kernel = self._compile(kernel_name, value, args)
-                if kernel is not None:
+                if kernel is not None and all(kernel is not k for k in shown):
+                    shown.append(kernel)
                     kernel_name = kernel.name
                     self._show(kernel, args)
         except TileLabError as err:
-            display(ErrorView(err, kernel_name))
+            display(ErrorView(err, kernel_name, filename))
             return None
         return result
 
-    def _execute(self, line: str, cell: str):
+    def _execute(self, filename: str, line: str, cell: str):
         """Run the cell in the user's namespace; return its last expression's value."""
-        filename = f"<tilekernel-{next(self._cell_numbers)}>"
+        __tracebackhide__ = True
         text = f"%%tilekernel {line}".rstrip() + "\n" + cell
+        # the entry IPython's CachingCompiler.cache makes (mtime None: checkcache keeps it)
         linecache.cache[filename] = (len(text), None, [ln + "\n" for ln in text.splitlines()],
                                      filename)
         python = self.shell.transform_cell(cell)
@@ -192,20 +194,15 @@ class TileLabMagics(Magics):
 
     def _kernels(self, args, before: dict) -> list[tuple[str, object]]:
         """(name, JITFunction or Kernel): the one --kernel names, or those the cell defined."""
-        from ..kernel import JITFunction, Kernel
-
         namespace = self.shell.user_ns
         if args.kernel:
-            if args.kernel not in namespace:
-                raise UsageError(f"--kernel {args.kernel}: no such name in the notebook")
-            return [(args.kernel, namespace[args.kernel])]
-        found, seen = [], set()
-        for name, value in namespace.items():
-            if isinstance(value, (JITFunction, Kernel)) and before.get(name) is not value \
-                    and id(value) not in seen:
-                seen.add(id(value))
-                found.append((name, value))
-        return found
+            value = namespace.get(args.kernel)
+            if not isinstance(value, (JITFunction, Kernel)):
+                raise UsageError(f"--kernel {args.kernel}: no tilelab kernel of that name "
+                                 "in the notebook")
+            return [(args.kernel, value)]
+        return [(name, value) for name, value in namespace.items()
+                if isinstance(value, (JITFunction, Kernel)) and before.get(name) is not value]
 
     def _wants_views(self, args) -> bool:
         return any((args.passes is not None, args.diff, args.source, args.layout, args.pipeline,
@@ -213,8 +210,6 @@ class TileLabMagics(Magics):
 
     def _compile(self, name: str, value, args):
         """The compiled Kernel to show for `value`, or None (with a note) if there is none."""
-        from ..kernel import JITFunction
-
         if not isinstance(value, JITFunction):
             return value
         target = args.target or self.settings.target
@@ -272,7 +267,10 @@ class TileLabMagics(Magics):
 
                 display(PassExplorer(trace, which, args.diff))
             else:
-                display(PassesView(trace, which, args.diff))
+                try:
+                    display(PassesView(trace, which, args.diff))
+                except KeyError as err:  # a pass name that is not in the trace
+                    raise UsageError(err.args[0]) from None
         if args.source:
             views = source_views(trace)
             if not views:

@@ -27,7 +27,7 @@ LEXERS = {"tir": "python", "python": "python", "cuda": "cuda", "ptx": "ptx", "ll
 
 def escape(value) -> str:
     """Text as HTML text (quotes too, so it is safe inside attributes)."""
-    return str(value)
+    return html.escape(str(value), quote=True)
 
 
 @lru_cache(maxsize=512)

@@ -144,6 +144,9 @@ class PassesView(View):
         self.which = which
         self.diff = diff
         self.indices = select_passes(self.trace, which)
+        # ids for the links from the pass table to the passes: stable, and distinct per trace
+        self._id = hashlib.sha1(f"{self.kernel}|{self.trace.target}|"
+                                f"{[len(p.ir) for p in self.trace.passes]}".encode()).hexdigest()
 
     def data(self) -> dict:
         return {"target": self.trace.target, "source": self.trace.source,
@@ -152,9 +155,7 @@ class PassesView(View):
     # -- HTML
 
     def _anchor(self, i: int) -> str:
-        digest = hashlib.sha1(f"{self.kernel}|{self.trace.target}|"
-                              f"{[len(p.ir) for p in self.trace.passes]}".encode()).hexdigest()
-        return f"tilelab-{digest[:10]}-pass-{i}"
+        return f"tilelab-{self._id[:10]}-pass-{i}"
 
     def _title(self, what: str) -> str:
         t = self.trace
@@ -348,19 +349,26 @@ class BenchView(View):
 
     HEADER = ["", "median ms", "TFLOP/s", "GB/s", "% of roofline", "speedup"]
 
+    def _table(self) -> tuple[list[str], list[list[str]]]:
+        """Header and rows, without the columns no row has a value for."""
+        rows = self._table_rows()
+        keep = [c for c in range(len(self.HEADER)) if c < 2 or any(r[c] for r in rows)]
+        return [self.HEADER[c] for c in keep], [[r[c] for c in keep] for r in rows]
+
     def html(self) -> str:
         title = (f"bench · <code>{escape(self.kernel)}</code> "
                  f'<span style="{MUTED} font-weight: normal;">{escape(self.device)}, '
                  f"{escape(self.timing)}, median</span>")
         chart = bar_chart([(r["name"], r["median_ms"]) for r in self.rows])
-        note = (f'<div style="{MUTED}">speedup = baseline time / time; lower bars are faster'
+        note = (f'<div style="{MUTED}">speedup = baseline time / time; shorter bars are faster'
                 "</div>")
-        return box(title, table(self.HEADER, self._table_rows()) + chart + note,
+        return box(title, table(*self._table()) + chart + note,
                    attrs='data-tilelab-view="bench"')
 
     def plain(self) -> str:
-        rows = [self.HEADER] + self._table_rows()
-        widths = [max(len(str(r[c])) for r in rows) for c in range(len(self.HEADER))]
+        header, rows = self._table()
+        rows = [header] + rows
+        widths = [max(len(str(r[c])) for r in rows) for c in range(len(header))]
         lines = [f"bench {self.kernel} on {self.device} ({self.timing}, median)"]
         lines += ["  " + "  ".join(str(c).rjust(w) if j else str(c).ljust(w)
                                    for j, (c, w) in enumerate(zip(r, widths))) for r in rows]
@@ -410,9 +418,12 @@ class CheckView(View):
 # ---------------------------------------------------------------- errors
 
 
-def _where(filename: str, line) -> str:
-    """`cell line 5` for a %%tilekernel cell (lines count from the magic's line)."""
-    if filename.startswith("<tilekernel-"):
+def _where(filename: str, line, cell: str | None = None) -> str:
+    """`cell line 5` in a %%tilekernel cell (lines count from the magic's line), else file, line.
+
+    `cell` is the cell being run: a location in another cell keeps its name.
+    """
+    if filename == cell or (cell is None and filename.startswith("<tilekernel-")):
         return f"cell line {line}"
     return f"{filename}, line {line}"
 
@@ -425,8 +436,8 @@ class ErrorView(View):
 
     view = "error"
 
-    def __init__(self, error, kernel: str = ""):
-        self.error, self.kernel = error, kernel
+    def __init__(self, error, kernel: str = "", cell: str | None = None):
+        self.error, self.kernel, self.cell = error, kernel, cell
         self.location = getattr(error, "location", None)
 
     def data(self) -> dict:
@@ -448,7 +459,7 @@ class ErrorView(View):
 
     def html(self) -> str:
         d = self.data()
-        where = f" at {escape(_where(d['filename'], d['line']))}, column {d['col']}" \
+        where = f" at {escape(_where(d['filename'], d['line'], self.cell))}, column {d['col']}" \
             if d["line"] else ""
         title = f'<span style="color: #cf222e;">{escape(type(self.error).__name__)}</span>{where}'
         excerpt = self._excerpt()
@@ -461,7 +472,7 @@ class ErrorView(View):
         d = self.data()
         head = f"{type(self.error).__name__}"
         if d["line"]:
-            head += f" at {_where(d['filename'], d['line'])}, column {d['col']}"
+            head += f" at {_where(d['filename'], d['line'], self.cell)}, column {d['col']}"
         parts = [f"{head}: {d['message']}"]
         if self._excerpt():
             parts.append("\n".join("    " + ln for ln in self._excerpt().splitlines()))

@@ -125,7 +125,7 @@ def default_fragment(shape, threads: int, dtype_bits: int) -> Fragment:
     vector = max(128 // dtype_bits, 1)
     while vector > 1 and (shape[-1] % vector or total < threads * vector):
         vector //= 2
-    return Fragment.block_cyclic(shape, threads, vector)
+    return Fragment.row_spread(shape, threads, vector)
 
 
 def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPlan:
@@ -190,6 +190,16 @@ def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPl
             return False
         layouts[buffer.name] = frag
         return True
+
+    # Shared tiles written from fragments (an epilogue staging its result) are swizzled
+    # too: each thread stores a few elements per row, which row-major would send to
+    # one bank from all eight rows a warp writes at once.
+    for c in copies:
+        src, dst = regions(c)
+        if _is_fragment(src.buffer) and dst.buffer.scope().startswith("shared") and \
+                tirx_dtype_bits(dst.buffer.dtype) == 16 and dst.buffer.name not in \
+                plan.shared_layouts and len(dst.buffer.shape) >= 2:
+            plan.shared_layouts[dst.buffer.name] = Layout.swizzled(_shape(dst.buffer)[-2:], 16)
 
     # 1. GEMMs fix their accumulators and register operands.
     for g in gemms:
@@ -326,6 +336,8 @@ def _check_nest(nest, layouts, plan, threads):
         owners = owner_table(layouts[buffer.name])
         for t, elements in enumerate(table):
             for element in elements:
+                if element is None:  # a padding slot of this thread
+                    continue
                 wanted = tuple(0 if p is None else element[p] for p in pos)
                 if t not in owners.get(wanted, {}):
                     raise TileLabTypeError(

@@ -568,7 +568,7 @@ class ThreadLowering:
             stmts.append(self.only_if_valid(sf, ls, tirx.BufferStore(
                 acc, _combine(kind, tirx.BufferLoad(acc, [slot]), value), [slot])))
         # 2. threads holding parts of the same row combine: shuffles, then shared memory
-        masks = _xor_masks(sf, dst_element)
+        masks = _xor_masks(sf, dst_element, df)
         warp_masks = [m for m in masks if m < 32]
         block_masks = [m for m in masks if m >= 32]
         combine_kind = "sum" if kind in ("sum", "abssum") else "max" if kind in (
@@ -700,11 +700,14 @@ def _consecutive(elements, v: int) -> bool:
     return True
 
 
-def _xor_masks(sf: Fragment, dst_element) -> list[int]:
+def _xor_masks(sf: Fragment, dst_element, df: Fragment) -> list[int]:
     """Thread-index XOR masks that connect the threads holding parts of one result row.
 
     Only the first copy of each element counts: replicas of a replicated
-    fragment already hold whole rows and must not be added twice.
+    fragment already hold whole rows and must not be added twice. A shuffle
+    with mask m combines register d of thread t with register d of thread t^m,
+    so for every mask both threads must keep the same result row in register d
+    (a thread with nothing of that row contributes the identity).
     """
     import itertools
 
@@ -722,15 +725,18 @@ def _xor_masks(sf: Fragment, dst_element) -> list[int]:
                 basis.append(x)
                 basis.sort(reverse=True)
     masks = sorted(basis)
-    # the span of the masks must be exactly each row's group of threads
-    for group in holders.values():
-        t0 = min(group)
-        span = {t0}
-        for m in masks:
-            span |= {t ^ m for t in span}
-        if span != group:
-            raise TileLabTypeError("this reduction's threads do not form a shuffle pattern",
-                                   hint="use a power-of-two number of threads per row")
+    d_elems = thread_elements(df)
+    for m in masks:
+        for t in range(df.threads):
+            partner = t ^ m
+            if partner >= df.threads:
+                raise TileLabTypeError("this reduction's threads do not form a shuffle pattern",
+                                       hint="use a power-of-two number of threads")
+            for a, b in zip(d_elems[t], d_elems[partner]):
+                if a is not None and b is not None and a != b:
+                    raise TileLabTypeError(
+                        "this reduction's threads do not form a shuffle pattern",
+                        hint="use a power-of-two number of threads per row")
     return masks
 
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..ir.layout import Layout
 from .layouts import bank_color, buffer_info, dtype_bits, grid_shape, layout_tables, thread_color
-from .scene import Scene
+from .scene import Scene, escape
 from .view import View, trace_field
 
 
@@ -269,61 +269,70 @@ def bank_conflict_view(trace, buffer: str) -> BankConflictView:
                   if b["scope"].startswith("shared")]
         raise TileLabError(f"{buffer!r} is not a shared-memory tile of this kernel",
                            hint=f"shared tiles: {', '.join(shared) or 'none'}")
-    chosen = (trace_field(trace, "layouts") or {}).get(buffer, {}).get("kind", "row_major")
+    chosen = (trace_field(trace, "layouts") or {}).get(buffer)
     return BankConflictView(trace_field(trace, "kernel", ""), info, chosen,
                             shared_accesses(trace, buffer))
 
 
 class BankConflictView(View):
-    """Payload `{buffer, accesses}`: each access on the swizzled layout and on row-major."""
+    """Payload `{buffer, accesses}`: each access on the swizzled layout and on row-major.
+
+    A tile with a layout of the user's own (`T.annotate_layout`) is scored on
+    that layout too, in the table and pictures (the payload keeps the pair).
+    """
 
     view = "bank_conflicts"
 
-    def __init__(self, kernel: str, info: dict, chosen: str, accesses: list[dict]):
+    def __init__(self, kernel: str, info: dict, chosen: dict | None, accesses: list[dict]):
         super().__init__(kernel)
-        self.info, self.chosen, self.accesses = info, chosen, accesses
+        self.info, self.accesses = info, accesses
+        self.chosen = (chosen or {}).get("kind", "row_major")
         rows, cols = grid_shape(info["shape"])
         bits = dtype_bits(info["dtype"])
-        self.layouts = {True: dict(Layout.swizzled((rows, cols), bits).to_json(), dtype_bits=bits),
-                        False: {"kind": "row_major", "shape": [rows, cols], "dtype_bits": bits}}
-        self.degrees = {(i, swizzled): bank_conflicts(self.layouts[swizzled], access)
-                        for i, access in enumerate(accesses) for swizzled in (True, False)}
+        self.layouts = {"row-major": {"kind": "row_major", "shape": [rows, cols],
+                                      "dtype_bits": bits},
+                        "swizzled": dict(Layout.swizzled((rows, cols), bits).to_json(),
+                                         dtype_bits=bits)}
+        if self.chosen not in ("row_major", "swizzled"):
+            self.layouts["this kernel's"] = dict(chosen, dtype_bits=bits)
+        self.degrees = {(i, name): bank_conflicts(layout, access)
+                        for i, access in enumerate(accesses)
+                        for name, layout in self.layouts.items()}
 
     def payload(self) -> dict:
         rows = []
         for i, access in enumerate(self.accesses):
             for swizzled in (True, False):
-                degrees = self.degrees[(i, swizzled)]
+                degrees = self.degrees[(i, "swizzled" if swizzled else "row-major")]
                 rows.append({"name": access["name"], "instruction": access["instruction"],
                              "swizzled": swizzled, "conflict_degree_per_instruction": degrees,
                              "max_degree": max(degrees, default=1)})
         return {"buffer": self.info["name"], "accesses": rows}
 
     def title(self) -> str:
-        layout = "swizzled" if self.chosen == "swizzled" else "row-major"
+        layout = {"row_major": "row-major", "swizzled": "swizzled"}.get(
+            self.chosen, f"a {self.chosen} layout")
         return (f"Bank conflicts of {self.info['name']}: {self.info['dtype']} "
-                f"{self.info['shape']} in shared memory (the compiler chose {layout})")
+                f"{self.info['shape']} in shared memory (the kernel uses {layout})")
 
     def text(self) -> str:
         lines = [f"{self.kernel + ': ' if self.kernel else ''}{self.title()}"]
         for i, access in enumerate(self.accesses):
-            worst = {s: max(self.degrees[(i, s)], default=1) for s in (True, False)}
-            lines.append(f"  {access['name']}, {access['instruction']}: "
-                         f"swizzled {_words(worst[True])}, row-major {_words(worst[False])}")
+            scores = ", ".join(f"{name} {_words(max(self.degrees[(i, name)], default=1))}"
+                               for name in self.layouts)
+            lines.append(f"  {access['name']}, {access['instruction']}: {scores}")
         if not self.accesses:
             lines.append("  no accesses to it were found in the kernel")
         return "\n".join(lines)
 
     def body_html(self) -> str:
-        from .scene import escape
-
         head = ("<tr><th>access</th><th>instruction</th><th>warp instructions</th>"
-                "<th>row-major</th><th>swizzled</th></tr>")
+                + "".join(f"<th>{escape(name)}</th>" for name in self.layouts) + "</tr>")
         body = []
         for i, access in enumerate(self.accesses):
             cells = []
-            for swizzled in (False, True):
-                degrees = self.degrees[(i, swizzled)]
+            for name in self.layouts:
+                degrees = self.degrees[(i, name)]
                 worst = max(degrees, default=1)
                 bad = sum(d > 1 for d in degrees)
                 css = "tl-bad" if worst > 1 else "tl-good"
@@ -351,20 +360,17 @@ class BankConflictView(View):
         if title:
             scene.text(4, 12, self.title(), size=13, bold=True)
             y = 28.0
-        width = 0.0
-        y, w = self._chunk_maps(scene, y)
-        width = max(width, w)
+        y, width = self._chunk_maps(scene, y)
         for i, access in enumerate(self.accesses):
-            degrees = self.degrees[(i, False)]
+            degrees = self.degrees[(i, "row-major")]
             worst = int(np.argmax(degrees)) if degrees else 0
             scene.text(4, y + 8, f"{access['name']}: {access['instruction']} - "
                        f"instruction {worst} of {len(degrees)}", size=12, bold=True)
             y += 22
             x, height = 4.0, 0.0
-            for swizzled in (False, True):
-                addresses = byte_addresses(self.layouts[swizzled], access)[worst]
-                label = "swizzled" if swizzled else "row-major"
-                w, h = _phase_panel(scene, x, y, addresses, access, worst, label)
+            for name, layout in self.layouts.items():
+                addresses = byte_addresses(layout, access)[worst]
+                w, h = _phase_panel(scene, x, y, addresses, access, worst, name)
                 x += w + 24
                 height = max(height, h)
             width = max(width, x)
@@ -385,11 +391,11 @@ class BankConflictView(View):
                    f"{shown} rows", size=12, bold=True)
         y += 28
         x = 30.0
-        for swizzled in (False, True):
-            offsets = _offsets_2d(self.layouts[swizzled], rows, cols, size * 8)
-            scene.text(x, y, "swizzled" if swizzled else "row-major", size=11, bold=True)
+        for k, (name, layout) in enumerate(self.layouts.items()):
+            offsets = _offsets_2d(layout, rows, cols, size * 8)
+            scene.text(x, y, name, size=11, bold=True)
             for r in range(shown):
-                if not swizzled:
+                if k == 0:
                     scene.text(x - 4, y + 14 + (r + 0.5) * 18, str(r), size=9, anchor="end",
                                color="#555555")
                 for c in range(chunks):
@@ -398,7 +404,7 @@ class BankConflictView(View):
                                stroke="#ffffff", stroke_width=1, group="chunks")
                     scene.text(x + (c + 0.5) * cell, y + 14 + (r + 0.5) * 18, str(group),
                                size=9, anchor="middle", group="chunk-labels")
-            x += chunks * cell + 40
+            x += max(chunks * cell, 110) + 40
         scene.text(30, y + 14 + shown * 18 + 10, "columns: the tile's 16-byte chunks in "
                    "logical order; number: the bank group the chunk is stored in",
                    size=10, color="#444444")

@@ -77,8 +77,7 @@ def layout_tables(layout, bits: int | None = None) -> dict:
 
     Fragments give `thread[rep][...index]` and `local[rep][...index]`; memory
     layouts give `offsets[...index]` (in elements) and `banks[...index]`, for
-    elements of `bits` bits (taken from the layout's recipe when it has them;
-    16 when neither says).
+    elements of `bits` bits (else the recipe's `dtype_bits`, else 16).
     """
     if isinstance(layout, Fragment):
         return layout.to_json()
@@ -86,13 +85,15 @@ def layout_tables(layout, bits: int | None = None) -> dict:
         if "thread" in layout:
             return {k: v for k, v in layout.items() if k != "scope"}
         return Fragment.from_json(layout).to_json()
-    if isinstance(layout, dict) and "offsets" in layout:
-        return {k: v for k, v in layout.items() if k != "scope"}
-    if isinstance(layout, dict):
-        layout = Layout.from_json(layout)
-    bits = bits or layout.recipe.get("dtype_bits") or 16
-    offsets = layout.table()
-    return {"kind": layout.recipe.get("kind", "custom"), "shape": list(layout.shape),
+    if isinstance(layout, dict):  # a memory layout's JSON: offsets included, or a recipe
+        recipe = layout
+        offsets = np.asarray(layout["offsets"]) if "offsets" in layout else \
+            Layout.from_json(layout).table()
+    else:
+        recipe, offsets = layout.recipe, layout.table()
+    bits = bits or recipe.get("dtype_bits") or 16
+    return {"kind": recipe.get("kind", "custom"), "shape": list(recipe.get("shape",
+                                                                        offsets.shape)),
             "dtype_bits": bits, "offsets": offsets.tolist(),
             "banks": ((offsets * bits // 32) % 32).tolist()}
 
@@ -121,7 +122,7 @@ class LayoutGrid:
             self.banks = np.asarray(tables["banks"]).reshape(self.rows, self.cols)
 
     def held(self, thread=None, warp=None, bank=None):
-        """Which cells the highlighted thread / warp holds (or lie in the bank); None: no highlight."""
+        """Cells the highlighted thread or warp holds, or that lie in the bank (None: none)."""
         if self.is_fragment and thread is not None:
             return (self.thread == thread).any(axis=0)
         if self.is_fragment and warp is not None:
@@ -264,10 +265,11 @@ def _legend(scene: Scene, grid: LayoutGrid, x, y, thread, warp, bank, held, colo
             if threads > 32:
                 y += 18
                 scene.text(x, y, "warp shades:", size=10, group="legend")
-                for w in range(min(threads // 32, 8)):
-                    scene.rect(x + 78 + w * 44, y - 6, 14, 12, thread_color(w * 32 + 12),
-                               group="legend")
-                    scene.text(x + 95 + w * 44, y, f"w{w}", size=10, group="legend")
+                for w in range(min(threads // 32, 8)):  # each warp's lanes 0, 4, ..., 28
+                    for k in range(8):
+                        scene.rect(x + 78 + w * 60 + k * 4, y - 6, 4, 12,
+                                   thread_color(w * 32 + 4 * k), group="legend")
+                    scene.text(x + 112 + w * 60, y, f"w{w}", size=10, group="legend")
         notes.append(f"T5:R3 = thread 5, register 3 · {threads} threads × "
                      f"{grid.tables['local_size']} registers")
         if threads > 32:
@@ -448,7 +450,10 @@ var offsets = frag ? null : L.offsets.flat(Infinity), banks = frag ? null : L.ba
 
 function index(i) {
   var idx = [];
-  for (var d = L.shape.length - 1; d >= 0; d--) { idx.unshift(i % L.shape[d]); i = Math.floor(i / L.shape[d]); }
+  for (var d = L.shape.length - 1; d >= 0; d--) {
+    idx.unshift(i % L.shape[d]);
+    i = Math.floor(i / L.shape[d]);
+  }
   return '[' + idx.join(', ') + ']';
 }
 function who(t) { return 'thread ' + t + ' (warp ' + (t >> 5) + ', lane ' + (t & 31) + ')'; }
@@ -483,7 +488,10 @@ function matches(i, m, v) {
   return false;
 }
 function summary(m, v, held) {
-  if (m === 'warp') return 'warp ' + v + ' (threads ' + 32 * v + '-' + (32 * v + 31) + ') holds ' + held.length + ' elements';
+  if (m === 'warp') {
+    return 'warp ' + v + ' (threads ' + 32 * v + '-' + (32 * v + 31) + ') holds ' +
+      held.length + ' elements';
+  }
   if (m === 'bank') return 'bank ' + v + ': ' + held.length + ' elements';
   var regs = [];
   held.forEach(function (i) {

@@ -236,7 +236,7 @@ class PipelineView(View):
         filename = f"{self.kernel or 'pipeline'}.trace.json"
         end = max((r["end"] for _, _, rows, _ in self.panels for r in rows), default=0)
         controls = (
-            '<div class="tl-controls" hidden><button class="tl-reset">&#x23EE; start</button>'
+            '<div class="tl-controls" hidden><button class="tl-reset">&#x21E4; start</button>'
             '<button class="tl-back">&#x25C0; step</button>'
             '<button class="tl-play">&#x25B6; play</button>'
             '<button class="tl-step">step &#x25B6;</button> '
@@ -266,7 +266,8 @@ var end = parseFloat(slider.max), times = [0, end];
 data.panels.forEach(function (p) {
   p.rows.forEach(function (r) { times.push(r.start, r.end); });
 });
-times = times.filter(function (t, i, a) { return a.indexOf(t) === i; }).sort(function (a, b) { return a - b; });
+times = times.filter(function (t, i, a) { return a.indexOf(t) === i; });
+times.sort(function (a, b) { return a - b; });
 var NS = 'http://www.w3.org/2000/svg';
 var cursor = document.createElementNS(NS, 'line');
 cursor.setAttribute('class', 'tl-cursor');
@@ -280,12 +281,20 @@ function describe(p, t) {
   var now = p.rows.filter(function (r) { return r.start <= t && t < r.end; });
   var parts = [], copies = {};
   now.forEach(function (r) {
-    if (r.kind === 'compute') parts.push('computing #' + r.iteration + ' on slot ' + r.slot + ' (' + r.label.replace(/ #\d+$/, '') + ')');
-    else if (r.kind === 'wait') parts.push('waiting for the copies of #' + r.iteration + ' (slot ' + r.slot + ')');
-    else copies[r.iteration] = r.slot;
+    var what = r.label.replace(/ #\d+$/, '');
+    if (r.kind === 'compute') {
+      parts.push('computing #' + r.iteration + ' on slot ' + r.slot + ' (' + what + ')');
+    } else if (r.kind === 'wait') {
+      parts.push('waiting for the copies of #' + r.iteration + ' (slot ' + r.slot + ')');
+    } else {
+      copies[r.iteration] = r.slot;
+    }
   });
-  Object.keys(copies).forEach(function (i) { parts.push('copies of #' + i + ' -> slot ' + copies[i] + ' in flight'); });
-  return p.name + ' (num_stages=' + p.num_stages + '): ' + (parts.join('; ') || (t >= end ? 'done' : 'idle'));
+  Object.keys(copies).forEach(function (i) {
+    parts.push('copies of #' + i + ' -> slot ' + copies[i] + ' in flight');
+  });
+  var doing = parts.join('; ') || (t >= end ? 'done' : 'idle');
+  return p.name + ' (num_stages=' + p.num_stages + '): ' + doing;
 }
 function show(t) {
   t = Math.max(0, Math.min(end, t));
@@ -384,7 +393,7 @@ def _draw_panel(scene: Scene, y: float, name: str, plan: dict, rows: list[dict],
             scene.rect(x, top, w, COPY_H - 1, COLORS["copy"], stroke="#ffffff", stroke_width=1,
                        group="bars", attrs=attrs)
             label = f"#{r['iteration']} {producers[order[r['statement']]]['text']}"
-            scene.text(x + 3, top + COPY_H / 2, label if w > 7 * len(label) else
+            scene.text(x + 3, top + COPY_H / 2, label if w > 5.2 * len(label) else
                        f"#{r['iteration']}", size=8.5, color="#ffffff", group="bar-labels")
         else:
             scene.rect(x, lanes_top, w, LANE_H, COLORS.get(r["kind"], "#ffffff"),

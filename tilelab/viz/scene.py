@@ -63,7 +63,6 @@ class Line:
     color: str = "#222222"
     width: float = 1.0
     group: str = "lines"
-    dash: bool = False
 
 
 @dataclass
@@ -160,7 +159,7 @@ class Scene:
         for im in (i for i in self.items if isinstance(i, Image)):
             ax.imshow(im.pixels(), extent=(im.x, im.x + im.w, im.y + im.h, im.y),
                       interpolation="nearest", aspect="auto")
-        rects = [i for i in self.items if isinstance(i, Rect) and i.fill != "none"]
+        rects = [i for i in self.items if isinstance(i, Rect)]
         if rects:
             patches = [Rectangle((r.x, r.y), r.w, r.h) for r in rects]
             ax.add_collection(PatchCollection(
@@ -171,18 +170,12 @@ class Scene:
                 if r.hatch:
                     ax.add_patch(Rectangle((r.x, r.y), r.w, r.h, fill=False, hatch="///",
                                            edgecolor="#d9534f", linewidth=0))
-        outlines = [i for i in self.items if isinstance(i, Rect) and i.fill == "none"
-                    and i.stroke]
-        for r in outlines:
-            ax.add_patch(Rectangle((r.x, r.y), r.w, r.h, fill=False, edgecolor=r.stroke,
-                                   linewidth=r.stroke_width * points))
         lines = [i for i in self.items if isinstance(i, Line)]
         if lines:
             ax.add_collection(LineCollection(
                 [((ln.x1, ln.y1), (ln.x2, ln.y2)) for ln in lines],
                 colors=[ln.color for ln in lines],
-                linewidths=[ln.width * points for ln in lines],
-                linestyles=["dashed" if ln.dash else "solid" for ln in lines]))
+                linewidths=[ln.width * points for ln in lines]))
         for t in (i for i in self.items if isinstance(i, Text)):
             ax.text(t.x, t.y, t.text, fontsize=t.size * points, color=t.color,
                     ha={"start": "left", "middle": "center", "end": "right"}[t.anchor],
@@ -226,7 +219,6 @@ def _svg_item(item) -> str:
         return (f'<text x="{_num(item.x)}" y="{_num(item.y)}" font-size="{_num(item.size)}" '
                 f'text-anchor="{item.anchor}" dominant-baseline="central" '
                 f'fill="{escape(item.color)}"{weight}>{escape(item.text)}</text>')
-    dash = ' stroke-dasharray="4 3"' if item.dash else ""
     return (f'<line x1="{_num(item.x1)}" y1="{_num(item.y1)}" x2="{_num(item.x2)}" '
             f'y2="{_num(item.y2)}" stroke="{escape(item.color)}" '
-            f'stroke-width="{_num(item.width)}"{dash}/>')
+            f'stroke-width="{_num(item.width)}"/>')
