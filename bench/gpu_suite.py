@@ -17,6 +17,7 @@ times and the middle of the three medians is kept, because clocks drift during a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -276,8 +277,9 @@ def run(json_path: str | None) -> int:
         out, expected = kernel(*inputs), ref(*inputs)
         err = (out.float() - expected.float()).abs().max().item()
         # alternate the two three times and keep the medians: clocks drift during a run
-        pairs = [(time_ms(lambda: kernel(*inputs)), time_ms(lambda: ref(*inputs)))
-                 for _ in range(3)]
+        ours_fn = functools.partial(kernel, *inputs)
+        theirs_fn = functools.partial(ref, *inputs)
+        pairs = [(time_ms(ours_fn), time_ms(theirs_fn)) for _ in range(3)]
         ours = sorted(p[0] for p in pairs)[1]
         theirs = sorted(p[1] for p in pairs)[1]
         row = {"name": case["name"], "ms": ours, "torch_ms": theirs, "speedup": theirs / ours,

@@ -62,8 +62,9 @@ def run(out: Path) -> None:
                         "plan": case["plan"], "measured": rows})
         computes = [r["end_ns"] - r["start_ns"] for r in rows if r["kind"] == "compute"]
         waits = [r["end_ns"] - r["start_ns"] for r in rows if r["kind"] == "wait"]
-        print(f"{case['name']}: {len(rows)} rows; median compute {sorted(computes)[len(computes)//2]}"
-              f" ns, median wait {sorted(waits)[len(waits)//2]} ns")
+        median = sorted(computes)[len(computes) // 2]
+        print(f"{case['name']}: {len(rows)} rows; median compute {median} ns, "
+              f"median wait {sorted(waits)[len(waits) // 2]} ns")
     out.write_text(json.dumps(records, indent=1))
 
 

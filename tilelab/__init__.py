@@ -29,7 +29,7 @@ _LAZY = {
     "load": ("runtime.artifact", "load"),
     "language": ("language", None),
     "profiler": ("profiler", None),
-    "bench": ("bench", "bench"),
+    "bench": ("benchmark", "bench"),
 }
 
 

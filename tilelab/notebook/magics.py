@@ -316,7 +316,7 @@ class TileLabMagics(Magics):
                          data=trace.layouts.get(buffer))
 
     def _check_and_bench(self, kernel, args) -> None:
-        from ..bench import CheckFailed, bench, compare
+        from ..benchmark import CheckFailed, bench, compare
 
         rtol = args.rtol if args.rtol is not None else self.settings.rtol
         atol = args.atol if args.atol is not None else self.settings.atol

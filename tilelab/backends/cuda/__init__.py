@@ -15,8 +15,8 @@ from tvm import tirx
 
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.insert_barriers import InsertBarriers
-from ...passes.pipeline_loops import PipelineLoops
 from ...passes.lower_tile_ops_to_threads import InferLayouts, LowerTileOpsToThreads
+from ...passes.pipeline_loops import PipelineLoops
 
 PIPELINE_NAME = "tilelab_cuda"
 

@@ -23,7 +23,6 @@ import platform
 import statistics
 import sys
 import time
-import types
 from dataclasses import dataclass
 
 from .notebook.views import BenchView
@@ -247,12 +246,3 @@ def bench(fn, baseline=None, args=(), warmup: int | None = None, rep: int | None
         rows.append(_row(baseline_name, base_ms, base, base_ms, flops, bytes, peak))
     return BenchResult(name, device, timing, rows, comparison, peak)
 
-
-class _CallableModule(types.ModuleType):
-    """`tilelab.bench` names both this module and its function; either one can be called."""
-
-    def __call__(self, *args, **kwargs):
-        return bench(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
