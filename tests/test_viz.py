@@ -432,3 +432,29 @@ def test_hostile_names_are_escaped(tmp_path, monkeypatch):
     monkeypatch.setattr(dataflow.shutil, "which", lambda name: None)
     page = dataflow_view(trace).html()
     assert "<img" not in page and "&lt;img" in page
+
+
+def test_measured_replay_is_drawn_under_the_plan():
+    """Rows recorded on the GPU (tilelab.instrument) ride along in the payload and the picture."""
+    import numpy as np
+
+    from tilelab.instrument import measured_rows
+
+    # two blocks, three iterations, four stamps each: wait, ready, issued, done (ns)
+    stamps = np.array([[[100, 150, 160, 260], [260, 270, 280, 380], [380, 385, 390, 490]],
+                       [[200, 210, 220, 320], [320, 330, 340, 440], [0, 0, 0, 0]]])
+    rows = measured_rows(stamps)
+    assert [(r["block"], r["iteration"], r["kind"]) for r in rows[:3]] == \
+        [(0, 0, "wait"), (0, 0, "issue"), (0, 0, "compute")]
+    assert rows[0]["start_ns"] == 0 and rows[0]["end_ns"] == 50  # relative to the first stamp
+    assert len(rows) == 3 * 3 + 2 * 3  # the unrecorded iteration of block 1 is skipped
+    plan = {"loop": "k", "num_stages": 2, "extent": 3, "slots": {"a": 2},
+            "statements": [{"text": "copy(A, a)", "stage": 0, "order": 0, "role": "copy"},
+                           {"text": "gemm(a, b, c)", "stage": 1, "order": 1, "role": "compute"}],
+            "async_groups": [["copy(A, a)"]], "waits": ""}
+    view = pipeline_view(plan, iterations=3, measured=rows)
+    payload = view._repr_mimebundle_()["application/vnd.tilelab.pipeline+json"]
+    assert payload["measured"] == rows
+    svg = view.scene().to_svg()
+    assert svg.count('data-ns="') == 9  # block 0's bars only
+    assert "measured on the GPU" in svg

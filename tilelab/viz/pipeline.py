@@ -146,15 +146,19 @@ def _plans_of(source) -> tuple[str, list[dict]]:
 
 
 def pipeline_view(trace, iterations: int = 8, compare=None, copy_time: float = 2.0,
-                  compute_time: float = 1.0) -> PipelineView:
+                  compute_time: float = 1.0, measured=None) -> PipelineView:
     """The pipeline plans of a Trace replayed for `iterations` iterations.
 
     `compare`: another Trace (or plan, or list of plans) shown beside it on
     the same clock, e.g. the same kernel with another `num_stages`.
+    `measured`: rows recorded on a GPU by an instrumented build
+    (`tilelab.instrument.measured_rows`), drawn under the plan in nanoseconds.
     """
     kernel, plans = _plans_of(trace)
     other = _plans_of(compare) if compare is not None else None
-    return PipelineView(kernel, plans, iterations, other, copy_time, compute_time)
+    view = PipelineView(kernel, plans, iterations, other, copy_time, compute_time)
+    view.measured = [r for r in (measured or []) if r["iteration"] < iterations]
+    return view
 
 
 class PipelineView(View):
@@ -179,10 +183,14 @@ class PipelineView(View):
             row["loop"] = plan["loop"]
         return rows, spans
 
+    measured: list = []
+
     def payload(self) -> dict:
         own = len(self.plans)
         data = {"pipelines": self.plans,
                 "timeline": [r for _, _, rows, _ in self.panels[:own] for r in rows]}
+        if self.measured:
+            data["measured"] = self.measured
         if self.compare is not None:
             data["compare"] = {"kernel": self.compare[0], "pipelines": self.compare[1],
                                "timeline": [r for _, _, rows, _ in self.panels[own:] for r in rows]}
@@ -227,6 +235,8 @@ class PipelineView(View):
         end = max(r["end"] for _, _, rows, _ in self.panels for r in rows)
         for name, plan, rows, spans in self.panels:
             y = _draw_panel(scene, y, name, plan, rows, spans, end, self.iterations)
+        if self.measured:
+            y = _draw_measured(scene, y, self.measured, end)
         scene.width = LEFT + end * UNIT + 30
         scene.height = y
         return scene
@@ -417,6 +427,35 @@ def _draw_panel(scene: Scene, y: float, name: str, plan: dict, rows: list[dict],
                                 ("slot being read", COLORS["read"], False),
                                 ("waiting for copies", "#fbe3e3", True)):
         scene.rect(x, legend - 6, 14, 12, color, hatch=hatch, group="legend")
+        scene.text(x + 18, legend, label, size=10, group="legend")
+        x += 40 + 6.2 * len(label)
+    return legend + 18
+
+
+MEASURED_COLORS = {"wait": "#e8a0a0", "issue": "#7fb0e0", "compute": COLORS["compute"]}
+
+
+def _draw_measured(scene: Scene, y: float, rows: list[dict], width_units: float) -> float:
+    """What block 0 did on the GPU: wait, issue and compute per iteration, in nanoseconds."""
+    rows = [r for r in rows if r.get("block", 0) == 0]
+    if not rows:
+        return y
+    total = max(r["end_ns"] for r in rows) or 1
+    scale = width_units * UNIT / total  # the measured run fills the plan's width
+    scene.text(4, y + 8, f"measured on the GPU (block 0, thread 0): {total} ns for "
+               f"{1 + max(r['iteration'] for r in rows)} iterations", size=12, bold=True)
+    top = y + 20
+    for r in rows:
+        x, w = LEFT + r["start_ns"] * scale, max((r["end_ns"] - r["start_ns"]) * scale, 0.5)
+        scene.rect(x, top, w, LANE_H, MEASURED_COLORS[r["kind"]], stroke="#ffffff",
+                   stroke_width=0.5, group="measured",
+                   attrs={"data-kind": r["kind"], "data-iteration": r["iteration"],
+                          "data-ns": r["end_ns"] - r["start_ns"]})
+    scene.text(LEFT - 8, top + LANE_H / 2, "block 0", size=11, anchor="end")
+    legend, x = top + LANE_H + 18, LEFT
+    for label, kind in (("waiting for tiles", "wait"), ("issuing copies", "issue"),
+                        ("compute", "compute")):
+        scene.rect(x, legend - 6, 14, 12, MEASURED_COLORS[kind], group="legend")
         scene.text(x + 18, legend, label, size=10, group="legend")
         x += 40 + 6.2 * len(label)
     return legend + 18
