@@ -23,7 +23,8 @@ from tilelab.profiler import do_bench
 
 
 @tilelab.jit
-def layer_norm_kernel(X, Gamma, Beta, eps: float = 1e-5, block_m: int = 1):
+def layer_norm_kernel(X, Gamma, Beta, eps: float = 1e-5, block_m: int = 1,
+                      threads: int = 256):
     M, N = T.const("M, N")
 
     input_dtype = T.float16
@@ -35,7 +36,7 @@ def layer_norm_kernel(X, Gamma, Beta, eps: float = 1e-5, block_m: int = 1):
 
     Y = T.empty((M, N), input_dtype)
 
-    with T.Kernel(T.ceildiv(M, block_m), threads=256) as block:
+    with T.Kernel(T.ceildiv(M, block_m), threads=threads) as block:
         x_shared = T.alloc_shared((block_m, N), input_dtype)
         gamma_shared = T.alloc_shared((N,), input_dtype)
         beta_shared = T.alloc_shared((N,), input_dtype)

@@ -20,7 +20,8 @@ from tilelab.profiler import do_bench
 
 
 @tilelab.jit
-def rms_norm_kernel(X, Weight, eps: float = 1e-6, block_m: int = 1):
+def rms_norm_kernel(X, Weight, eps: float = 1e-6, block_m: int = 1,
+                    threads: int = 128):
     M, N = T.const("M, N")
 
     input_dtype = T.float16
@@ -31,7 +32,7 @@ def rms_norm_kernel(X, Weight, eps: float = 1e-6, block_m: int = 1):
 
     Y = T.empty((M, N), input_dtype)
 
-    with T.Kernel(T.ceildiv(M, block_m), threads=128) as block:
+    with T.Kernel(T.ceildiv(M, block_m), threads=threads) as block:
         values = T.alloc_fragment((block_m, N), accumulation_dtype)
         squares = T.alloc_fragment((block_m, N), accumulation_dtype)
         square_sum = T.alloc_fragment((block_m,), accumulation_dtype)

@@ -21,7 +21,7 @@ from tilelab.profiler import do_bench
 
 
 @tilelab.jit
-def softmax_kernel(X, block_m: int = 1):
+def softmax_kernel(X, block_m: int = 1, threads: int = 128):
     M, N = T.const("M, N")
 
     input_dtype = T.float16
@@ -30,7 +30,7 @@ def softmax_kernel(X, block_m: int = 1):
     X: T.Tensor((M, N), input_dtype)
     Y = T.empty((M, N), input_dtype)
 
-    with T.Kernel(T.ceildiv(M, block_m), threads=128) as block:
+    with T.Kernel(T.ceildiv(M, block_m), threads=threads) as block:
         x = T.alloc_fragment((block_m, N), input_dtype)
         exponentials = T.alloc_fragment((block_m, N), accumulation_dtype)
         output = T.alloc_fragment((block_m, N), input_dtype)

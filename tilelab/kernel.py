@@ -60,6 +60,9 @@ class Kernel:
         self.trace = trace
         self.program = program  # the TileProgram, when compiled in this process
         self._runner = runner  # called with every tensor, in signature order
+        self._fast = None  # checks and allocators for torch tensors, made on the first call
+        flags = [p.output for p in params]
+        self._outputs_last = flags == sorted(flags)  # inputs first, then outputs
 
     @property
     def inputs(self):
@@ -77,12 +80,15 @@ class Kernel:
     @_user_error
     def __call__(self, *args):
         fast = self._fast_path()
-        if fast is not None and len(args) == len(fast[0]):
-            expected, allocate = fast
+        if fast and len(args) == len(fast[0]):
             # the common case in a few comparisons; any mismatch takes the explaining path
-            if all(type(a) is t and a.dtype is d and a.shape == s and a.is_cuda is c and
-                   a.is_contiguous() for a, (t, d, s, c) in zip(args, expected)):
-                return self._launch(args, [alloc(args) for alloc in allocate])
+            for a, (t, d, s, c) in zip(args, fast[0]):
+                if type(a) is not t or a.dtype is not d or a.shape != s or a.is_cuda is not c \
+                        or not a.is_contiguous():
+                    break
+            else:
+                device = args[0].device if args else None
+                return self._launch(args, [alloc(device) for alloc in fast[1]])
         inputs = self.inputs
         if len(args) != len(inputs):
             names = ", ".join(p.name for p in inputs)
@@ -94,22 +100,25 @@ class Kernel:
         return self._launch(args, [self._allocate(p, args) for p in self.outputs])
 
     def _launch(self, args, outputs):
-        arrays, it_in, it_out = [], iter(args), iter(outputs)
-        for p in self.params:
-            arrays.append(next(it_out) if p.output else next(it_in))
-        self._runner(*arrays)
+        if self._outputs_last:  # the usual signature: inputs, then outputs
+            self._runner(*args, *outputs)
+        else:
+            arrays, it_in, it_out = [], iter(args), iter(outputs)
+            for p in self.params:
+                arrays.append(next(it_out) if p.output else next(it_in))
+            self._runner(*arrays)
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _fast_path(self):
         """Per-input (type, dtype, shape, on GPU) and output allocators for torch tensors."""
-        if not hasattr(self, "_fast"):
+        if self._fast is None:
             try:
                 import torch
             except ImportError:
-                self._fast = None
-                return None
+                self._fast = False
+                return False
             cuda = self.target == "cuda"
             expected = [(torch.Tensor, getattr(torch, p.dtype), torch.Size(p.shape), cuda)
                         for p in self.inputs]
@@ -117,9 +126,8 @@ class Kernel:
             def allocator(p):
                 dtype, shape = getattr(torch, p.dtype), tuple(p.shape)
                 if cuda:
-                    return lambda args: torch.empty(shape, dtype=dtype, device=args[0].device
-                                                    if args else "cuda")
-                return lambda args: torch.empty(shape, dtype=dtype)
+                    return lambda device: torch.empty(shape, dtype=dtype, device=device or "cuda")
+                return lambda device: torch.empty(shape, dtype=dtype)
 
             self._fast = (expected, [allocator(p) for p in self.outputs])
         return self._fast
