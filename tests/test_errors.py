@@ -307,10 +307,6 @@ class Case:
     marks: list = field(default_factory=list)
 
 
-NO_LOCATION = ("bug: the eager style's argument check in JITFunction._eager_kernel locates "
-               "its TileLabArgumentError at the kernel's `def` line, not at the tensor's "
-               "`X: T.Tensor(...)` annotation")
-
 CASES = [
     Case("call-shape", lambda mp: copy16()(torch.zeros(8), torch.zeros(16)),
          "copy-signature", "A: T.Tensor", TileLabArgumentError, ("A", "(16,)", "(8,)")),
@@ -327,8 +323,7 @@ CASES = [
     Case("call-argument-count", lambda mp: copy16()(torch.zeros(16)),
          "copy-signature", "A: T.Tensor", TileLabArgumentError, ("(A, B)", "2")),
     Case("eager-argument-count", lambda mp: eager_add(torch.zeros(8)),
-         "eager-B", "B: T.Tensor", TileLabArgumentError, ("B",),
-         xfail_message=NO_LOCATION),
+         "eager-B", "B: T.Tensor", TileLabArgumentError, ("B",)),
     Case("call-non-contiguous", lambda mp: copy16()(torch.zeros(32)[::2], torch.zeros(16)),
          "copy-signature", "A: T.Tensor", TileLabArgumentError, ("A", "contiguous")),
     Case("eager-non-contiguous", lambda mp: eager_add(torch.zeros(8), torch.zeros(16)[::2]),
@@ -336,8 +331,7 @@ CASES = [
     Case("call-non-tensor", lambda mp: copy16()([0.0] * 16, torch.zeros(16)),
          "copy-signature", "A: T.Tensor", TileLabArgumentError, ("A", "tensor", "list")),
     Case("eager-non-tensor", lambda mp: eager_add(3.0, torch.zeros(8)),
-         "eager-A", "A: T.Tensor", TileLabArgumentError, ("A", "tensor", "float"),
-         xfail_message=NO_LOCATION),
+         "eager-A", "A: T.Tensor", TileLabArgumentError, ("A", "tensor", "float")),
     Case("call-cuda-tensor", lambda mp: copy16()(FakeCudaTensor(torch.zeros(16)),
                                                  torch.zeros(16)),
          "copy-signature", "A: T.Tensor", TileLabArgumentError, ("A", "cuda", "CPU")),
@@ -350,17 +344,14 @@ CASES = [
     Case("copy-extents", lambda mp: copy_extent_mismatch(64, 64),
          "copy-extents", "T.copy", TileLabTypeError, ("T.copy", "64", "32", "tile")),
     Case("copy-extents-bare-factory", lambda mp: tilelab.compile(bare_copy_extent_mismatch(64, 64)),
-         "bare-copy-extents", "T.copy", TileLabTypeError, ("T.copy", "64", "tile"),
-         xfail_traceback="bug: @T.prim_func traces at definition, outside any jit entry "
-                         "point, so errors keep tilelab/language/frontend.py frames"),
+         "bare-copy-extents", "T.copy", TileLabTypeError, ("T.copy", "64", "tile")),
     Case("gemm-shapes",
          lambda mp: gemm_shape_mismatch(torch.zeros(16, 16).half(), torch.zeros(8, 16).half()),
          "gemm-shapes", "T.gemm", TileLabTypeError, ("T.gemm", "16", "8")),
     Case("reduce-dst", lambda mp: reduce_wrong_dst(torch.zeros(16, 8)),
          "reduce-dst", "T.reduce_sum", TileLabTypeError, ("row_sums", "(16,)", "(8,)")),
-    # TileLabError itself today; test_unknown_dtype_is_a_type_error asks for the subclass
     Case("unknown-dtype", lambda mp: unknown_dtype(torch.zeros(4)),
-         "unknown-dtype", "T.alloc_shared", TileLabError, ("float17", "float16")),
+         "unknown-dtype", "T.alloc_shared", TileLabTypeError, ("float17", "float16")),
     Case("unknown-primitive", lambda mp: unknown_primitive(torch.zeros(4)),
          "unknown-primitive", "T.no_such_thing", TileLabSyntaxError, ("no_such_thing",)),
     Case("undefined-name", lambda mp: undefined_name(torch.zeros(4)),
@@ -418,9 +409,6 @@ def test_correct_calls_still_work():
     torch.testing.assert_close(eager_scale_2d(m), m * 2)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an unknown dtype is wrapped as a plain TileLabError "
-                                       "('ValueError: unknown dtype ...') instead of a "
-                                       "TileLabTypeError")
 def test_unknown_dtype_is_a_type_error():
     with pytest.raises(TileLabError) as info:
         unknown_dtype(torch.zeros(4))
@@ -438,16 +426,12 @@ def test_tile_primitive_called_as_plain_python_is_a_syntax_error():
     assert_no_internals(message)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: builder.current() raises without a location, so a "
-                                       "plain-Python T.copy does not name the caller's line")
 def test_tile_primitive_called_as_plain_python_names_the_callers_line():
     with pytest.raises(TileLabSyntaxError) as info:
         T.copy(torch.zeros(4), torch.zeros(4))  # @plain-copy
     assert_user_error(info.value, "plain-copy", "T.copy", TileLabSyntaxError, ("T.copy",))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: T.copy outside a kernel is not re-raised by an entry "
-                                       "point; the traceback ends in tilelab/language/builder.py")
 def test_tile_primitive_called_as_plain_python_hides_the_compiler():
     with pytest.raises(TileLabSyntaxError) as info:
         T.copy(torch.zeros(4), torch.zeros(4))

@@ -296,6 +296,13 @@ class JITFunction:
         extra = {k: v for k, v in kwargs.items() if k not in signature.parameters}
         named = {k: v for k, v in kwargs.items() if k in signature.parameters}
         where = self.source.location(self.source.node)
+
+        def declared(name):  # the `X: T.Tensor(...)` line of a tensor parameter
+            for stmt in self.source.node.body:
+                if isinstance(stmt, ast.AnnAssign) and getattr(stmt.target, "id", None) == name:
+                    return self.source.location(stmt)
+            return where
+
         try:
             bound = signature.bind_partial(*args, **named)
         except TypeError as err:
@@ -308,11 +315,11 @@ class JITFunction:
                 if value is None:
                     if need_tensors:
                         raise TileLabArgumentError(f"{self.fn.__name__} needs a tensor for "
-                                                   f"{name}", where)
+                                                   f"{name}", declared(name))
                     continue
                 if not _is_tensor(value):
                     raise TileLabArgumentError(f"{name} must be a tensor, got "
-                                               f"{type(value).__name__}", where)
+                                               f"{type(value).__name__}", declared(name))
                 tensors.append(value)
                 examples[name] = tuple(int(s) for s in value.shape)
             elif name in bound.arguments:

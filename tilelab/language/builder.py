@@ -115,11 +115,32 @@ def seq(stmts: list):
 _ACTIVE: list[Builder] = []
 
 
+def _caller_location() -> SourceLocation | None:
+    """The first frame outside tilelab: where a user called a primitive directly."""
+    import sys
+    from pathlib import Path
+
+    package = str(Path(__file__).resolve().parents[1])
+    frame = sys._getframe(1)
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(
+            package):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    col = 0
+    positions = list(frame.f_code.co_positions())
+    index = frame.f_lasti // 2
+    if 0 <= index < len(positions) and positions[index][2] is not None:
+        col = positions[index][2]
+    return SourceLocation(frame.f_code.co_filename, frame.f_lineno, col)
+
+
 def current(primitive: str, need_kernel: bool = True) -> Builder:
     """The active builder; `primitive` names the caller for the error message."""
     if not _ACTIVE:
         raise TileLabSyntaxError(
             f"T.{primitive} can only be used inside a kernel being compiled",
+            _caller_location(),
             hint="write it in a function decorated with @tilelab.jit or @T.prim_func",
         )
     builder = _ACTIVE[-1]

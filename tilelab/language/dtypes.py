@@ -59,8 +59,10 @@ def as_dtype(value) -> DType:
             name = name[len(prefix):].rstrip("'>)")
     if name in ALL:
         return ALL[name]
+    from ..errors import TileLabTypeError
+
     known = ", ".join(sorted(ALL))
-    raise ValueError(f"unknown dtype {value!r}; tilelab knows {known}")
+    raise TileLabTypeError(f"unknown dtype {value!r}; tilelab knows {known}")
 
 
 def torch_dtype(dtype: DType):
