@@ -482,15 +482,27 @@ def annotate_layout(layouts: dict):
 
 def prim_func(fn=None, **kwargs):
     """Mark a kernel function in the factory style; it is traced right away."""
-    import sys
-
     from .frontend import trace_prim_func
 
-    # the factory's locals: annotations may name variables the body never uses
-    enclosing = dict(sys._getframe(1).f_locals)
     if fn is None:
-        return lambda f: trace_prim_func(f, enclosing=enclosing, **kwargs)
-    return trace_prim_func(fn, enclosing=enclosing, **kwargs)
+        return lambda f: trace_prim_func(f, enclosing=_defining_locals(f), **kwargs)
+    return trace_prim_func(fn, enclosing=_defining_locals(fn), **kwargs)
+
+
+def _defining_locals(fn) -> dict:
+    """The locals of the function whose body defines `fn` (the factory).
+
+    A kernel's annotations may name factory variables its body never uses,
+    which Python then leaves out of the closure; the factory's frame has them.
+    """
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if fn.__code__ in frame.f_code.co_consts:
+            return dict(frame.f_locals)
+        frame = frame.f_back
+    return {}
 
 
 def macro(fn):
