@@ -558,5 +558,5 @@ def test_every_view_escapes_user_and_compiler_text():
         for raw in ("<img", "<script", "<iframe", "<svg onload", "<b>", "<i>", "<u>"):
             assert raw not in page, (type(view).__name__, raw)
         assert "&lt;" in page
-        payload = view.payload()
+        payload = view.data
         assert payload["version"] == 1 and payload["kernel"] == EVIL

@@ -345,7 +345,7 @@ class TileLabMagics(Magics):
                 display(CheckView(kernel.name, args.bench, failed.comparison))
                 print(f"{kernel.name}: not benchmarked, its output is wrong")
                 return
-            kernel.trace.bench.append(result.data())
+            kernel.trace.bench.append(result.data)
             display(result)
 
     def _reference(self, expression: str, kernel, inputs, flag: str):

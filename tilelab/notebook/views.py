@@ -14,6 +14,7 @@ import hashlib
 import json
 from dataclasses import asdict
 
+from ..display import View
 from .render import (
     MUTED,
     Markup,
@@ -27,46 +28,6 @@ from .render import (
     table,
     unified_diff,
 )
-
-MIME_VERSION = 1
-
-
-class View:
-    """The common part: a payload, its HTML and its plain text as one mime bundle."""
-
-    view = ""  # the <view> of application/vnd.tilelab.<view>+json
-    kernel = ""
-
-    @property
-    def mime_type(self) -> str:
-        return f"application/vnd.tilelab.{self.view}+json"
-
-    def data(self) -> dict:
-        raise NotImplementedError
-
-    def html(self) -> str:
-        raise NotImplementedError
-
-    def plain(self) -> str:
-        raise NotImplementedError
-
-    def payload(self) -> dict:
-        return {"version": MIME_VERSION, "kernel": self.kernel, **self.data()}
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        bundle = {self.mime_type: self.payload(), "text/html": self.html(),
-                  "text/plain": self.plain()}
-        return {k: v for k, v in bundle.items()
-                if (not include or k in include) and not (exclude and k in exclude)}
-
-    def __repr__(self) -> str:
-        return self.plain()
-
-    def show(self) -> None:
-        """Display in a notebook (or print the plain text in a terminal)."""
-        from IPython.display import display
-
-        display(self)
 
 
 def _trace_of(obj):
@@ -148,7 +109,7 @@ class PassesView(View):
         self._id = hashlib.sha1(f"{self.kernel}|{self.trace.target}|"
                                 f"{[len(p.ir) for p in self.trace.passes]}".encode()).hexdigest()
 
-    def data(self) -> dict:
+    def payload(self) -> dict:
         return {"target": self.trace.target, "source": self.trace.source,
                 "passes": [asdict(self.trace.passes[i]) for i in self.indices]}
 
@@ -229,7 +190,7 @@ class PassesView(View):
                 + "".join(self._pass_details(i) for i in self.indices))
         return box(self._title("passes"), body, attrs='data-tilelab-view="passes"')
 
-    def plain(self) -> str:
+    def text(self) -> str:
         t = self.trace
         lines = [f"{t.kernel} on {t.target}: {len(t.passes)} passes, "
                  f"{sum(p.changed for p in t.passes)} changed, {t.compile_seconds:.3f} s"]
@@ -259,7 +220,7 @@ class PassDiffView(PassesView):
         what = f"diff {_pass_label(t, a)} → {_pass_label(t, b)}"
         return box(self._title(what), body, attrs='data-tilelab-view="passes"')
 
-    def plain(self) -> str:
+    def text(self) -> str:
         return pass_diff(self.trace, self.before, self.after) or "(no difference)"
 
 
@@ -290,7 +251,7 @@ class SourceView(View):
         available = [lang for lang in SOURCE_LANGUAGES if self.trace.code.get(lang)]
         self.language = language or (available[0] if available else "llvm")
 
-    def data(self) -> dict:
+    def payload(self) -> dict:
         return {"language": self.language, "code": self.trace.code.get(self.language, ""),
                 "resources": self.trace.resources}
 
@@ -307,7 +268,7 @@ class SourceView(View):
                          f'<div style="{MUTED}">no {escape(self.language)} code</div>')
         return box(title, body, attrs='data-tilelab-view="source"')
 
-    def plain(self) -> str:
+    def text(self) -> str:
         code = self.trace.code.get(self.language, "")
         lines = code.splitlines()
         head = "\n".join(lines[:20]) + (f"\n… ({len(lines)} lines)" if len(lines) > 20 else "")
@@ -337,7 +298,7 @@ class BenchView(View):
     def __init__(self, kernel: str, device: str, timing: str, rows: list[dict]):
         self.kernel, self.device, self.timing, self.rows = kernel, device, timing, rows
 
-    def data(self) -> dict:
+    def payload(self) -> dict:
         return {"device": self.device, "timing": self.timing, "rows": self.rows}
 
     def _table_rows(self) -> list[list[str]]:
@@ -365,7 +326,7 @@ class BenchView(View):
         return box(title, table(*self._table()) + chart + note,
                    attrs='data-tilelab-view="bench"')
 
-    def plain(self) -> str:
+    def text(self) -> str:
         header, rows = self._table()
         rows = [header] + rows
         widths = [max(len(str(r[c])) for r in rows) for c in range(len(header))]
@@ -388,7 +349,7 @@ class CheckView(View):
     def __init__(self, kernel: str, reference: str, comparison: dict):
         self.kernel, self.reference, self.comparison = kernel, reference, comparison
 
-    def data(self) -> dict:
+    def payload(self) -> dict:
         return {"reference": self.reference, **self.comparison}
 
     def html(self) -> str:
@@ -406,7 +367,7 @@ class CheckView(View):
         return box(title, message + table(["", ""], rows), border=color,
                    attrs='data-tilelab-view="check"')
 
-    def plain(self) -> str:
+    def text(self) -> str:
         c = self.comparison
         verdict = "passed" if c["passed"] else "FAILED"
         text = (f"check {self.kernel} against {self.reference}: {verdict} "
@@ -440,7 +401,7 @@ class ErrorView(View):
         self.error, self.kernel, self.cell = error, kernel, cell
         self.location = getattr(error, "location", None)
 
-    def data(self) -> dict:
+    def payload(self) -> dict:
         loc = self.location
         return {"message": getattr(self.error, "message", str(self.error)),
                 "filename": loc.filename if loc else None,
@@ -458,7 +419,7 @@ class ErrorView(View):
         return f"{text}\n{caret}"
 
     def html(self) -> str:
-        d = self.data()
+        d = self.payload()
         where = f" at {escape(_where(d['filename'], d['line'], self.cell))}, column {d['col']}" \
             if d["line"] else ""
         title = f'<span style="color: #cf222e;">{escape(type(self.error).__name__)}</span>{where}'
@@ -468,8 +429,8 @@ class ErrorView(View):
                 + (f'<div style="{MUTED}">hint: {escape(d["hint"])}</div>' if d["hint"] else ""))
         return box(title, body, border="#cf222e", attrs='data-tilelab-view="error"')
 
-    def plain(self) -> str:
-        d = self.data()
+    def text(self) -> str:
+        d = self.payload()
         head = f"{type(self.error).__name__}"
         if d["line"]:
             head += f" at {_where(d['filename'], d['line'], self.cell)}, column {d['col']}"
@@ -510,7 +471,7 @@ class JsonView(View):
     def mime_type(self) -> str:
         return "application/json"
 
-    def data(self) -> dict:
+    def payload(self) -> dict:
         return {"title": self.title, "data": self.value}
 
     def html(self) -> str:
@@ -519,6 +480,6 @@ class JsonView(View):
         return box(title, f'<div style="max-height: 480px; overflow: auto;">'
                           f"{preformatted(text)}</div>", attrs='data-tilelab-view="json"')
 
-    def plain(self) -> str:
+    def text(self) -> str:
         text = json.dumps(self.value)
         return f"{self.title} of {self.kernel}: {text[:500]}{'…' if len(text) > 500 else ''}"

@@ -22,12 +22,10 @@ import json
 import os
 import tempfile
 import webbrowser
-from functools import cached_property
 from pathlib import Path
 
+from ..display import View as DisplayView
 from .scene import Scene, escape
-
-MIME_VERSION = 1
 
 CSS = """
 .tilelab-view { position: relative; font-family: DejaVu Sans, Helvetica, Arial, sans-serif;
@@ -58,10 +56,9 @@ def json_for_script(data) -> str:
             .replace("&", "\\u0026"))
 
 
-class View:
-    """Base of the views: subclasses give `view`, `payload`, `scene`, `title` and `text`."""
+class View(DisplayView):
+    """A view with a picture: subclasses give `view`, `payload`, `scene`, `title`, `text`."""
 
-    view = ""  # the <view> of application/vnd.tilelab.<view>+json
     script = ""  # JavaScript run as `function (root, data)`; empty for a static view
 
     def __init__(self, kernel: str):
@@ -69,16 +66,10 @@ class View:
 
     # -- what subclasses provide
 
-    def payload(self) -> dict:
-        raise NotImplementedError
-
     def scene(self) -> Scene:
         raise NotImplementedError
 
     def title(self) -> str:
-        raise NotImplementedError
-
-    def text(self) -> str:
         raise NotImplementedError
 
     def body_html(self) -> str:
@@ -90,10 +81,6 @@ class View:
         return self.data
 
     # -- derived
-
-    @cached_property
-    def data(self) -> dict:
-        return {"version": MIME_VERSION, "kernel": self.kernel, **self.payload()}
 
     def svg(self) -> str:
         return self.scene().to_svg()
@@ -118,13 +105,6 @@ class View:
         return ('<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
                 f"<title>{escape(self.title())}</title></head>\n<body>\n{self.html()}\n"
                 "</body></html>\n")
-
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        return {f"application/vnd.tilelab.{self.view}+json": self.data,
-                "text/html": self.html(), "text/plain": self.text()}
-
-    def __repr__(self) -> str:
-        return self.text()
 
     def save(self, path) -> Path:
         """Write the view to `path`: .svg, .png, .html or .json, by its suffix."""
