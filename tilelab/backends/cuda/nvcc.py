@@ -73,12 +73,17 @@ def compile_cuda(source: str, arch: str, fast_math: bool = False) -> dict:
     flags = ["-O3", "-std=c++17", f"-I{INCLUDE_DIR}", arch_flag(arch), "-lineinfo"]
     if fast_math:
         flags.append("--use_fast_math")
+    ptxas = find_ptxas(nvcc)
     with tempfile.TemporaryDirectory(prefix="tilelab-nvcc-") as tmp:
         cu = Path(tmp) / "kernel.cu"
         cu.write_text(source)
         cubin, ptx = Path(tmp) / "kernel.cubin", Path(tmp) / "kernel.ptx"
-        run = subprocess.run([nvcc, "-cubin", *flags, "-Xptxas", "-v", "-o", str(cubin),
-                              str(cu)], capture_output=True, text=True)
+        # CUDA C -> PTX once; then ptxas assembles the cubin and reports resources
+        run = subprocess.run([nvcc, "-ptx", *flags, "-o", str(ptx), str(cu)],
+                             capture_output=True, text=True)
+        if run.returncode == 0:
+            run = subprocess.run([ptxas, f"-arch={arch}", "-O3", "-v", "-lineinfo", "-o",
+                                  str(cubin), str(ptx)], capture_output=True, text=True)
         if run.returncode != 0:
             kept = Path(tempfile.mkdtemp(prefix="tilelab-failed-")) / "kernel.cu"
             kept.write_text(source)
@@ -87,15 +92,19 @@ def compile_cuda(source: str, arch: str, fast_math: bool = False) -> dict:
             raise TileLabCompileError("nvcc rejected the generated CUDA code: " +
                                       "; ".join(lines[:3]),
                                       hint=f"the generated source is kept in {kept}")
-        ptx_run = subprocess.run([nvcc, "-ptx", *flags, "-o", str(ptx), str(cu)],
-                                 capture_output=True, text=True)
         return {
             "cubin": cubin.read_bytes(),
-            "ptx": ptx.read_text() if ptx_run.returncode == 0 else "",
+            "ptx": ptx.read_text(),
             "ptxas": run.stderr,
             "resources": parse_ptxas(run.stderr),
             "sass": disassemble(cubin),
         }
+
+
+def find_ptxas(nvcc: str) -> str:
+    """ptxas next to nvcc, or on PATH."""
+    beside = Path(nvcc).with_name("ptxas")
+    return str(beside) if beside.exists() else (shutil.which("ptxas") or "ptxas")
 
 
 def disassemble(cubin: Path) -> str:
