@@ -17,14 +17,18 @@ probability is exactly 0.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 import torch.nn.functional as F
 
 import tilelab
 import tilelab.language as T
-from tilelab.profiler import do_bench
+
+if __package__:  # imported, as in `from examples.flash_attention import flash_attention_kernel`
+    from . import common
+else:  # run as a script, as in `python examples/flash_attention.py`
+    import common
+
+default_device = common.default_device  # still importable from this module
 
 
 @tilelab.jit(
@@ -167,27 +171,15 @@ def check(device: str) -> None:
                                        rtol=2e-2, atol=2e-2)
 
 
-def attention_tflops(batch, heads, sequence, dimension, causal, latency_ms) -> float:
-    flops = 4.0 * batch * heads * sequence * sequence * dimension
-    return flops * (0.5 if causal else 1.0) / latency_ms * 1e-9
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=default_device())
-    parser.add_argument("--batch", type=int, default=None)
-    parser.add_argument("--heads", type=int, default=None)
-    parser.add_argument("--seq", type=int, default=None, help="sequence length")
+    sizes = {"batch": None, "heads": None, "seq": "sequence length"}
+    parser = common.parser(__doc__, sizes)
     parser.add_argument("--dim", type=int, default=64, help="head dimension")
     parser.add_argument("--causal", action="store_true")
     args = parser.parse_args()
-    big = args.device == "cuda"
-    batch, heads = args.batch or (1 if big else 1), args.heads or (8 if big else 2)
-    sequence = args.seq or (4096 if big else 256)
+    batch = common.pick_size(args.batch, args.device, gpu=1, cpu=1)
+    heads = common.pick_size(args.heads, args.device, gpu=8, cpu=2)
+    sequence = common.pick_size(args.seq, args.device, gpu=4096, cpu=256)
 
     check(args.device)
     print("flash_attention: check passed (head dims 64 and 128, causal and not, "
@@ -198,17 +190,17 @@ def main() -> None:
     torch.testing.assert_close(kernel(q, k, v), reference(q, k, v, args.causal),
                                rtol=2e-2, atol=2e-2)
 
-    warmup, rep = (25, 100) if big else (2, 5)
-    tilelab_ms = do_bench(lambda: kernel(q, k, v), warmup=warmup, rep=rep)
-    torch_ms = do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal),
-                        warmup=warmup, rep=rep)
-    shape = (batch, heads, sequence, args.dim, args.causal)
-    print(f"batch = {batch}, heads = {heads}, seq = {sequence}, dim = {args.dim}, "
-          f"causal = {args.causal}, float16, on {args.device}")
-    print(f"  tilelab:      {tilelab_ms:8.4f} ms  "
-          f"{attention_tflops(*shape, tilelab_ms):8.4f} TFLOP/s")
-    print(f"  PyTorch SDPA: {torch_ms:8.4f} ms  {attention_tflops(*shape, torch_ms):8.4f} TFLOP/s")
-    print(f"  speedup: {torch_ms / tilelab_ms:.2f}x")
+    tilelab_ms, torch_ms = common.time_against(
+        lambda: kernel(q, k, v),
+        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal),
+        args.device, cpu_runs=(2, 5),
+    )
+    # Q @ K^T and P @ V: two matrix products of 2 * sequence² * dim operations per head;
+    # a causal mask skips about half of them.
+    flop = 4.0 * batch * heads * sequence * sequence * args.dim * (0.5 if args.causal else 1.0)
+    common.report(f"batch = {batch}, heads = {heads}, seq = {sequence}, dim = {args.dim}, "
+                  f"causal = {args.causal}, float16, on {args.device}",
+                  tilelab_ms, torch_ms, flop=flop, labels=("tilelab", "PyTorch SDPA"))
 
 
 if __name__ == "__main__":

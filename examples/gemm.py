@@ -12,13 +12,17 @@ so any M, N, K work.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 import tilelab
 import tilelab.language as T
-from tilelab.profiler import do_bench
+
+if __package__:  # imported, as in `from examples.gemm import gemm_kernel`
+    from . import common
+else:  # run as a script, as in `python examples/gemm.py`
+    import common
+
+default_device = common.default_device  # still importable from this module
 
 
 @tilelab.jit
@@ -82,27 +86,15 @@ def check(device: str) -> None:
             torch.testing.assert_close(actual, reference(a, b), rtol=1e-2, atol=1e-2)
 
 
-def gemm_tflops(m: int, n: int, k: int, latency_ms: float) -> float:
-    return 2.0 * m * n * k / latency_ms * 1e-9
-
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=default_device())
-    parser.add_argument("--m", type=int, default=None)
-    parser.add_argument("--n", type=int, default=None)
-    parser.add_argument("--k", type=int, default=None)
+    parser = common.parser(__doc__, sizes={"m": None, "n": None, "k": None})
     parser.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
     parser.add_argument("--block-m", type=int, default=128)
     parser.add_argument("--block-n", type=int, default=128)
     parser.add_argument("--block-k", type=int, default=32)
     args = parser.parse_args()
-    size = 4096 if args.device == "cuda" else 256
-    m, n, k = args.m or size, args.n or size, args.k or size
+    m, n, k = (common.pick_size(size, args.device, gpu=4096, cpu=256)
+               for size in (args.m, args.n, args.k))
     dtype = getattr(torch, args.dtype)
 
     check(args.device)
@@ -114,14 +106,11 @@ def main() -> None:
                                  block_k=args.block_k, input_dtype=getattr(T, args.dtype))
     torch.testing.assert_close(kernel(a, b), reference(a, b), rtol=1e-2, atol=1e-2)
 
-    warmup, rep = (25, 100) if args.device == "cuda" else (2, 5)
-    tilelab_ms = do_bench(lambda: kernel(a, b), warmup=warmup, rep=rep)
-    torch_ms = do_bench(lambda: a @ b, warmup=warmup, rep=rep)
-    print(f"M = {m}, N = {n}, K = {k}, {args.dtype}, blocks {args.block_m}×{args.block_n}"
-          f"×{args.block_k}, on {args.device}")
-    print(f"  tilelab: {tilelab_ms:8.4f} ms  {gemm_tflops(m, n, k, tilelab_ms):8.4f} TFLOP/s")
-    print(f"  PyTorch: {torch_ms:8.4f} ms  {gemm_tflops(m, n, k, torch_ms):8.4f} TFLOP/s")
-    print(f"  speedup: {torch_ms / tilelab_ms:.2f}x")
+    tilelab_ms, torch_ms = common.time_against(lambda: kernel(a, b), lambda: a @ b,
+                                               args.device, cpu_runs=(2, 5))
+    common.report(f"M = {m}, N = {n}, K = {k}, {args.dtype}, blocks {args.block_m}×"
+                  f"{args.block_n}×{args.block_k}, on {args.device}",
+                  tilelab_ms, torch_ms, flop=2.0 * m * n * k)  # a multiply and an add per m, n, k
 
 
 if __name__ == "__main__":

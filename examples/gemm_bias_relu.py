@@ -12,13 +12,17 @@ the end of the bias when N is not a multiple of `block_n`.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 import tilelab
 import tilelab.language as T
-from tilelab.profiler import do_bench
+
+if __package__:  # imported, as in `from examples.gemm_bias_relu import gemm_bias_relu_kernel`
+    from . import common
+else:  # run as a script, as in `python examples/gemm_bias_relu.py`
+    import common
+
+default_device = common.default_device  # still importable from this module
 
 
 @tilelab.jit
@@ -87,20 +91,12 @@ def check(device: str) -> None:
             torch.testing.assert_close(actual, reference(a, b, bias), rtol=1e-2, atol=1e-2)
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=default_device())
-    parser.add_argument("--m", type=int, default=None)
-    parser.add_argument("--n", type=int, default=None)
-    parser.add_argument("--k", type=int, default=None)
+    parser = common.parser(__doc__, sizes={"m": None, "n": None, "k": None})
     parser.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
     args = parser.parse_args()
-    size = 4096 if args.device == "cuda" else 256
-    m, n, k = args.m or size, args.n or size, args.k or size
+    m, n, k = (common.pick_size(size, args.device, gpu=4096, cpu=256)
+               for size in (args.m, args.n, args.k))
     dtype = getattr(torch, args.dtype)
 
     check(args.device)
@@ -112,13 +108,11 @@ def main() -> None:
     kernel = gemm_bias_relu_kernel.compile(a, b, bias, input_dtype=getattr(T, args.dtype))
     torch.testing.assert_close(kernel(a, b, bias), reference(a, b, bias), rtol=1e-2, atol=1e-2)
 
-    warmup, rep = (25, 100) if args.device == "cuda" else (2, 5)
-    tilelab_ms = do_bench(lambda: kernel(a, b, bias), warmup=warmup, rep=rep)
-    torch_ms = do_bench(lambda: torch.relu(a @ b + bias), warmup=warmup, rep=rep)
-    print(f"M = {m}, N = {n}, K = {k}, {args.dtype}, on {args.device}")
-    print(f"  tilelab (fused):         {tilelab_ms:8.4f} ms")
-    print(f"  PyTorch (three kernels): {torch_ms:8.4f} ms")
-    print(f"  speedup: {torch_ms / tilelab_ms:.2f}x")
+    tilelab_ms, torch_ms = common.time_against(lambda: kernel(a, b, bias),
+                                               lambda: torch.relu(a @ b + bias),
+                                               args.device, cpu_runs=(2, 5))
+    common.report(f"M = {m}, N = {n}, K = {k}, {args.dtype}, on {args.device}",
+                  tilelab_ms, torch_ms, labels=("tilelab (fused)", "PyTorch (three kernels)"))
 
 
 if __name__ == "__main__":

@@ -17,13 +17,17 @@ columns with zeros, so they are masked to -inf before they can count.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 import tilelab
 import tilelab.language as T
-from tilelab.profiler import do_bench
+
+if __package__:  # imported, as in `from examples.online_softmax import online_softmax_kernel`
+    from . import common
+else:  # run as a script, as in `python examples/online_softmax.py`
+    import common
+
+default_device = common.default_device  # still importable from this module
 
 LOG2_E = 1.4426950408889634
 
@@ -104,20 +108,13 @@ def check(device: str) -> None:
         torch.testing.assert_close(actual, reference(x), rtol=1e-2, atol=1e-2)
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=default_device())
-    parser.add_argument("--m", type=int, default=None, help="rows")
-    parser.add_argument("--n", type=int, default=None, help="columns (the softmax axis)")
-    parser.add_argument("--block-m", type=int, default=1)
+    sizes = {"m": "rows", "n": "columns (the softmax axis)"}
+    parser = common.parser(__doc__, sizes, block_m=1)
     parser.add_argument("--block-n", type=int, default=256)
     args = parser.parse_args()
-    big = args.device == "cuda"
-    m, n = args.m or (4096 if big else 256), args.n or (32768 if big else 4096)
+    m = common.pick_size(args.m, args.device, gpu=4096, cpu=256)
+    n = common.pick_size(args.n, args.device, gpu=32768, cpu=4096)
 
     check(args.device)
     print("online_softmax: check passed (including partial tiles)")
@@ -126,14 +123,11 @@ def main() -> None:
     kernel = online_softmax_kernel.compile(x, block_m=args.block_m, block_n=args.block_n)
     torch.testing.assert_close(kernel(x), reference(x), rtol=1e-2, atol=1e-2)
 
-    warmup, rep = (25, 100) if big else (5, 20)
-    tilelab_ms = do_bench(lambda: kernel(x), warmup=warmup, rep=rep)
-    torch_ms = do_bench(lambda: torch.softmax(x, dim=-1), warmup=warmup, rep=rep)
-    gigabytes = 3 * m * n * 2 / 1e9  # X is read twice, Y written once
-    print(f"M = {m}, N = {n}, float16, block {args.block_m}×{args.block_n}, on {args.device}")
-    print(f"  tilelab: {tilelab_ms:8.4f} ms  {gigabytes / tilelab_ms * 1e3:7.1f} GB/s")
-    print(f"  PyTorch: {torch_ms:8.4f} ms  {gigabytes / torch_ms * 1e3:7.1f} GB/s")
-    print(f"  speedup: {torch_ms / tilelab_ms:.2f}x")
+    tilelab_ms, torch_ms = common.time_against(lambda: kernel(x),
+                                               lambda: torch.softmax(x, dim=-1), args.device)
+    common.report(f"M = {m}, N = {n}, float16, block {args.block_m}×{args.block_n}, "
+                  f"on {args.device}",
+                  tilelab_ms, torch_ms, gigabytes=3 * m * n * 2 / 1e9)  # X read twice, Y once
 
 
 if __name__ == "__main__":

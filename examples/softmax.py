@@ -11,13 +11,17 @@ last block works on zero rows past the end, and `T.copy` never writes them.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 import tilelab
 import tilelab.language as T
-from tilelab.profiler import do_bench
+
+if __package__:  # imported, as in `from examples.softmax import softmax_kernel`
+    from . import common
+else:  # run as a script, as in `python examples/softmax.py`
+    import common
+
+default_device = common.default_device  # still importable from this module
 
 
 @tilelab.jit
@@ -70,19 +74,11 @@ def check(device: str) -> None:
         torch.testing.assert_close(actual, reference(x), rtol=1e-2, atol=1e-2)
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=default_device())
-    parser.add_argument("--m", type=int, default=None, help="rows")
-    parser.add_argument("--n", type=int, default=None, help="columns (the softmax axis)")
-    parser.add_argument("--block-m", type=int, default=1)
-    args = parser.parse_args()
-    big = args.device == "cuda"
-    m, n = args.m or (4096 if big else 1024), args.n or (4096 if big else 1024)
+    sizes = {"m": "rows", "n": "columns (the softmax axis)"}
+    args = common.parser(__doc__, sizes, block_m=1).parse_args()
+    m = common.pick_size(args.m, args.device, gpu=4096, cpu=1024)
+    n = common.pick_size(args.n, args.device, gpu=4096, cpu=1024)
 
     check(args.device)
     print("softmax: check passed (including a partial last block)")
@@ -91,14 +87,10 @@ def main() -> None:
     kernel = softmax_kernel.compile(x, block_m=args.block_m)
     torch.testing.assert_close(kernel(x), reference(x), rtol=1e-2, atol=1e-2)
 
-    warmup, rep = (25, 100) if args.device == "cuda" else (5, 20)
-    tilelab_ms = do_bench(lambda: kernel(x), warmup=warmup, rep=rep)
-    torch_ms = do_bench(lambda: torch.softmax(x, dim=-1), warmup=warmup, rep=rep)
-    gigabytes = 2 * m * n * 2 / 1e9
-    print(f"M = {m}, N = {n}, float16, block_m = {args.block_m}, on {args.device}")
-    print(f"  tilelab: {tilelab_ms:8.4f} ms  {gigabytes / tilelab_ms * 1e3:7.1f} GB/s")
-    print(f"  PyTorch: {torch_ms:8.4f} ms  {gigabytes / torch_ms * 1e3:7.1f} GB/s")
-    print(f"  speedup: {torch_ms / tilelab_ms:.2f}x")
+    tilelab_ms, torch_ms = common.time_against(lambda: kernel(x),
+                                               lambda: torch.softmax(x, dim=-1), args.device)
+    common.report(f"M = {m}, N = {n}, float16, block_m = {args.block_m}, on {args.device}",
+                  tilelab_ms, torch_ms, gigabytes=2 * m * n * 2 / 1e9)  # read X, write Y
 
 
 if __name__ == "__main__":

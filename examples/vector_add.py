@@ -9,13 +9,17 @@ vectors, so every element checks `index < N` before it reads or writes.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 import tilelab
 import tilelab.language as T
-from tilelab.profiler import do_bench
+
+if __package__:  # imported, as in `from examples.vector_add import vector_add_kernel`
+    from . import common
+else:  # run as a script, as in `python examples/vector_add.py`
+    import common
+
+default_device = common.default_device  # still importable from this module
 
 
 @tilelab.jit
@@ -52,17 +56,11 @@ def check(device: str) -> None:
         torch.testing.assert_close(actual, reference(a, b))
 
 
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=["cpu", "cuda"], default=default_device())
-    parser.add_argument("--size", type=int, default=None, help="vector length")
+    parser = common.parser(__doc__, sizes={"size": "vector length"})
     parser.add_argument("--block-size", type=int, default=256)
     args = parser.parse_args()
-    n = args.size or (1 << 24 if args.device == "cuda" else 1 << 20)
+    n = common.pick_size(args.size, args.device, gpu=1 << 24, cpu=1 << 20)
 
     check(args.device)
     print("vector_add: check passed (including a partial last block)")
@@ -72,14 +70,10 @@ def main() -> None:
     kernel = vector_add_kernel.compile(a, b, block_size=args.block_size)
     torch.testing.assert_close(kernel(a, b), reference(a, b))
 
-    warmup, rep = (25, 100) if args.device == "cuda" else (5, 20)
-    tilelab_ms = do_bench(lambda: kernel(a, b), warmup=warmup, rep=rep)
-    torch_ms = do_bench(lambda: reference(a, b), warmup=warmup, rep=rep)
-    gigabytes = 3 * n * 4 / 1e9  # read A and B, write C
-    print(f"N = {n}, block_size = {args.block_size}, on {args.device}")
-    print(f"  tilelab: {tilelab_ms:8.4f} ms  {gigabytes / tilelab_ms * 1e3:7.1f} GB/s")
-    print(f"  PyTorch: {torch_ms:8.4f} ms  {gigabytes / torch_ms * 1e3:7.1f} GB/s")
-    print(f"  speedup: {torch_ms / tilelab_ms:.2f}x")
+    tilelab_ms, torch_ms = common.time_against(lambda: kernel(a, b), lambda: reference(a, b),
+                                               args.device)
+    common.report(f"N = {n}, block_size = {args.block_size}, on {args.device}",
+                  tilelab_ms, torch_ms, gigabytes=3 * n * 4 / 1e9)  # read A and B, write C
 
 
 if __name__ == "__main__":

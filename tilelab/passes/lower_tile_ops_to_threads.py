@@ -595,7 +595,10 @@ class ThreadLowering:
                                    scope="shared.dyn")
         self.scratch.append(scratch)
         warp = tirx.floordiv(self.tx, 32)
-        stmts = [_sync()]
+        # Each reduction has its own scratch tile. The barrier between writing and reading
+        # it is placed here; one before the next write, when the reduction runs again in a
+        # loop, is left to TVM's ThreadSync pass, which sees these plain shared accesses.
+        stmts = []
         for slot in range(df.local_size):
             index = self.inverse(df, slot)[: len(df.shape)]
             row = _flatten(index, df.shape)
@@ -614,7 +617,6 @@ class ThreadLowering:
                 value = tirx.BufferLoad(scratch, [simplify(partner * rows + row)])
                 total = value if total is None else _combine(kind, total, value)
             stmts.append(tirx.BufferStore(acc, total, [slot]))
-        stmts.append(_sync())
         return _seq(stmts)
 
     # -- atomics and printing
