@@ -1,4 +1,4 @@
-"""The course's exercise checkers, and two helpers the chapters share.
+"""The course's exercise checkers, and the few helpers the chapters share.
 
 Every exercise in a notebook is a cell you edit (it starts out as a runnable
 skeleton with a `# TODO`) and a check cell below it:
@@ -17,14 +17,18 @@ names that mistake. The solutions are in `solutions/`, one file per chapter.
 `check` takes (the names the skeleton defines), and its checker. The tests
 use it to run each checker on the skeleton (it must say "not yet") and on
 the solution (it must say "correct").
+
+Helpers for the chapters: `guarded`, `mark` and `touched` run a kernel whose
+tail guard is missing without harm and show what it wrote past the end
+(chapter 8); `difference` says in words where two tensors first differ.
 """
 
 from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -549,7 +553,7 @@ def _check_sliding_window(sliding_window_attention):
     causal = torch.ones(sequence, sequence, dtype=torch.bool, device=DEVICE).tril()
     if close(out, _attention(q, k, v, causal), 2e-2, 2e-2):
         raise NotYet("Your output is causal attention: each query still sees every earlier "
-                     f"key. Mask keys more than `window` positions back too: key > query - "
+                     "key. Mask keys more than `window` positions back too: key > query - "
                      "window.")
     if close(out, _attention(q, k, v), 2e-2, 2e-2):
         raise NotYet("Your output is full attention: no mask was applied. A key is visible "
@@ -597,24 +601,41 @@ def _check_clamp(make_clamp):
     raise NotYet(difference(y, expected, 0, 0) + ".")
 
 
+def _gemm_without_transpose(x, w, block: int):
+    """What `T.gemm(x_tile, w_tile, acc)` computes when W's tiles are block × block and
+    transpose_B is forgotten: each tile of W is used as it lies, not transposed."""
+    m, k = x.shape
+    n = w.shape[0]
+    out = torch.zeros(m, n, device=x.device)
+    for n0 in range(0, n, block):
+        for k0 in range(0, k, block):
+            x_tile = torch.zeros(m, block, device=x.device)
+            w_tile = torch.zeros(block, block, device=x.device)
+            x_part = x[:, k0:k0 + block].float()
+            w_part = w[n0:n0 + block, k0:k0 + block].float()
+            x_tile[:, :x_part.shape[1]] = x_part
+            w_tile[:w_part.shape[0], :w_part.shape[1]] = w_part
+            out[:, n0:n0 + block] += (x_tile @ w_tile)[:, :min(block, n - n0)]
+    return out.half()
+
+
 @exercise("08.2", "08_debugging.ipynb", "the wrong transpose", ("linear",))
 def _check_linear(linear):
     kernel = _need_kernel(linear, "linear")
-    m, n, k = 20, 48, 80
+    m, n, k, block = 20, 48, 80, 64
     x = randn(m, k, dtype=torch.float16, seed=31)
     w = randn(n, k, dtype=torch.float16, seed=32)  # nn.Linear's layout: out_features × in
-    out = kernel(x, w)
+    out = kernel(x, w, block_m=block, block_n=block, block_k=block)
     expected = (x.float() @ w.float().T).half()
     if close(out, expected):
-        return ("W is stored N × K, as nn.Linear stores it; its tile is copied as a "
-                "block_n × block_k tile and T.gemm(..., transpose_B=True) multiplies by its "
-                "transpose.")
-    misread = (x.float() @ w.reshape(k, n).float()).half()
-    if close(out, misread):
-        raise NotYet("Your kernel reads W's memory as if W were a K × N matrix (element "
-                     "[k, n] at k * N + n), but W is N × K (nn.Linear's layout). Copy "
-                     "W[block_x * block_n, step * block_k] into a (block_n, block_k) tile "
-                     "and call T.gemm(x_shared, w_shared, accumulator, transpose_B=True).")
+        return ("W is stored N × K, as nn.Linear stores it: w_shared holds a block_n × block_k "
+                "tile, and T.gemm(..., transpose_B=True) multiplies by its transpose.")
+    if close(out, _gemm_without_transpose(x, w, block)):
+        raise NotYet("Your kernel multiplies by W's tiles as they lie, untransposed. T.gemm(a, "
+                     "b, c) computes a (block_m × block_k) @ b (block_k × block_n), but "
+                     "w_shared holds a block_n × block_k tile of W (W is N × K). Pass "
+                     "transpose_B=True. It compiled only because block_n == block_k; with "
+                     "block_k = 32 the shapes would not even agree.")
     raise NotYet(difference(out, expected) + ".")
 
 
@@ -623,7 +644,7 @@ def _check_linear(linear):
 def _check_long_row_softmax(long_row_softmax):
     kernel = _need_kernel(long_row_softmax, "long_row_softmax")
     limit = 16
-    compiled = kernel.compile(M=4, N=8192)
+    compiled = kernel.compile(M=4, N=8192, target=_target())
     per_thread = fragment_values_per_thread(compiled.trace)
     worst = max(per_thread, key=per_thread.get) if per_thread else None
     if worst is not None and per_thread[worst] > limit:

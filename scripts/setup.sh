@@ -6,7 +6,10 @@
 #      HTML views to images); python3-venv too if Python cannot make a venv;
 #   2. .venv with python3 (>= 3.10);
 #   3. torch, then tilelab itself: pip install -e '.[dev]';
-#   4. unless --no-run: JupyterLab on notebooks/ (if there are notebooks),
+#   4. the JupyterLab extension: built from source with node and npm when Node.js >= 20
+#      is here (scripts/build_extension.sh: npm ci, then the build), else the prebuilt
+#      one in extension/tilelab_labextension; either is linked into .venv;
+#   5. unless --no-run: JupyterLab on notebooks/ (if there are notebooks),
 #      otherwise the runnable example examples/vector_add.py.
 #
 # Usage: scripts/setup.sh [--run | --no-run]
@@ -125,7 +128,27 @@ fi
 log "installing tilelab (editable, with dev tools)"
 "${PIP[@]}" install -e '.[dev]'
 
-# ---------------------------------------------------------------- 4. run
+# ---------------------------------------------------------------- 4. the JupyterLab extension
+
+# It ships prebuilt (pip install brings it, no node needed); here it is built from source
+# when this machine can, and linked into the venv (an editable install skips data files).
+node_major=0
+if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+fi
+if [ "$node_major" -ge 20 ]; then
+    log "building the JupyterLab extension from source (node $(node --version))"
+    if ! VENV="$VENV" bash scripts/build_extension.sh; then
+        warn "the extension's build failed; using the prebuilt one in extension/tilelab_labextension"
+        VENV="$VENV" bash scripts/build_extension.sh --no-build
+    fi
+else
+    warn "Node.js >= 20 with npm not found: using the prebuilt JupyterLab extension" \
+        "(install Node.js to build it from source)"
+    VENV="$VENV" bash scripts/build_extension.sh --no-build
+fi
+
+# ---------------------------------------------------------------- 5. run
 
 if [ "$RUN" -eq 0 ]; then
     log "setup done"

@@ -51,10 +51,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     } catch (err) {
       console.warn('tilelab: no Python language for %%tilekernel cells', err);
     }
-    const extension = tilekernelExtension(python);
     extensions.addExtension({
       name: 'tilelab:tilekernel',
-      factory: () => EditorExtensionRegistry.createImmutableExtension(extension)
+      factory: options => EditorExtensionRegistry.createImmutableExtension(
+        tilekernelExtension(python, options.model.sharedModel.getSource()))
     });
     completions?.registerProvider(new TileKernelCompletionProvider());
   }

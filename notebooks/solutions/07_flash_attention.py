@@ -17,7 +17,7 @@ def sliding_window_attention(batch: int, heads: int, sequence: int, dimension: i
     shape = (batch, heads, sequence, dimension)
 
     @T.prim_func
-    def kernel(
+    def sliding_window_kernel(
         Q: T.Tensor(shape, T.float16),
         K: T.Tensor(shape, T.float16),
         V: T.Tensor(shape, T.float16),
@@ -52,7 +52,8 @@ def sliding_window_attention(batch: int, heads: int, sequence: int, dimension: i
             for key_block in T.Pipelined(key_blocks, num_stages=num_stages):
                 T.copy(K[batch_id, head, key_block * block_n, 0], k_shared)
                 T.clear(scores)
-                T.gemm(q_shared, k_shared, scores, transpose_B=True)
+                T.gemm(q_shared, k_shared, scores, transpose_B=True,
+                       policy=T.GemmWarpPolicy.FullRow)
 
                 for i, j in T.Parallel(block_m, block_n):
                     key = key_block * block_n + j
@@ -81,13 +82,13 @@ def sliding_window_attention(batch: int, heads: int, sequence: int, dimension: i
 
                 T.copy(scores, probabilities)
                 T.copy(V[batch_id, head, key_block * block_n, 0], v_shared)
-                T.gemm(probabilities, v_shared, output)
+                T.gemm(probabilities, v_shared, output, policy=T.GemmWarpPolicy.FullRow)
 
             for i, j in T.Parallel(block_m, dimension):
                 output[i, j] /= running_sum[i]
             T.copy(output, O[batch_id, head, query_block * block_m, 0])
 
-    return kernel
+    return sliding_window_kernel
 
 
 # Exercise 07.2: batch 1, 32 heads, sequence 4096, float16; block_m = 64

@@ -14,7 +14,7 @@
  */
 
 import { Language, language, syntaxTree } from '@codemirror/language';
-import { EditorState, Extension, Prec, RangeSetBuilder, StateField } from '@codemirror/state';
+import { Compartment, EditorState, Extension, Prec, RangeSetBuilder, StateField } from '@codemirror/state';
 import { Decoration, DecorationSet, EditorView, ViewPlugin, ViewUpdate } from '@codemirror/view';
 import { Input, Parser, PartialParse, TreeFragment } from '@lezer/common';
 
@@ -254,13 +254,43 @@ const theme = EditorView.baseTheme({
 
 /**
  * Everything for %%tilekernel cells. With `python` (JupyterLab's Python
- * language), such a cell is parsed as Python from its second line.
+ * language), such a cell is parsed as Python from its second line: the
+ * language sits in a compartment of its own, at the highest precedence, filled
+ * only while the cell starts with the magic (so editors without a language,
+ * or cells without the magic, are not touched). `initialDoc` is the text the
+ * editor starts with, when known; a view plugin checks it anyway.
  */
-export function tilekernelExtension(python?: Language | null): Extension {
+export function tilekernelExtension(python?: Language | null, initialDoc?: string): Extension {
   const parts: Extension[] = [magicEnd, decorations, theme];
   if (python) {
-    const tilekernel = tilekernelLanguage(python);
-    parts.push(Prec.highest(language.computeN([magicEnd], state => (state.field(magicEnd) >= 0 ? [tilekernel] : []))));
+    const tilekernel = Prec.highest(language.of(tilekernelLanguage(python)));
+    const compartment = new Compartment();
+    const wanted = (magic: boolean) => (magic ? tilekernel : []);
+    const active = (state: EditorState) => compartment.get(state) === tilekernel;
+    parts.push(
+      compartment.of(wanted(initialDoc !== undefined && magicLineEnd(initialDoc.slice(0, 4096)) >= 0)),
+      // Typing or deleting the magic switches the language in the same transaction.
+      EditorState.transactionExtender.of(tr => {
+        if (!tr.docChanged) {
+          return null;
+        }
+        const magic = magicLineEnd(tr.newDoc.sliceString(0, Math.min(tr.newDoc.length, 4096))) >= 0;
+        return magic === active(tr.startState) ? null : { effects: compartment.reconfigure(wanted(magic)) };
+      }),
+      // An editor created with the magic already in it, without `initialDoc`.
+      ViewPlugin.define(view => {
+        const magic = view.state.field(magicEnd, false) ?? magicEndOf(view.state);
+        if ((magic >= 0) !== active(view.state)) {
+          queueMicrotask(() => {
+            const now = (view.state.field(magicEnd, false) ?? magicEndOf(view.state)) >= 0;
+            if (now !== active(view.state)) {
+              view.dispatch({ effects: compartment.reconfigure(wanted(now)) });
+            }
+          });
+        }
+        return {};
+      })
+    );
   }
   return parts;
 }

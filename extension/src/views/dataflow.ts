@@ -98,6 +98,16 @@ export function layoutGraph(data: DataflowPayload): { nodes: Placed[]; edges: { 
       }
     }
   }
+  // Pull nodes right, next to their first consumer (a `fill` then sits beside the
+  // accumulator it clears rather than at the far left with a long edge).
+  for (let q = queue.length - 1; q >= 0; q--) {
+    const id = queue[q];
+    const next = succ.get(id)!;
+    if (next.length) {
+      const limit = Math.min(...next.map(to => layer.get(to) ?? 0)) - 1;
+      layer.set(id, Math.max(layer.get(id) ?? 0, limit));
+    }
+  }
   const layers: string[][] = [];
   raw.forEach(n => {
     const l = layer.get(str(n.id)) ?? 0;

@@ -243,7 +243,17 @@ export function renderLayout(data: LayoutPayload): HTMLElement {
   let hover = -1;
 
   const pick = h('input', { class: 'tl-pick', attrs: { type: 'number', min: 0, value: 0 } });
-  const modeSelect = select(modes, '', () => highlight(), 'tl-highlight-mode');
+  let lastMode = '';
+  const modeSelect = select(modes, '', mode => {
+    // Keep pointing at the same threads: thread t is in warp t / 32, warp w starts at 32 w.
+    const value = parseInt(pick.value, 10);
+    if (!isNaN(value) && lastMode === 'thread' && mode === 'warp') {
+      pick.value = String(value >> 5);
+    } else if (!isNaN(value) && lastMode === 'warp' && mode === 'thread') {
+      pick.value = String(value * 32);
+    }
+    highlight();
+  }, 'tl-highlight-mode');
   const colorSelect = select(colorModes, colorBy, value => {
     colorBy = value;
     draw();
@@ -277,7 +287,9 @@ export function renderLayout(data: LayoutPayload): HTMLElement {
     }
     const ctx = context;
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    ctx.clearRect(0, 0, width, height);
+    // A picture on white in every theme, like tilelab.viz's SVG.
+    ctx.fillStyle = '#ffffff';
+    ctx.fillRect(0, 0, width, height);
     ctx.font = '10px sans-serif';
     ctx.fillStyle = '#666';
     ctx.textBaseline = 'middle';
@@ -340,6 +352,7 @@ export function renderLayout(data: LayoutPayload): HTMLElement {
 
   function highlight(): void {
     const mode = modeSelect.value;
+    lastMode = mode;
     const value = parseInt(pick.value, 10);
     if (mode && !isNaN(value)) {
       const cells = model.held(mode, value);

@@ -120,11 +120,9 @@ export function renderPasses(data: PassesPayload): HTMLElement {
   hide.addEventListener('change', () => {
     state.hideNoops = hide.checked;
     refreshList();
-    if (!visible(state.selected)) {
-      const next = nearestVisible(state.selected);
-      if (next >= 0) {
-        choose(next);
-      }
+    const next = visible(state.selected) ? state.selected : nearestVisible(state.selected);
+    if (next >= 0) {
+      choose(next);
     }
   });
   const findInput = h('input', {
@@ -194,7 +192,10 @@ export function renderPasses(data: PassesPayload): HTMLElement {
       option.value = value;
       return option;
     }));
-    againstSelect.value = options.some(([, v]) => v === String(state.against)) ? String(state.against) : '-1';
+    if (!options.some(([, v]) => v === String(state.against))) {
+      state.against = -1;
+    }
+    againstSelect.value = String(state.against);
   }
   function setMode(mode: PassMode): void {
     state.mode = mode;

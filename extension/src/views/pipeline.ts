@@ -188,26 +188,46 @@ function drawPanel(panel: Panel, end: number, bars: Bar[]): SVGElement {
   return svg;
 }
 
-function measuredPanel(rows: TimelineRow[]): HTMLElement | null {
+const MEASURED_COLORS: Record<string, string> = { wait: '#e57373', issue: '#3b7dd8', compute: '#2e9d57', copy: '#3b7dd8' };
+
+/**
+ * The measured run (tilelab.instrument.measured_rows): one lane per block, its
+ * iterations' wait, issue and compute in nanoseconds since the block's first stamp.
+ */
+export function measuredPanel(rows: TimelineRow[]): HTMLElement | null {
   const timed = rows.filter(r => typeof r.start_ns === 'number' && typeof r.end_ns === 'number');
   if (!timed.length) {
     return null;
   }
+  const blocks = [...new Set(timed.map(r => Number((r as any).block ?? 0)))].sort((a, b) => a - b).slice(0, 16);
   const t0 = Math.min(...timed.map(r => r.start_ns as number));
   const t1 = Math.max(...timed.map(r => r.end_ns as number));
   const span = Math.max(1, t1 - t0);
-  const width = 720;
-  const lanes = [...new Set(timed.map(r => (r.kind === 'copy' ? `slot ${r.slot}` : 'compute')))].sort();
-  const height = 20 + lanes.length * 22 + 20;
+  const width = 760;
+  const lane = 22;
+  const height = 24 + blocks.length * lane + 22;
   const svg = s('svg', { width: LEFT + width + 20, height, class: 'tl-pipeline-svg tl-measured' });
-  svg.appendChild(s('text', { x: 4, y: 12, class: 'tl-svg-title' }, null, `measured on the GPU: ${num(span / 1000)} \u00b5s`));
-  lanes.forEach((lane, k) => svg.appendChild(s('text', { x: LEFT - 8, y: 20 + k * 22 + 15, 'text-anchor': 'end', class: 'tl-svg-label' }, null, lane)));
+  svg.appendChild(s('text', { x: 4, y: 12, class: 'tl-svg-title' }, null,
+    `measured on the GPU: ${num(span / 1000)} \u00b5s (thread 0 of ${blocks.length} block${blocks.length === 1 ? '' : 's'}; ` +
+    'red: waiting for tiles, blue: issuing copies, green: compute)'));
+  blocks.forEach((block, k) => svg.appendChild(s('text', { x: LEFT - 8, y: 22 + k * lane + 14, 'text-anchor': 'end', class: 'tl-svg-label' }, null, `block ${block}`)));
   for (const r of timed) {
-    const lane = lanes.indexOf(r.kind === 'copy' ? `slot ${r.slot}` : 'compute');
-    const x = LEFT + (((r.start_ns as number) - t0) / span) * width;
-    const w = Math.max(1, (((r.end_ns as number) - (r.start_ns as number)) / span) * width);
-    svg.appendChild(s('rect', { x, y: 20 + lane * 22, width: w, height: 18, fill: COLORS[r.kind] ?? '#999' },
-      { title: `${str(r.label)}: ${num(((r.end_ns as number) - (r.start_ns as number)) / 1000)} \u00b5s` }));
+    const k = blocks.indexOf(Number((r as any).block ?? 0));
+    if (k < 0) {
+      continue;
+    }
+    const start = r.start_ns as number;
+    const stop = r.end_ns as number;
+    const x = LEFT + ((start - t0) / span) * width;
+    const w = Math.max(0.5, ((stop - start) / span) * width);
+    svg.appendChild(s('rect', { x, y: 22 + k * lane, width: w, height: lane - 4, fill: MEASURED_COLORS[r.kind] ?? '#999', class: 'tl-measured-bar' },
+      { title: `block ${str((r as any).block ?? 0)}, iteration ${r.iteration}: ${str(r.kind)} ${num((stop - start) / 1000)} \u00b5s` }));
+  }
+  const axis = 22 + blocks.length * lane + 2;
+  svg.appendChild(s('line', { x1: LEFT, x2: LEFT + width, y1: axis, y2: axis, stroke: '#888' }));
+  for (let k = 0; k <= 4; k++) {
+    svg.appendChild(s('text', { x: LEFT + (k * width) / 4, y: axis + 14, 'text-anchor': 'middle', class: 'tl-svg-axis' }, null,
+      `${num((k * span) / 4 / 1000, 3)} \u00b5s`));
   }
   return h('div', { class: 'tl-scroll' }, svg);
 }

@@ -120,7 +120,7 @@ export function renderSource(data: SourcePayload): HTMLElement {
   const text = str(data.code);
   const resources = data.resources && typeof data.resources === 'object' ? data.resources : {};
   const entries = Object.entries(resources);
-  const lines = text ? text.split('\n').length : 0;
+  const lines = text ? text.replace(/\n$/, '').split('\n').length : 0;
   const title = [`${language} \u00b7 `, code(data.kernel), ' ', h('span', { class: 'tl-muted' }, `${lines} lines`)];
   const report = entries.length
     ? table(['resource', 'value'], entries.map(([k, v]) => [RESOURCE_NAMES[k] ?? k, resourceValue(k, v)]), 'tl-resources')
