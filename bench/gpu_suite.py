@@ -61,6 +61,8 @@ CHECKS = [
       ("randn", (1000,), "float16")], "matmul_bias_relu", 2e-2),
     ("annotated_layout", "annotated_scale", {"M": 1000, "N": 64},
      [("randn", (1000, 64), "float32")], "scale_plus_row", 1e-5),
+    ("relayout_through_shared", "relayout", {"M": 200, "N": 136, "K": 64},
+     [("randn", (200, 64), "float16"), ("randn", (64, 136), "float16")], "twice_matmul", 1e-2),
     ("online_softmax", "online_softmax", {"M": 1000, "N": 5000},
      [("randn", (1000, 5000), "float16")], "softmax", 1e-2),
     ("flash_attention_d64", "flash_attention", {"shape": (2, 4, 1000, 64)},
@@ -115,6 +117,32 @@ BENCH = [
 # ---------------------------------------------------------------- build (needs TVM, nvcc)
 
 
+def relayout(M: int, N: int, K: int):  # noqa: N803
+    """C = 2 A@B, the accumulator copied into a fragment of another layout (through shared)."""
+    import tilelab.language as T
+
+    @T.prim_func
+    def twice_matmul(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16),
+                     C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
+            a = T.alloc_shared((64, K), T.float16)
+            b = T.alloc_shared((K, 64), T.float16)
+            acc = T.alloc_fragment((64, 64), T.float32)
+            out = T.alloc_fragment((64, 64), T.float32)
+            T.annotate_layout({out: T.Fragment((64, 64), lambda i, j: (i * 64 + j) % 128,
+                                               lambda i, j: (i * 64 + j) // 128)})
+            T.copy(A[by * 64, 0], a)
+            T.copy(B[0, bx * 64], b)
+            T.clear(acc)
+            T.gemm(a, b, acc)
+            T.copy(acc, out)
+            for i, j in T.Parallel(64, 64):
+                out[i, j] = out[i, j] * 2.0
+            T.copy(out, C[by * 64, bx * 64])
+
+    return twice_matmul
+
+
 def annotated_scale(M: int, N: int):  # noqa: N803
     """y = 2x + row % 64 through a fragment whose thread layout the user chose."""
     import tilelab.language as T
@@ -156,6 +184,8 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
         from examples.gemm import gemm_kernel as k
 
         return k.compile(**sizes, input_dtype=T.bfloat16, target="cuda", **options)
+    elif kind == "relayout":
+        return tilelab.compile(relayout(**sizes), out_idx=[2], target="cuda")
     elif kind == "annotated_scale":
         return tilelab.compile(annotated_scale(**sizes), out_idx=[1], target="cuda")
     elif kind == "gemm_bias_relu":
@@ -215,6 +245,7 @@ def references():
         "matmul": lambda a, b: a @ b,
         "matmul_bias_relu": lambda a, b, bias: torch.relu(a @ b + bias),
         "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+        "twice_matmul": lambda a, b: 2 * (a.float() @ b.float()),
         "scale_plus_row": lambda x: x * 2 + (torch.arange(x.shape[0], device=x.device) % 64
                                              )[:, None].to(x.dtype),
     }

@@ -51,12 +51,23 @@ def resolve_target(target: str | None, tensors=()) -> str:
     if target == "llvm":
         target = "cpu"
     if target == "auto":
-        on_gpu = any(getattr(getattr(t, "device", None), "type", "cpu") == "cuda"
-                     for t in tensors)
+        if tensors:
+            on_gpu = any(getattr(getattr(t, "device", None), "type", "cpu") == "cuda"
+                         for t in tensors)
+        else:  # nothing to go by: the GPU, if this machine has one
+            on_gpu = _cuda_available()
         target = "cuda" if on_gpu else "cpu"
     if target not in TARGETS:
         raise TileLabError(f"unknown target {target!r}; choose one of auto, cpu, cuda")
     return target
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
 
 
 @lru_cache(maxsize=1)

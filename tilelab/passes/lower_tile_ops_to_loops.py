@@ -181,26 +181,28 @@ def _printf(fmt: str, *values):
     for v in values:
         dtype = str(v.ty)
         args.append(tirx.Cast("float64", v) if dtype.startswith(("float", "bfloat"))
-                    else tirx.Cast("int64", v))
+                    else tirx.Cast("int32", v))  # %d: TVM narrows 64-bit indices anyway
     return tirx.Evaluate(tirx.call_extern("int32", "printf", fmt, *args))
 
 
 def _spec(value) -> str:
-    return "%g" if str(value.ty).startswith(("float", "bfloat")) else "%lld"
+    return "%g" if str(value.ty).startswith(("float", "bfloat")) else "%d"
 
 
-def lower_print(target, msg):
+def lower_print(target, msg, newline="\n"):
+    """`newline` is what ends a line in the format string: a newline character for LLVM,
+    the two characters backslash-n for CUDA C, whose code generator prints strings raw."""
     prefix = f"{msg}: " if msg else ""
     if not isinstance(target, Region):
-        return _printf(f"{prefix}{_spec(target)}\n", target)
+        return _printf(f"{prefix}{_spec(target)}{newline}", target)
     extents = list(target.extents)
 
     def body(loop_vars):
         idx = [s + v for s, v in zip(target.starts, loop_vars)]
         value = tirx.BufferLoad(target.buffer, idx)
-        where = ", ".join(["%lld"] * len(idx))
-        fmt = f"{prefix}{target.buffer.name}[{where}] = {_spec(value)}\n"
-        return _printf(fmt, *[tirx.Cast("int64", v) for v in idx], value)
+        where = ", ".join(["%d"] * len(idx))
+        fmt = f"{prefix}{target.buffer.name}[{where}] = {_spec(value)}{newline}"
+        return _printf(fmt, *[tirx.Cast("int32", v) for v in idx], value)
 
     return loop_nest(extents, body)
 

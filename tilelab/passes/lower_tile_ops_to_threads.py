@@ -391,15 +391,32 @@ class ThreadLowering:
         return self.copy_cooperative(src, dst, asynchronous)
 
     def copy_fragment_to_fragment(self, src, dst):
+        """Same layout: each thread copies its registers. Different layouts: the tile goes
+        through a shared-memory scratch tile (TVM's ThreadSync adds the barrier)."""
         a, b = self.layout_of(src), self.layout_of(dst)
-        if not a.same_as(b):
-            raise TileLabTypeError(
-                f"T.copy between fragments {src.name!r} and {dst.name!r} with different "
-                f"layouts ({a} vs {b})", hint="copy through a shared-memory tile instead")
         reg = tirx.Var("reg", "int32")
-        value = to_expr(tirx.BufferLoad(self.local(src), [reg]), str(dst.dtype))
-        return tirx.For(reg, 0, a.local_size, tirx.ForKind.UNROLLED,
-                        tirx.BufferStore(self.local(dst), value, [reg]))
+        if a.same_as(b):
+            value = to_expr(tirx.BufferLoad(self.local(src), [reg]), str(dst.dtype))
+            return tirx.For(reg, 0, a.local_size, tirx.ForKind.UNROLLED,
+                            tirx.BufferStore(self.local(dst), value, [reg]))
+        scratch = tirx.decl_buffer(a.shape, dst.dtype, name=f"{src.name}_to_{dst.name}",
+                                   scope="shared.dyn")
+        self.scratch.append(scratch)
+        rank = len(a.shape)
+        stmts = []
+        for frag, is_src in ((a, True), (b, False)):
+            for r in range(frag.local_size):
+                index = self.inverse(frag, r)
+                if is_src:
+                    value = to_expr(tirx.BufferLoad(self.local(src), [r]), str(dst.dtype))
+                    stmt = tirx.BufferStore(scratch, value, index[:rank])
+                    if frag.replicate > 1:
+                        stmt = tirx.IfThenElse(tirx.EQ(index[rank], 0), stmt, None)
+                else:
+                    stmt = tirx.BufferStore(self.local(dst),
+                                            tirx.BufferLoad(scratch, index[:rank]), [r])
+                stmts.append(self.only_if_valid(frag, r, stmt))
+        return _seq(stmts)
 
     def copy_fragment_memory(self, src: Region, dst: Region):
         to_memory = _is_fragment(src.buffer)
@@ -662,12 +679,36 @@ class ThreadLowering:
         return tirx.For(c, 0, rounds, tirx.ForKind.SERIAL, stmt) if rounds > 1 else stmt
 
     def lower_print(self, target, msg):
+        """Thread 0 of block 0 prints values and shared/global tiles; a fragment is printed
+        by every thread of block 0, each element with the thread that holds it."""
+        first_block = _all([tirx.EQ(b, 0) for b in self.block_vars])
         if isinstance(target, Region) and _is_fragment(target.buffer):
-            raise TileLabTypeError("T.print of a fragment is not supported on the GPU yet; "
-                                   "copy it to shared memory and print that")
+            stmts = self.print_fragment(target.buffer, msg)
+            return tirx.IfThenElse(first_block, stmts, None) if first_block is not None \
+                else stmts
         first = _all([tirx.EQ(self.tx, 0)] + [tirx.EQ(b, 0) for b in self.block_vars])
         value = target if isinstance(target, Region) else self.fragment_scalars(target)
-        return tirx.IfThenElse(first, lower_print(value, msg), None)
+        return tirx.IfThenElse(first, lower_print(value, msg, newline="\\n"), None)
+
+    def print_fragment(self, buffer, msg):
+        from .lower_tile_ops_to_loops import _printf, _spec
+
+        frag = self.layout_of(buffer)
+        local = self.local(buffer)
+        rank = len(frag.shape)
+        prefix = f"{msg}: " if msg else ""
+        stmts = []
+        for reg in range(frag.local_size):
+            index = self.inverse(frag, reg)
+            value = tirx.BufferLoad(local, [reg])
+            where = ", ".join(["%d"] * rank)
+            fmt = f"{prefix}{buffer.name}[{where}] = {_spec(value)} (thread %d)\\n"
+            stmt = _printf(fmt, *[tirx.Cast("int32", i) for i in index[:rank]], value,
+                           tirx.Cast("int32", self.tx))
+            if frag.replicate > 1:
+                stmt = tirx.IfThenElse(tirx.EQ(index[rank], 0), stmt, None)
+            stmts.append(self.only_if_valid(frag, reg, stmt))
+        return _seq(stmts)
 
 
 def _squeezed_map(frag_shape, region: Region):

@@ -119,13 +119,41 @@ def _stamp(timeline, block, k, event: int):
     return tirx.IfThenElse(tirx.LT(block, int(timeline.shape[0])), store, None)
 
 
-def pipeline_loop(loop, plans: list, timeline=None, block=None):
+def buffer_uses(node) -> dict:
+    """How many times each buffer is read or written (tile ops, loads, stores) in `node`."""
+    import tvm
+
+    from ._util import walk
+
+    counts: dict = {}
+
+    def visit(n):
+        names = []
+        if isinstance(n, TilePrimitiveCall):
+            names = [r.buffer.name for r in regions(n)]
+        elif isinstance(n, tirx.BufferStore):
+            names = [n.buffer.name]
+        elif isinstance(n, tvm.ir.TensorLoad) and is_buffer(n.source):
+            names = [n.source.name]
+        for name in names:
+            counts[str(name)] = counts.get(str(name), 0) + 1
+
+    walk(node, object, visit)
+    return counts
+
+
+def pipeline_loop(loop, plans: list, timeline=None, block=None, uses=None):
+    """`uses`: buffer use counts of the whole kernel. A tile also used outside the loop keeps
+    its single slot (its copy stays synchronous): other code may expect its last contents."""
     stages = int(loop.annotations["num_stages"])
     body = list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
-    producers = [s for s in body if _is_producer(s)]
+    inside = buffer_uses(loop.body)
+    producers = [s for s in body if _is_producer(s) and
+                 (uses or inside).get(regions(s)[1].buffer.name, 0) ==
+                 inside.get(regions(s)[1].buffer.name, 0)]
     if stages < 2 or not producers:
         return loop, None
-    consumers = [s for s in body if not _is_producer(s)]
+    consumers = [s for s in body if not any(s.same_as(p) for p in producers)]
     staging = _Staging(stages)
     for p in producers:
         staging.add(regions(p)[1].buffer)
@@ -165,8 +193,10 @@ def pipeline_loop(loop, plans: list, timeline=None, block=None):
     plan = {
         "loop": str(k.name), "num_stages": stages,
         "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
-        "statements": [{"text": _describe(s), "stage": 0 if _is_producer(s) else stages - 1,
-                        "order": i, "role": "copy" if _is_producer(s) else "compute"}
+        "statements": [{"text": _describe(s),
+                        "stage": 0 if any(s.same_as(p) for p in producers) else stages - 1,
+                        "order": i,
+                        "role": "copy" if any(s.same_as(p) for p in producers) else "compute"}
                        for i, s in enumerate(body)],
         "slots": {name: stages for name in staging.buffers},
         "async_groups": [[_describe(p) for p in producers]],
@@ -198,6 +228,7 @@ def PipelineLoops(plans: list):  # noqa: N802
     def _pass(func, _mod, _ctx):
         stagings = []
         timeline = next((p for p in func.params if str(p.name) == "pipeline_timeline"), None)
+        uses = buffer_uses(func.body)
         block = _linear_block(func.body) if timeline is not None else None
 
         def on_seq(seq_stmt):
@@ -205,7 +236,7 @@ def PipelineLoops(plans: list):  # noqa: N802
             for stmt in seq_stmt:
                 if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
                         "tilelab.pipelined" not in stmt.annotations:
-                    new, staging = pipeline_loop(stmt, plans, timeline, block)
+                    new, staging = pipeline_loop(stmt, plans, timeline, block, uses)
                     if staging is not None:
                         stagings.append(staging)
                         changed = True
