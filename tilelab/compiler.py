@@ -62,6 +62,13 @@ def resolve_target(target: str | None, tensors=()) -> str:
     return target
 
 
+@lru_cache(maxsize=1)
+def _host_cpu() -> str:
+    from tvm.target import codegen
+
+    return str(codegen.llvm_get_system_cpu())
+
+
 def _cuda_available() -> bool:
     try:
         import torch
@@ -166,6 +173,10 @@ class CompiledArtifact:
 
 def program_key(program, target: str, configs: dict) -> str:
     layouts = {name: layout.to_json() for name, layout in sorted(program.layouts.items())}
+    if target == "cpu":  # CPU code is built for this machine's processor
+        import platform
+
+        target = f"cpu:{platform.machine()}:{_host_cpu()}"
     return cache_key("tilelab-kernel", program.script(), target, configs,
                      bool(program.has_atomics), list(program.swizzle or ()), layouts,
                      compiler_fingerprint())

@@ -51,7 +51,16 @@ def build(mod, program):
             finalize_host_passes, finalize_device_passes
 
     tirx.compilation_pipeline.register_tir_pipeline(PIPELINE_NAME, factory)
-    return tvm.tirx.build(mod, target="llvm", pipeline=PIPELINE_NAME)
+    return tvm.tirx.build(mod, target=host_target(), pipeline=PIPELINE_NAME)
+
+
+def host_target():
+    """LLVM for this machine's CPU, so that its vector and fp16-conversion instructions are
+    used (the compile cache is per machine; the key includes this CPU's name)."""
+    import tvm
+    from tvm.target import codegen
+
+    return tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
 
 
 def llvm_ir(executable) -> str:
