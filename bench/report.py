@@ -18,8 +18,10 @@ SHAPES = {
     "layer_norm": "8192×8192 fp16; the tutorial's kernel, one row per block",
     "layer_norm_bm2": "8192×8192 fp16; two rows per block (block_m=2)",
     "layer_norm_bm2_t512": "8192×8192 fp16; two rows per block, 512 threads",
+    "layer_norm_bm4_t1024": "8192×8192 fp16; four rows per block, 1024 threads",
     "softmax_t256": "8192×8192 fp16; one row per block, 256 threads",
     "softmax_t512": "8192×8192 fp16; one row per block, 512 threads",
+    "softmax_t256_fast": "8192×8192 fp16; one row per block, 256 threads, fast math (exp)",
     "rms_norm": "8192×8192 fp16",
     "gemm_fp16": "8192³ fp16 in, fp32 accumulate; 128×128×32 tiles, 4 warps, 3 stages",
     "gemm_fp16_bk64": "8192³ fp16; 128×128×64 tiles, 4 warps, 3 stages",
@@ -34,6 +36,7 @@ BASELINES = {
     "layer_norm": "`F.layer_norm`", "layer_norm_bm2": "`F.layer_norm`",
     "rms_norm": "`F.rms_norm`", "softmax_t256": "`torch.softmax`",
     "softmax_t512": "`torch.softmax`", "layer_norm_bm2_t512": "`F.layer_norm`",
+    "softmax_t256_fast": "`torch.softmax`", "layer_norm_bm4_t1024": "`F.layer_norm`",
     "gemm_fp16": "`torch.matmul`", "gemm_fp16_bk64": "`torch.matmul`",
     "gemm_fp16_panel8": "`torch.matmul`",
 }
