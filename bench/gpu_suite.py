@@ -45,6 +45,13 @@ CHECKS = [
       ("randn", (96,), "float16")], "layer_norm", 2e-2),
     ("rms_norm_rows", "rms_norm", {"M": 19, "N": 72, "options": {"block_m": 8}},
      [("randn", (19, 72), "float16"), ("randn", (72,), "float16")], "rms_norm", 2e-2),
+    ("layer_norm_registers", "layer_norm_registers", {"M": 999, "N": 4096},
+     [("randn", (999, 4096), "float16"), ("randn", (4096,), "float16"),
+      ("randn", (4096,), "float16")], "layer_norm", 2e-2),
+    ("layer_norm_registers_rows", "layer_norm_registers",
+     {"M": 13, "N": 96, "options": {"block_m": 4}},
+     [("randn", (13, 96), "float16"), ("randn", (96,), "float16"),
+      ("randn", (96,), "float16")], "layer_norm", 2e-2),
     ("layer_norm", "layer_norm", {"M": 999, "N": 4096},
      [("randn", (999, 4096), "float16"), ("randn", (4096,), "float16"),
       ("randn", (4096,), "float16")], "layer_norm", 2e-2),
@@ -95,6 +102,13 @@ BENCH = [
       ("randn", (8192,), "float16")], "layer_norm", 2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
     ("layer_norm_bm2_t512", "layer_norm", {"M": 8192, "N": 8192,
                                            "options": {"block_m": 2, "threads": 512}},
+     [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16"),
+      ("randn", (8192,), "float16")], "layer_norm", 2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
+    ("layer_norm_registers", "layer_norm_registers", {"M": 8192, "N": 8192},
+     [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16"),
+      ("randn", (8192,), "float16")], "layer_norm", 2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
+    ("layer_norm_registers_t512", "layer_norm_registers",
+     {"M": 8192, "N": 8192, "options": {"threads": 512}},
      [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16"),
       ("randn", (8192,), "float16")], "layer_norm", 2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
     ("layer_norm_bm4_t1024", "layer_norm", {"M": 8192, "N": 8192,
@@ -183,6 +197,8 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
         from examples.online_softmax import online_softmax_kernel as k
     elif kind == "layer_norm":
         from examples.layer_norm import layer_norm_kernel as k
+    elif kind == "layer_norm_registers":
+        from examples.layer_norm import layer_norm_in_registers_kernel as k
     elif kind == "rms_norm":
         from examples.rms_norm import rms_norm_kernel as k
     elif kind == "gemm":

@@ -19,6 +19,9 @@ SHAPES = {
     "layer_norm_bm2": "8192×8192 fp16; two rows per block (block_m=2)",
     "layer_norm_bm2_t512": "8192×8192 fp16; two rows per block, 512 threads",
     "layer_norm_bm4_t1024": "8192×8192 fp16; four rows per block, 1024 threads",
+    "layer_norm_registers": "8192×8192 fp16; rows read straight into registers (no shared "
+                            "memory), 256 threads",
+    "layer_norm_registers_t512": "8192×8192 fp16; rows straight into registers, 512 threads",
     "softmax_t256": "8192×8192 fp16; one row per block, 256 threads",
     "softmax_t512": "8192×8192 fp16; one row per block, 512 threads",
     "softmax_t256_fast": "8192×8192 fp16; one row per block, 256 threads, fast math (exp)",
@@ -37,6 +40,7 @@ BASELINES = {
     "rms_norm": "`F.rms_norm`", "softmax_t256": "`torch.softmax`",
     "softmax_t512": "`torch.softmax`", "layer_norm_bm2_t512": "`F.layer_norm`",
     "softmax_t256_fast": "`torch.softmax`", "layer_norm_bm4_t1024": "`F.layer_norm`",
+    "layer_norm_registers": "`F.layer_norm`", "layer_norm_registers_t512": "`F.layer_norm`",
     "gemm_fp16": "`torch.matmul`", "gemm_fp16_bk64": "`torch.matmul`",
     "gemm_fp16_panel8": "`torch.matmul`",
 }

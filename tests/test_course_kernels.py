@@ -17,7 +17,7 @@ from examples.gemm import gemm_kernel
 from examples.gemm import reference as gemm_reference
 from examples.gemm_bias_relu import gemm_bias_relu_kernel
 from examples.gemm_bias_relu import reference as gemm_bias_relu_reference
-from examples.layer_norm import layer_norm_kernel
+from examples.layer_norm import layer_norm_in_registers_kernel, layer_norm_kernel
 from examples.layer_norm import reference as layer_norm_reference
 from examples.online_softmax import online_softmax_kernel
 from examples.rms_norm import reference as rms_norm_reference
@@ -107,13 +107,15 @@ def test_gemm_bias_relu(m, n, k, torch_dtype, dtype, tol):
     torch.testing.assert_close(actual, expected, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("kernel", [layer_norm_kernel, layer_norm_in_registers_kernel],
+                         ids=["through_shared", "in_registers"])
 @pytest.mark.parametrize("m, n, block_m", [(32, 128, 1), (32, 128, 4), (13, 96, 4), (3, 40, 8)])
-def test_layer_norm(m, n, block_m):
+def test_layer_norm(m, n, block_m, kernel):
     torch.manual_seed(m * 3 + n)
     x = torch.randn(m, n, dtype=torch.float16) + 0.5
     gamma = torch.randn(n, dtype=torch.float16)
     beta = torch.randn(n, dtype=torch.float16)
-    actual = layer_norm_kernel(x, gamma, beta, eps=1e-5, block_m=block_m)
+    actual = kernel(x, gamma, beta, eps=1e-5, block_m=block_m)
     torch.testing.assert_close(actual, layer_norm_reference(x, gamma, beta, eps=1e-5), **FP16)
 
 
