@@ -1,13 +1,17 @@
-"""Turning CUDA C into a cubin with nvcc, and reading what ptxas reports.
+"""Turning CUDA C into a cubin with nvcc (or NVRTC), and reading what ptxas reports.
 
 `compile_cuda` writes the source next to tilelab's device header, runs nvcc
 for the target architecture (`sm_90` gets `sm_90a`, which unlocks Hopper's
 own instructions), and returns the cubin, the PTX and the resource report
 (registers, spills, shared and local memory) that `ptxas -v` prints.
+Without nvcc (or with TILELAB_CUDA_COMPILER=nvrtc) NVIDIA's runtime compiler
+does the same through the `cuda-bindings` package; it needs the CUDA headers,
+which the `nvidia-cuda-runtime` and `nvidia-cuda-cccl` wheels carry.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -66,10 +70,8 @@ def parse_ptxas(report: str) -> dict:
 def compile_cuda(source: str, arch: str, fast_math: bool = False) -> dict:
     """Compile CUDA C to a cubin; returns cubin bytes, PTX text and the resource report."""
     nvcc = find_nvcc()
-    if nvcc is None:
-        raise TileLabCompileError(
-            "compiling for CUDA needs nvcc, which was not found",
-            hint="install the CUDA toolkit (nvcc) or add it to PATH")
+    if nvcc is None or os.environ.get("TILELAB_CUDA_COMPILER") == "nvrtc":
+        return compile_nvrtc(source, arch, fast_math)
     flags = ["-O3", "-std=c++17", f"-I{INCLUDE_DIR}", arch_flag(arch), "-lineinfo"]
     if fast_math:
         flags.append("--use_fast_math")
@@ -116,3 +118,55 @@ def disassemble(cubin: Path) -> str:
             if run.returncode == 0:
                 return run.stdout
     return ""
+
+
+NVRTC_HINT = ("install the CUDA toolkit (nvcc), or NVRTC and the CUDA headers: "
+              "pip install cuda-bindings nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-cccl")
+
+
+def cuda_include_dirs() -> list[str]:
+    """Where cuda_fp16.h and cuda/std/* live: a toolkit, or NVIDIA's pip wheels."""
+    dirs = []
+    for root in filter(None, (os.environ.get("CUDA_HOME"), "/usr/local/cuda")):
+        dirs += [os.path.join(root, "include"), os.path.join(root, "include", "cccl")]
+    try:
+        import nvidia
+
+        for base in nvidia.__path__:
+            for sub in sorted(Path(base).glob("cu*/include")):
+                dirs += [str(sub), str(sub / "cccl")]
+    except ImportError:
+        pass
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+def compile_nvrtc(source: str, arch: str, fast_math: bool = False) -> dict:
+    """Compile CUDA C to a cubin with NVRTC (no PTX: NVRTC emits one or the other)."""
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError:
+        raise TileLabCompileError("compiling for CUDA needs nvcc or NVRTC; neither was found",
+                                  hint=NVRTC_HINT) from None
+    options = [f"--gpu-architecture={arch}", f"-I{INCLUDE_DIR}", "-std=c++17", "-lineinfo",
+               "--ptxas-options=-v"] + [f"-I{d}" for d in cuda_include_dirs()]
+    if fast_math:
+        options.append("--use_fast_math")
+    err, program = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    try:
+        encoded = [o.encode() for o in options]
+        (status,) = nvrtc.nvrtcCompileProgram(program, len(encoded), encoded)
+        _, size = nvrtc.nvrtcGetProgramLogSize(program)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(program, log)
+        log_text = log.decode(errors="replace").rstrip("\x00 ")
+        if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            errors = [ln for ln in log_text.splitlines() if "error" in ln]
+            raise TileLabCompileError("NVRTC rejected the generated CUDA code: " +
+                                      "; ".join(errors[:3]), hint=NVRTC_HINT)
+        _, size = nvrtc.nvrtcGetCUBINSize(program)
+        cubin = b" " * size
+        nvrtc.nvrtcGetCUBIN(program, cubin)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return {"cubin": bytes(cubin), "ptx": "", "ptxas": log_text,
+            "resources": parse_ptxas(log_text), "sass": ""}

@@ -5,7 +5,12 @@
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#ifdef __CUDACC_RTC__  // NVRTC has no C library headers
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#else
 #include <stdint.h>
+#endif
 
 namespace tl {
 
