@@ -70,6 +70,8 @@ CHECKS = [
      [("randn", (1000, 64), "float32")], "scale_plus_row", 1e-5),
     ("relayout_through_shared", "relayout", {"M": 200, "N": 136, "K": 64},
      [("randn", (200, 64), "float16"), ("randn", (64, 136), "float16")], "twice_matmul", 1e-2),
+    ("atomic_column_sum", "atomic_column_sum", {"M": 1000, "N": 300},
+     [("randn", (1000, 300), "float32"), ("zeros", (300,), "float32")], "column_sum", 1e-3),
     ("online_softmax", "online_softmax", {"M": 1000, "N": 5000},
      [("randn", (1000, 5000), "float16")], "softmax", 1e-2),
     ("flash_attention_d64", "flash_attention", {"shape": (2, 4, 1000, 64)},
@@ -137,6 +139,22 @@ BENCH = [
 
 
 # ---------------------------------------------------------------- build (needs TVM, nvcc)
+
+
+def atomic_column_sum(M: int, N: int):  # noqa: N803
+    """Y[j] = sum_i X[i, j]: every block adds its rows' partial sums with T.atomic_add."""
+    import tilelab.language as T
+
+    @T.prim_func
+    def column_sum(X: T.Tensor((M, N), T.float32), Y: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(M, 64), T.ceildiv(N, 128), threads=128) as (bx, by):
+            tile = T.alloc_fragment((64, 128), T.float32)
+            partial = T.alloc_fragment((128,), T.float32)
+            T.copy(X[bx * 64, by * 128], tile)
+            T.reduce_sum(tile, partial, dim=0)
+            T.atomic_add(Y[by * 128:by * 128 + 128], partial)
+
+    return column_sum
 
 
 def relayout(M: int, N: int, K: int):  # noqa: N803
@@ -208,6 +226,8 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
         from examples.gemm import gemm_kernel as k
 
         return k.compile(**sizes, input_dtype=T.bfloat16, target="cuda", **options)
+    elif kind == "atomic_column_sum":
+        return tilelab.compile(atomic_column_sum(**sizes), target="cuda")
     elif kind == "relayout":
         return tilelab.compile(relayout(**sizes), out_idx=[2], target="cuda")
     elif kind == "annotated_scale":
@@ -270,6 +290,7 @@ def references():
         "matmul_bias_relu": lambda a, b, bias: torch.relu(a @ b + bias),
         "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
         "twice_matmul": lambda a, b: 2 * (a.float() @ b.float()),
+        "column_sum": lambda x, y: x.sum(0),
         "scale_plus_row": lambda x: x * 2 + (torch.arange(x.shape[0], device=x.device) % 64
                                              )[:, None].to(x.dtype),
     }
@@ -278,8 +299,9 @@ def references():
 def make_inputs(specs):
     import torch
 
-    return [torch.randn(shape, device="cuda", dtype=getattr(torch, dtype))
-            for _, shape, dtype in specs]
+    make = {"randn": torch.randn, "zeros": torch.zeros}
+    return [make[kind](shape, device="cuda", dtype=getattr(torch, dtype))
+            for kind, shape, dtype in specs]
 
 
 def time_ms(fn, warmup=10, rep=50):
@@ -320,6 +342,8 @@ def run(json_path: str | None) -> int:
             torch.manual_seed(seed)
             inputs = make_inputs(case["inputs"])
             out = kernel(*inputs)
+            if out is None:  # a kernel that accumulates into its last argument
+                out = inputs[-1]
             expected = refs[case["reference"]](*inputs)
             torch.cuda.synchronize()
             errors.append((out.float() - expected.float()).abs().max().item())

@@ -48,6 +48,8 @@ def test_course_kernel_matches_pytorch_on_the_gpu(case):
         torch.manual_seed(seed)
         inputs = suite.make_inputs(case["inputs"])
         out = kernel(*inputs)
+        if out is None:  # a kernel that accumulates into its last argument
+            out = inputs[-1]
         expected = reference(*inputs)
         error = (out.float() - expected.float()).abs().max().item()
         scale = 1 + expected.float().abs().max().item()

@@ -524,6 +524,12 @@ class Fragment:
         if kind == "replicated":
             shape = self.shape[:dim] + self.shape[dim + 1:]
             return Fragment.replicated(shape or (1,), self.threads)
+        if kind == "row_spread" and dim == 0 and rank == 2:
+            # a column lives on the same lane of every group: one copy per group
+            groups = self.recipe["groups"]
+            per_group = self.threads // groups
+            column = Fragment.row_spread((self.shape[1],), per_group, self.recipe["vector"])
+            return column.replicate_on(groups) if groups > 1 else column
         if kind == "row_spread" and dim == rank - 1:
             out_shape = self.shape[:-1] or (1,)
             groups = self.recipe["groups"]

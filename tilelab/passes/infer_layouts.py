@@ -232,7 +232,16 @@ def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPl
                 src, dst = regions(r)
                 if src.buffer.name in layouts and _is_fragment(dst.buffer) and \
                         dst.buffer.name not in layouts:
-                    reduced = layouts[src.buffer.name].reduce(int(config(r)["dim"]))
+                    dim = int(config(r)["dim"])
+                    try:
+                        reduced = layouts[src.buffer.name].reduce(dim)
+                    except NotImplementedError:
+                        raise TileLabTypeError(
+                            f"reducing fragment {src.buffer.name!r} over dimension {dim} is "
+                            f"not supported for its layout {layouts[src.buffer.name]}",
+                            hint="reduce over the last dimension, or annotate the fragment "
+                                 "with a layout that keeps the reduced dimension in a "
+                                 "thread group") from None
                     changed |= assign(dst.buffer, _reshaped(reduced, _shape(dst.buffer)),
                                       "T.reduce")
             for c in copies:
