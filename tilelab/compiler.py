@@ -355,7 +355,7 @@ def _finish_cuda(program, trace: Trace, executable, recorder, arch: str, configs
     source = cuda.cuda_source(executable)
     fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
     compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
-    config = cuda.launch_config(program, recorder.device_module)
+    config = cuda.launch_config(recorder.device_module)
     names = [str(b.name) for b in program.func.params]
     order = []
     for pname in config["param_names"]:

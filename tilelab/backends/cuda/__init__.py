@@ -81,11 +81,12 @@ def cuda_source(executable) -> str:
     return '#include "tilelab.cuh"\n' + source
 
 
-def launch_config(program, device_mod) -> dict:
-    """Kernel symbol, grid, block, dynamic shared memory and parameter order."""
+def launch_config(device_mod) -> dict:
+    """Kernel symbol, dynamic shared memory and parameter names of the device function."""
     import math
 
     from ...ir.tile_ops import is_buffer
+    from ...language.dtypes import itemsize
     from ...passes._util import walk
 
     kernels = [(gv, f) for gv, f in device_mod.functions.items()
@@ -97,14 +98,8 @@ def launch_config(program, device_mod) -> dict:
     def visit(node):
         if isinstance(node, tirx.AllocBuffer) and node.buffer.scope() == "shared.dyn":
             smem[0] += math.prod(int(s) for s in node.buffer.shape) * \
-                tirx_bytes(str(node.buffer.dtype))
+                itemsize(str(node.buffer.dtype))
 
-    walk(func.body, tirx.AllocBuffer, visit)
+    walk(func.body, tirx.AllocBuffer, visit)  # after merging: the one dynamic allocation
     params = [str(p.name) for p in func.params if not is_buffer(p)]
     return {"kernel_name": name, "dynamic_smem": smem[0], "param_names": params}
-
-
-def tirx_bytes(dtype: str) -> int:
-    from ...language.dtypes import itemsize
-
-    return itemsize(dtype)
