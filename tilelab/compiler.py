@@ -191,6 +191,7 @@ def compile_program(program, target: str = "cpu", pass_configs=None) -> Compiled
     entry = cache.get_path(key)
     if entry is not None:
         trace = Trace.from_json((entry / "trace.json").read_text())
+        trace.source = _source_of(program)  # the same IR may come from another cell or file
         trace.cache_hit = True
         trace.compile_seconds = time.perf_counter() - started
         _warn(program, trace.warnings)  # a cached kernel still deserves its warnings
@@ -230,6 +231,11 @@ def gpu_plans(program) -> tuple[dict, list]:
         UserErrors.take()
         return {}, pipelines
     return layouts, pipelines
+
+
+def _source_of(program) -> dict:
+    return {"filename": program.source.filename, "first_line": program.source.line_offset + 1,
+            "text": program.source.text}
 
 
 def _warn(program, messages) -> None:
@@ -288,10 +294,7 @@ def _compile_uncached(program, target: str, configs: dict):
     from .backends.cuda import nvcc
     from .ir.summary import summarize
 
-    trace = Trace(kernel=program.name, target=target,
-                  source={"filename": program.source.filename,
-                          "first_line": program.source.line_offset + 1,
-                          "text": program.source.text},
+    trace = Trace(kernel=program.name, target=target, source=_source_of(program),
                   params=[{"name": p.name, "shape": list(p.shape), "dtype": p.dtype,
                            "output": p.output} for p in program.params],
                   program=summarize(program.func, program.params))
