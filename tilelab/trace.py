@@ -13,6 +13,14 @@ import json
 from dataclasses import asdict, dataclass, field
 
 
+def _lines(text: str) -> list[str]:
+    """Lines with their newlines, the last one too (so a diff never glues two lines)."""
+    lines = text.splitlines(True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return lines
+
+
 @dataclass
 class PassRecord:
     """The IR after one pass."""
@@ -63,8 +71,8 @@ class Trace:
     def diff(self, before, after, context: int = 3) -> str:
         """Unified diff of the IR between two passes (names or indices)."""
         a, b = self.get_pass(before), self.get_pass(after)
-        return "".join(difflib.unified_diff(a.ir.splitlines(True), b.ir.splitlines(True),
-                                            fromfile=a.name, tofile=b.name, n=context))
+        return "".join(difflib.unified_diff(_lines(a.ir), _lines(b.ir), fromfile=a.name,
+                                            tofile=b.name, n=context))
 
     def first_change_of(self, name: str) -> str | None:
         """The first pass whose output mentions `name` differently from its input."""
