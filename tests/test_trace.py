@@ -404,3 +404,10 @@ def test_warm_compile_is_fast_in_process(isolated_cache):
     assert seconds < 0.5
     assert isinstance(kernel.trace.compile_seconds, float)
     assert kernel.trace.compile_seconds <= seconds
+
+
+def test_diff_keeps_last_lines_apart():
+    """IR text without a trailing newline must not glue '-y' and '+z' into one line."""
+    trace = Trace(kernel="k", target="cpu", passes=[
+        PassRecord("a", "x\ny", True, 0.0, "tvm"), PassRecord("b", "x\nz", True, 0.0, "tvm")])
+    assert trace.diff("a", "b").splitlines()[-2:] == ["-y", "+z"]
