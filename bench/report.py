@@ -33,6 +33,8 @@ SHAPES = {
     "flash_attention": "batch 4, heads 32, seq 4096, dim 128, fp16, non-causal; "
                        "block 64×64, 4 warps, 2 stages",
     "flash_attention_bm128_w8": "same shapes; block 128×64, 8 warps, 2 stages",
+    "flash_attention_bn32": "same shapes; block 64×32, 4 warps, 2 stages",
+    "flash_attention_bm128_bn32_w8": "same shapes; block 128×32, 8 warps, 2 stages",
 }
 BASELINES = {
     "vector_add": "`a + b`", "vector_add_x4": "`a + b`", "softmax": "`torch.softmax`",
