@@ -35,7 +35,16 @@ from ..language.dtypes import itemsize
 from ..language.expr import to_expr
 from ._util import keep_user_errors, rewrite, rewrite_pre, substitute
 from .infer_layouts import LayoutPlan, _parallel_nest, owner_table, thread_elements
-from .lower_tile_ops_to_loops import _all, _in_bounds, _index_map, _init, lower_print
+from .lower_tile_ops_to_loops import (
+    _all,
+    _combine,
+    _in_bounds,
+    _index_map,
+    _init,
+    _printf,
+    _spec,
+    lower_print,
+)
 
 _ANALYZER = sym.Analyzer()
 
@@ -691,8 +700,6 @@ class ThreadLowering:
         return tirx.IfThenElse(first, lower_print(value, msg, newline="\\n"), None)
 
     def print_fragment(self, buffer, msg):
-        from .lower_tile_ops_to_loops import _printf, _spec
-
         frag = self.layout_of(buffer)
         local = self.local(buffer)
         rank = len(frag.shape)
@@ -802,12 +809,6 @@ def _flatten(index, shape):
 def _guard(conds, stmt):
     cond = _all(conds)
     return stmt if cond is None else tirx.IfThenElse(cond, stmt, None)
-
-
-def _combine(kind, acc, value):
-    from .lower_tile_ops_to_loops import _combine as combine
-
-    return combine(kind, acc, value)
 
 
 def tvm_expr_type():
