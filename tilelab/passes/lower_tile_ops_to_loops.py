@@ -49,25 +49,26 @@ def _guard(conds, stmt):
     return stmt if cond is None else tirx.IfThenElse(cond, stmt, None)
 
 
-def _index_map(region: Region, loop_extents_rank: int):
-    """Map loop indices (one per non-unit extent) to the region's full index list."""
+def _index_map(region: Region):
+    """Map loop indices (one per dimension of extent > 1, in order) to the region's indices.
+
+    Dimensions of extent 1 stay at their start. The two sides of a copy have the same
+    number of such dimensions (checked when the copy was traced), so one loop nest
+    serves both.
+    """
+    free = [d for d, e in enumerate(region.extents) if _const_int(e) != 1]
+
     def indices(loop_vars):
-        out, k = [], 0
-        free = [d for d, e in enumerate(region.extents) if _const_int(e) != 1]
-        # when the region has more non-unit dims than loops (cannot happen after checks)
-        for d, start in enumerate(region.starts):
-            if d in free[len(free) - loop_extents_rank:] and k < len(loop_vars):
-                out.append(start + loop_vars[k] if _const_int(start) != 0 else loop_vars[k])
-                k += 1
-            else:
-                out.append(start)
-        return out
+        at = dict(zip(free, loop_vars))
+        return [(at[d] if _const_int(start) == 0 else start + at[d]) if d in at else start
+                for d, start in enumerate(region.starts)]
+
     return indices
 
 
 def lower_copy(src: Region, dst: Region):
     extents = dst.squeezed_extents() or [1]
-    src_at, dst_at = _index_map(src, len(extents)), _index_map(dst, len(extents))
+    src_at, dst_at = _index_map(src), _index_map(dst)
 
     def body(loop_vars):
         si, di = src_at(loop_vars), dst_at(loop_vars)
@@ -164,7 +165,7 @@ def lower_atomic_add(dst: Region, src):
         return _guard(_in_bounds(dst, idx), tirx.BufferStore(dst.buffer, old + to_expr(
             src, dst.dtype), idx))
     extents = dst.squeezed_extents() or [1]
-    src_at, dst_at = _index_map(src, len(extents)), _index_map(dst, len(extents))
+    src_at, dst_at = _index_map(src), _index_map(dst)
 
     def body(loop_vars):
         si, di = src_at(loop_vars), dst_at(loop_vars)

@@ -496,7 +496,7 @@ class ThreadLowering:
         c, vv = tirx.Var("c", "int32"), tirx.Var("v", "int32")
         chunk = c * self.threads + self.tx if rounds > 1 else self.tx
         base = _unravel(chunk * v, extents)
-        src_at, dst_at = _index_map(src, len(extents)), _index_map(dst, len(extents))
+        src_at, dst_at = _index_map(src), _index_map(dst)
         full = list(base)
         full[-1] = full[-1] + vv if v > 1 else full[-1]
         si, di = src_at(full), dst_at(full)
@@ -679,7 +679,7 @@ class ThreadLowering:
         c = tirx.Var("c", "int32")
         flat = c * self.threads + self.tx if rounds > 1 else self.tx
         idx = _unravel(flat, extents)
-        si, di = _index_map(src, len(extents))(idx), _index_map(dst, len(extents))(idx)
+        si, di = _index_map(src)(idx), _index_map(dst)(idx)
         value = to_expr(tirx.BufferLoad(src.buffer, si), dst.dtype)
         stmt = _guard(_in_bounds(dst, di) + _in_bounds(src, si),
                       _extern("atomicAdd", _address(dst.buffer, di), value))
@@ -725,7 +725,7 @@ def _squeezed_map(frag_shape, region: Region):
     `Y[row, 0:N]`, and a (64, 64) tile matches `Q[b, h, 0:64, 0:64]`.
     """
     free = [d for d, s in enumerate(frag_shape) if s != 1]
-    region_at = _index_map(region, len(free))
+    region_at = _index_map(region)
     return lambda element: region_at([element[d] for d in free])
 
 
