@@ -188,6 +188,21 @@ class ThreadLowering:
         body = rewrite(body, tvm.ir.TensorLoad, on_load)
         return rewrite(body, tirx.BufferStore, on_store)
 
+    def deal(self, count: int, body_fn, unroll_up_to: int = 0):
+        """Items 0..count-1 dealt to the threads round-robin: in round c, thread tx takes item
+        c * threads + tx. `body_fn(item)` builds one item's statement; items past `count` in
+        the last round are skipped; up to `unroll_up_to` rounds are unrolled."""
+        rounds = -(-count // self.threads)
+        c = tirx.Var("c", "int32")
+        item = c * self.threads + self.tx if rounds > 1 else self.tx
+        stmt = body_fn(item)
+        if count % self.threads:
+            stmt = tirx.IfThenElse(tirx.LT(item, count), stmt, None)
+        if rounds == 1:
+            return stmt
+        kind = tirx.ForKind.UNROLLED if rounds <= unroll_up_to else tirx.ForKind.SERIAL
+        return tirx.For(c, 0, rounds, kind, stmt)
+
     def only_if_valid(self, frag: Fragment, reg: int, stmt):
         """Guard a statement on register `reg` of a padded fragment (some threads lack it)."""
         elements = thread_elements(frag)
@@ -307,21 +322,16 @@ class ThreadLowering:
         vector = 4
         while vector > 1 and (total % (self.threads * vector) or nest.extents[-1] % vector):
             vector //= 2
-        chunks = total // vector
-        rounds = -(-chunks // self.threads)
-        c, vv = tirx.Var("c", "int32"), tirx.Var("v", "int32")
-        chunk = c * self.threads + self.tx if rounds > 1 else self.tx
-        flat = chunk * vector + vv if vector > 1 else chunk
-        stmt = self.lower(substitute(body, dict(zip(nest.loop_vars,
-                                                    _unravel(flat, nest.extents)))))
-        if vector > 1:
-            stmt = tirx.For(vv, 0, vector, tirx.ForKind.VECTORIZED, stmt)
-        if chunks % self.threads:
-            stmt = tirx.IfThenElse(tirx.LT(chunk, chunks), stmt, None)
-        if rounds == 1:
-            return stmt
-        kind = tirx.ForKind.UNROLLED if rounds <= 8 else tirx.ForKind.SERIAL
-        return tirx.For(c, 0, rounds, kind, stmt)
+        vv = tirx.Var("v", "int32")
+
+        def run(chunk):
+            flat = chunk * vector + vv if vector > 1 else chunk
+            stmt = self.lower(substitute(body, dict(zip(nest.loop_vars,
+                                                        _unravel(flat, nest.extents)))))
+            return tirx.For(vv, 0, vector, tirx.ForKind.VECTORIZED, stmt) if vector > 1 \
+                else stmt
+
+        return self.deal(total // vector, run, unroll_up_to=8)
 
     def map_fragment_accesses(self, body, nest, layout, reg):
         """Replace fragment accesses of iteration register `reg` by local-array accesses."""
@@ -491,37 +501,32 @@ class ThreadLowering:
         v = _vector_width(nbytes, *limits)
         if not (_aligned(src.starts[-1], v) and _aligned(dst.starts[-1], v)):
             v = 1
-        chunks = total // v
-        rounds = -(-chunks // self.threads)
-        c, vv = tirx.Var("c", "int32"), tirx.Var("v", "int32")
-        chunk = c * self.threads + self.tx if rounds > 1 else self.tx
-        base = _unravel(chunk * v, extents)
+        vv = tirx.Var("v", "int32")
         src_at, dst_at = _index_map(src), _index_map(dst)
-        full = list(base)
-        full[-1] = full[-1] + vv if v > 1 else full[-1]
-        si, di = src_at(full), dst_at(full)
-        src_ok = _all(_in_bounds(src, src_at(base)))
         nbytes_vector = v * itemsize(dst.dtype)
-        if asynchronous and src.dtype == dst.dtype and nbytes_vector in (4, 8, 16) and \
-                dst.scope.startswith("shared"):
-            stmt = _extern(f"tl::cp_async<{nbytes_vector}>",
-                           self.address(dst.buffer, dst_at(base), rw_mask=2),
-                           _address(src.buffer, src_at(base)),
-                           src_ok if src_ok is not None else tirx.const(True, "bool"))
-        else:
-            value = to_expr(tirx.BufferLoad(src.buffer, si), dst.dtype)
-            if src_ok is not None:
-                value = tirx.if_then_else(src_ok, value, to_expr(0, dst.dtype))
-            stmt = tirx.BufferStore(dst.buffer, value, di)
-            if v > 1:
-                stmt = tirx.For(vv, 0, v, tirx.ForKind.VECTORIZED, stmt)
-        stmt = _guard(_in_bounds(dst, dst_at(base)), stmt)
-        if chunks % self.threads:
-            stmt = tirx.IfThenElse(tirx.LT(chunk, chunks), stmt, None)
-        if rounds > 1:
-            kind = tirx.ForKind.UNROLLED if rounds <= 16 else tirx.ForKind.SERIAL
-            stmt = tirx.For(c, 0, rounds, kind, stmt)
-        return stmt
+        use_cp_async = asynchronous and src.dtype == dst.dtype and \
+            nbytes_vector in (4, 8, 16) and dst.scope.startswith("shared")
+
+        def chunk_copy(chunk):
+            base = _unravel(chunk * v, extents)
+            full = list(base)
+            full[-1] = full[-1] + vv if v > 1 else full[-1]
+            src_ok = _all(_in_bounds(src, src_at(base)))
+            if use_cp_async:
+                stmt = _extern(f"tl::cp_async<{nbytes_vector}>",
+                               self.address(dst.buffer, dst_at(base), rw_mask=2),
+                               _address(src.buffer, src_at(base)),
+                               src_ok if src_ok is not None else tirx.const(True, "bool"))
+            else:
+                value = to_expr(tirx.BufferLoad(src.buffer, src_at(full)), dst.dtype)
+                if src_ok is not None:
+                    value = tirx.if_then_else(src_ok, value, to_expr(0, dst.dtype))
+                stmt = tirx.BufferStore(dst.buffer, value, dst_at(full))
+                if v > 1:
+                    stmt = tirx.For(vv, 0, v, tirx.ForKind.VECTORIZED, stmt)
+            return _guard(_in_bounds(dst, dst_at(base)), stmt)
+
+        return self.deal(total // v, chunk_copy, unroll_up_to=16)
 
     # -- fill
 
@@ -532,16 +537,13 @@ class ThreadLowering:
             return tirx.For(reg, 0, int(local.shape[0]), tirx.ForKind.UNROLLED,
                             tirx.BufferStore(local, to_expr(value, dst.dtype), [reg]))
         extents = [int(_const_int(e)) for e in dst.extents]
-        total = math.prod(extents)
-        rounds = -(-total // self.threads)
-        c = tirx.Var("c", "int32")
-        flat = c * self.threads + self.tx if rounds > 1 else self.tx
-        idx = [s + i for s, i in zip(dst.starts, _unravel(flat, extents))]
-        stmt = _guard(_in_bounds(dst, idx), tirx.BufferStore(dst.buffer,
-                                                             to_expr(value, dst.dtype), idx))
-        if total % self.threads:
-            stmt = tirx.IfThenElse(tirx.LT(flat, total), stmt, None)
-        return tirx.For(c, 0, rounds, tirx.ForKind.SERIAL, stmt) if rounds > 1 else stmt
+
+        def fill_one(flat):
+            idx = [s + i for s, i in zip(dst.starts, _unravel(flat, extents))]
+            return _guard(_in_bounds(dst, idx), tirx.BufferStore(dst.buffer,
+                                                                 to_expr(value, dst.dtype), idx))
+
+        return self.deal(math.prod(extents), fill_one)
 
     # -- reductions
 
@@ -674,18 +676,15 @@ class ThreadLowering:
                     "atomicAdd", _address(dst.buffer, di), value))))
             return _seq(stmts)
         extents = [int(_const_int(e)) for e in dst.squeezed_extents()] or [1]
-        total = math.prod(extents)
-        rounds = -(-total // self.threads)
-        c = tirx.Var("c", "int32")
-        flat = c * self.threads + self.tx if rounds > 1 else self.tx
-        idx = _unravel(flat, extents)
-        si, di = _index_map(src)(idx), _index_map(dst)(idx)
-        value = to_expr(tirx.BufferLoad(src.buffer, si), dst.dtype)
-        stmt = _guard(_in_bounds(dst, di) + _in_bounds(src, si),
-                      _extern("atomicAdd", _address(dst.buffer, di), value))
-        if total % self.threads:
-            stmt = tirx.IfThenElse(tirx.LT(flat, total), stmt, None)
-        return tirx.For(c, 0, rounds, tirx.ForKind.SERIAL, stmt) if rounds > 1 else stmt
+
+        def add_one(flat):
+            idx = _unravel(flat, extents)
+            si, di = _index_map(src)(idx), _index_map(dst)(idx)
+            value = to_expr(tirx.BufferLoad(src.buffer, si), dst.dtype)
+            return _guard(_in_bounds(dst, di) + _in_bounds(src, si),
+                          _extern("atomicAdd", _address(dst.buffer, di), value))
+
+        return self.deal(math.prod(extents), add_one)
 
     def lower_print(self, target, msg):
         """Thread 0 of block 0 prints values and shared/global tiles; a fragment is printed
