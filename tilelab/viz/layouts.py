@@ -225,27 +225,27 @@ def _warp_lines(scene: Scene, warps: np.ndarray, x0, y0, cw, ch) -> None:
     vertical = padded[1:-1, 1:] != padded[1:-1, :-1]  # edge left of column c (0..cols)
     horizontal = padded[1:, 1:-1] != padded[:-1, 1:-1]  # edge above row r (0..rows)
     for c in range(cols + 1):
-        r = 0
-        while r < rows:
-            if vertical[r, c]:
-                end = r
-                while end < rows and vertical[end, c]:
-                    end += 1
-                scene.line(x0 + c * cw, y0 + r * ch, x0 + c * cw, y0 + end * ch,
-                           color="#111111", width=2.5, group="warps")
-                r = end
-            r += 1
+        for start, end in _runs(vertical[:, c]):
+            scene.line(x0 + c * cw, y0 + start * ch, x0 + c * cw, y0 + end * ch,
+                       color="#111111", width=2.5, group="warps")
     for r in range(rows + 1):
-        c = 0
-        while c < cols:
-            if horizontal[r, c]:
-                end = c
-                while end < cols and horizontal[r, end]:
-                    end += 1
-                scene.line(x0 + c * cw, y0 + r * ch, x0 + end * cw, y0 + r * ch,
-                           color="#111111", width=2.5, group="warps")
-                c = end
-            c += 1
+        for start, end in _runs(horizontal[r, :]):
+            scene.line(x0 + start * cw, y0 + r * ch, x0 + end * cw, y0 + r * ch,
+                       color="#111111", width=2.5, group="warps")
+
+
+def _runs(flags) -> list[tuple[int, int]]:
+    """(start, end) of every run of True values in a 1-d boolean array, end exclusive."""
+    runs, start = [], None
+    for i, flag in enumerate(flags):
+        if flag and start is None:
+            start = i
+        elif not flag and start is not None:
+            runs.append((start, i))
+            start = None
+    if start is not None:
+        runs.append((start, len(flags)))
+    return runs
 
 
 def _legend(scene: Scene, grid: LayoutGrid, x, y, thread, warp, bank, held, color_by) -> float:
