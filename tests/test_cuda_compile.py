@@ -287,3 +287,55 @@ def test_a_tile_shared_by_two_pipelined_loops_keeps_one_slot():
     x = torch.randn(3, 300)
     cpu = tilelab.compile(make_two_loops_one_tile(3, 300), out_idx=[1], target="cpu")
     torch.testing.assert_close(cpu(x), x / x.sum(-1, keepdim=True))
+
+
+# ---------------------------------------------------------------- who compiles the CUDA C
+
+
+def test_tvm_compiles_no_cuda_during_tilelab_builds():
+    """On a GPU machine TVM would compile the CUDA source itself (its callback, its
+    options) the moment the code generator returns it; tilelab's builds answer that
+    callback with a marker, so only tilelab's nvcc step compiles."""
+    import tvm_ffi
+
+    from tilelab.backends.cuda import source_only
+
+    with source_only():
+        answer = tvm_ffi.get_global_func("tvm_callback_cuda_compile")("this is not CUDA")
+    assert answer.startswith(b"tilelab:")
+    # outside tilelab's builds the callback is TVM's again (it would try to compile)
+    outside = tvm_ffi.get_global_func("tvm_callback_cuda_compile")
+    with pytest.raises(Exception):  # noqa: B017 - TVM's compiler rejects the text
+        outside("this is not CUDA")
+
+
+def test_a_rejected_device_compile_shows_the_first_error_and_the_generated_line():
+    from tilelab.backends.cuda.nvcc import first_errors
+
+    source = "#include <x.h>\n__global__ void k(float* a) {\n  a[0] = undefined_name;\n}\n"
+    log = ("/usr/local/cuda/include/cuda_fp16.hpp(1): warning #20: a header warning\n" * 40 +
+           "kernel.cu(3): error: identifier \"undefined_name\" is undefined\n\n"
+           "1 error detected in the compilation of \"kernel.cu\".\n")
+    shown = first_errors(log, source)
+    assert shown.splitlines() == ['  kernel.cu:3: error: identifier "undefined_name" is undefined',
+                                  "      a[0] = undefined_name;"]
+
+
+def test_nvcc_errors_reach_the_user_at_the_kernel(monkeypatch):
+    """A device compile failure names the user's kernel and nvcc's first error, never a
+    blank or NUL message."""
+    from tilelab.backends.cuda import nvcc
+
+    real = nvcc.compile_cuda
+
+    def broken(source, arch, fast_math=False):
+        return real(source.replace("extern \"C\" __global__", "extern \"C\" __global__ oops",
+                                   1), arch, fast_math)
+
+    monkeypatch.setattr(nvcc, "compile_cuda", broken)
+    monkeypatch.setenv("TILELAB_DISABLE_CACHE", "1")
+    with pytest.raises(tilelab.TileLabCompileError) as info:
+        vector_add_kernel.compile(N=1000, target="cuda:sm_90a")
+    message = str(info.value)
+    assert "vector_add.py" in message and "nvcc rejected the generated CUDA code" in message
+    assert "kernel.cu:" in message and "error" in message and "\x00" not in message

@@ -327,17 +327,19 @@ def _compile_uncached(program, target: str, configs: dict):
                     user_error.with_location(program.source.location(program.source.node))
                 raise user_error from None
             last = recorder.records[-1].name if recorder.records else "the front end"
-            first_line = str(err).strip().splitlines()[-1] if str(err).strip() else ""
             raise TileLabCompileError(
-                f"compiling {program.name} for {target} failed after {last}: {first_line}",
-                program.source.location(program.source.node)) from None
+                f"compiling {program.name} for {target} failed after {last}: "
+                f"{_last_words(err)}", program.source.location(program.source.node)) from None
     trace.warnings = [str(w.message) for w in caught]
     _warn(program, trace.warnings)
     trace.passes = recorder.records
     if target == "cpu":  # show what the GPU backend would choose, so CPU users see it too
         trace.layouts, trace.pipelines = gpu_plans(program)
     if target.startswith("cuda"):
-        return _finish_cuda(program, trace, executable, recorder, arch, configs)
+        try:
+            return _finish_cuda(program, trace, executable, recorder, arch, configs)
+        except TileLabError as err:  # nvcc's complaint, at the kernel the user wrote
+            raise err.with_location(program.source.location(program.source.node)) from None
     trace.code["llvm"] = cpu.llvm_ir(executable)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.so"
@@ -346,6 +348,13 @@ def _compile_uncached(program, target: str, configs: dict):
                  "meta.json": json.dumps({"name": program.name, "target": target}).encode()}
     runner = cpu.CPURunner(executable, program.name)
     return CompiledArtifact(runner, trace), files
+
+
+def _last_words(err: Exception) -> str:
+    """The last readable line of an internal error (TVM's messages end with the cause)."""
+    lines = [ln.strip() for ln in str(err).splitlines()]
+    readable = [ln for ln in lines if ln and ln.isprintable()]
+    return readable[-1] if readable else type(err).__name__
 
 
 def _finish_cuda(program, trace: Trace, executable, recorder, arch: str, configs: dict):

@@ -11,6 +11,9 @@ runtime (`tilelab.runtime`, no TVM needed) launches.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 from tvm import tirx
 
 from ...passes.check_fragment_reads import CheckFragmentReads
@@ -72,7 +75,62 @@ def build(mod, program, arch: str, on_plan=None, pipelines: list | None = None):
             finalize_host_passes, finalize_device_passes
 
     tirx.compilation_pipeline.register_tir_pipeline(PIPELINE_NAME, factory)
-    return tvm.tirx.build(mod, target=target(arch), pipeline=PIPELINE_NAME)
+    with source_only():
+        return tvm.tirx.build(mod, target=target(arch), pipeline=PIPELINE_NAME)
+
+
+# ---------------------------------------------------------------- who compiles the CUDA C
+#
+# On a machine with a GPU, TVM's CUDA runtime compiles the generated source the
+# moment the code generator hands it over: it calls the global function
+# `tvm_callback_cuda_compile` (NVRTC with TVM's own options), before tilelab
+# ever sees the source. tilelab compiles the source itself (nvcc.py: its header,
+# its flags, its error messages), so during tilelab's builds that callback answers
+# with a marker instead of a binary. TVM keeps the source for `inspect_source()`
+# and loads a module's binary only when one of its functions is called, which
+# tilelab never does. Outside tilelab's builds the callback does what TVM's would.
+
+_NOT_COMPILED = b"tilelab: this module's CUDA C is compiled by tilelab (backends/cuda/nvcc.py)"
+_state = threading.local()
+_guard_lock = threading.Lock()
+_guard_installed = False
+
+
+def _install_compile_guard() -> None:
+    global _guard_installed
+    with _guard_lock:
+        if _guard_installed:
+            return
+        import tvm_ffi
+
+        try:  # TVM's own callback registers itself when this module is imported
+            import tvm.support.nvcc  # noqa: F401
+        except ImportError:
+            pass
+        tvm_compile = tvm_ffi.get_global_func("tvm_callback_cuda_compile", allow_missing=True)
+
+        def tvm_callback_cuda_compile(code):
+            if getattr(_state, "source_only", False):
+                return _NOT_COMPILED
+            if tvm_compile is None:
+                raise RuntimeError("no CUDA compiler registered with TVM")
+            return tvm_compile(code)
+
+        tvm_ffi.register_global_func("tvm_callback_cuda_compile", tvm_callback_cuda_compile,
+                                     override=True)
+        _guard_installed = True
+
+
+@contextlib.contextmanager
+def source_only():
+    """Inside this block, TVM's CUDA builds produce source and compile nothing."""
+    _install_compile_guard()
+    previous = getattr(_state, "source_only", False)
+    _state.source_only = True
+    try:
+        yield
+    finally:
+        _state.source_only = previous
 
 
 def cuda_source(executable) -> str:

@@ -89,11 +89,10 @@ def compile_cuda(source: str, arch: str, fast_math: bool = False) -> dict:
         if run.returncode != 0:
             kept = Path(tempfile.mkdtemp(prefix="tilelab-failed-")) / "kernel.cu"
             kept.write_text(source)
-            lines = [ln.replace(str(cu), str(kept)) for ln in run.stderr.splitlines()
-                     if "error" in ln] or run.stderr.splitlines()
-            raise TileLabCompileError("nvcc rejected the generated CUDA code: " +
-                                      "; ".join(lines[:3]),
-                                      hint=f"the generated source is kept in {kept}")
+            raise TileLabCompileError(
+                "nvcc rejected the generated CUDA code:\n" +
+                first_errors(run.stderr.replace(str(cu), str(kept)), source),
+                hint=f"the generated source is kept in {kept}")
         return {
             "cubin": cubin.read_bytes(),
             "ptx": ptx.read_text(),
@@ -101,6 +100,37 @@ def compile_cuda(source: str, arch: str, fast_math: bool = False) -> dict:
             "resources": parse_ptxas(run.stderr),
             "sass": disassemble(cubin),
         }
+
+
+_ERROR_LINE = re.compile(
+    r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?:catastrophic )?error:? (?P<msg>.*)$")
+
+
+def first_errors(log: str, source: str, limit: int = 3) -> str:
+    """The compiler's first errors, each with the generated line it names.
+
+    nvcc and NVRTC print every warning of the CUDA headers before the error that
+    matters; a learner needs the error lines (`kernel.cu(42): error: ...`) and the
+    generated code they point at, not pages of warnings.
+    """
+    lines = source.splitlines()
+    errors = []
+    for raw in log.splitlines():
+        match = _ERROR_LINE.match(raw.strip())
+        if match:
+            number = int(match["line"])
+            shown = f"  {match['file']}:{number}: error: {match['msg'].strip()}"
+            if 0 < number <= len(lines):
+                shown += f"\n      {lines[number - 1].strip()}"
+            errors.append(shown)
+        elif "error" in raw.lower() and not re.search(r"\d+ errors? detected", raw):
+            # ptxas and fatal errors name no line
+            errors.append(f"  {raw.strip()}")
+        if len(errors) == limit:
+            break
+    if not errors:  # no line said "error": show the end of the log, where compilers stop
+        errors = [f"  {ln}" for ln in log.strip().splitlines()[-limit:]]
+    return "\n".join(errors)
 
 
 def find_ptxas(nvcc: str) -> str:
@@ -160,9 +190,8 @@ def compile_nvrtc(source: str, arch: str, fast_math: bool = False) -> dict:
         nvrtc.nvrtcGetProgramLog(program, log)
         log_text = log.decode(errors="replace").rstrip("\x00 ")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            errors = [ln for ln in log_text.splitlines() if "error" in ln]
-            raise TileLabCompileError("NVRTC rejected the generated CUDA code: " +
-                                      "; ".join(errors[:3]), hint=NVRTC_HINT)
+            raise TileLabCompileError("NVRTC rejected the generated CUDA code:\n" +
+                                      first_errors(log_text, source), hint=NVRTC_HINT)
         _, size = nvrtc.nvrtcGetCUBINSize(program)
         cubin = b" " * size
         nvrtc.nvrtcGetCUBIN(program, cubin)
