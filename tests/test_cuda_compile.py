@@ -339,3 +339,20 @@ def test_nvcc_errors_reach_the_user_at_the_kernel(monkeypatch):
     message = str(info.value)
     assert "vector_add.py" in message and "nvcc rejected the generated CUDA code" in message
     assert "kernel.cu:" in message and "error" in message and "\x00" not in message
+
+
+def test_shared_tiles_that_meet_in_one_statement_get_their_own_bytes():
+    """`flipped[j, i] = tile[i, j]` reads one tile for the last time and writes the other
+    for the first: the merged shared memory must keep them at different offsets."""
+    import re
+
+    from tests.kernels.transpose_shared import transpose_through_shared
+
+    kernel = transpose_through_shared.compile(M=100, N=77, target="cuda:sm_90a")
+    cuda = kernel.trace.code["cuda"]
+    assert "__tilelab_lifetime_marker" not in cuda
+    assert kernel.launch["dynamic_smem"] == 2 * 32 * 32 * 4  # two tiles, side by side
+    # the transposed stores land 1024 floats past the loads they copy
+    assert re.search(r"\+ 1024\)\)", cuda)
+    a = torch.randn(100, 77)
+    torch.testing.assert_close(transpose_through_shared(a), a.T.contiguous())  # the CPU too

@@ -20,6 +20,7 @@ from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.insert_barriers import InsertBarriers
 from ...passes.lower_tile_ops_to_threads import InferLayouts, LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
+from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
 
 PIPELINE_NAME = "tilelab_cuda"
 
@@ -51,7 +52,9 @@ def passes(program, on_plan, pipelines: list) -> list:
         T.AnnotateEntryFunc(),
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
+        SeparateSharedLifetimes,                   # tiles that meet in a statement stay apart
         s_tir.transform.MergeSharedMemoryAllocations(),
+        DropLifetimeMarkers,
         T.SplitHostDevice(),
         T.MakePackedAPI(),
         T.BF16StorageLegalize(),

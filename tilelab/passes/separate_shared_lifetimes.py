@@ -1,0 +1,83 @@
+"""Keep shared tiles that meet in one statement in separate memory.
+
+A kernel's shared tiles all live in one block of dynamic shared memory, and
+TVM's MergeSharedMemoryAllocations lets two tiles share bytes when their
+lifetimes do not overlap. It measures lifetimes in statements: a tile is born
+at the first statement that touches it and dies after the last one. When one
+statement both reads a tile for the last time and writes another for the first
+time - `flipped[j, i] = tile[i, j]`, a transpose through shared memory, once
+its loop is vectorized into one store - the planner frees the first tile before
+it places the second, so both land at the same address and threads overwrite
+what others have yet to read.
+
+The fix works on the planner's input, not on TVM: before every statement that
+touches two or more shared tiles, this pass puts a marker statement that
+touches the same tiles. The tiles are then all born at the marker (or earlier)
+and die at the real statement (or later), so none of them can take another's
+place. `DropLifetimeMarkers`, right after the merge, removes the markers; the
+generated code never sees them.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+MARKER = "__tilelab_lifetime_marker"
+
+
+def _is_shared(var) -> bool:
+    return var.scope().startswith("shared")
+
+
+def _shared_buffers(stmt) -> list:
+    """The shared buffers a leaf statement reads or writes, in first-seen order."""
+    found: dict = {}
+
+    def note(buffer):
+        if _is_shared(buffer):
+            found.setdefault(str(buffer.data), buffer.data)
+
+    def visit(load):  # TVM 0.27 calls a buffer read a TensorLoad; `.source` is the buffer
+        note(load.source)
+
+    if isinstance(stmt, tirx.BufferStore):
+        note(stmt.buffer)
+    tvm_ffi.structural_walk(stmt, (tvm.ir.TensorLoad, visit), order="pre")
+    return list(found.values())
+
+
+def _is_marker(stmt) -> bool:
+    value = getattr(stmt, "value", None)
+    return (isinstance(stmt, tirx.Evaluate) and isinstance(value, tvm.ir.Call)
+            and value.op.name == "tirx.call_extern" and value.args[0].value == MARKER)
+
+
+def _mark(store):
+    tiles = _shared_buffers(store)
+    if len(tiles) < 2:
+        return store
+    marker = tirx.Evaluate(tirx.call_extern("int32", MARKER, *tiles))
+    return tirx.SeqStmt([marker, store])
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SeparateSharedLifetimes")
+def SeparateSharedLifetimes(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
+    """Expects flat buffers (after FlattenBuffer), before MergeSharedMemoryAllocations."""
+    body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, _mark), order="post")
+    return func.with_body(body)
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.DropLifetimeMarkers")
+def DropLifetimeMarkers(func, mod, ctx):  # noqa: N802
+    """Removes what SeparateSharedLifetimes added, once shared memory is planned."""
+
+    def drop(seq):
+        kept = [s for s in seq.seq if not _is_marker(s)]
+        if len(kept) == len(seq.seq):
+            return seq
+        return kept[0] if len(kept) == 1 else tirx.SeqStmt(kept)
+
+    body = tvm_ffi.structural_map(func.body, (tirx.SeqStmt, drop), order="post")
+    return func.with_body(body)
