@@ -125,7 +125,8 @@ def main() -> int:
         records.append(record)
         status = "ok" if record["ok"] else "FAILED"
         print(f"{path.stem:22} {status:6} {record['seconds']:7.1f} s  "
-              f"{len(record['exercises'])} exercises, {len(record['bench'])} bench rows", flush=True)
+              f"{len(record['exercises'])} exercises, {len(record['bench'])} bench rows",
+              flush=True)
         for error in record["errors"]:
             print(f"    {error}")
         for exercise, verdict in record["exercises"].items():
