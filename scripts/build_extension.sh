@@ -4,15 +4,19 @@
 # have not changed is skipped.
 #
 #   1. npm ci in extension/ (exactly package-lock.json), unless node_modules has it already;
-#   2. npm run build: TypeScript -> extension/lib/, then `jupyter labextension build`
-#      (@jupyterlab/builder, against the venv's JupyterLab) -> extension/tilelab_labextension/,
-#      the prebuilt extension that the Python package ships (pyproject.toml's data-files);
-#   3. link $VENV/share/jupyter/labextensions/tilelab to it: an editable install
+#   2. the build: TypeScript -> extension/lib/, then `jupyter labextension build`
+#      (@jupyterlab/builder, against the venv's JupyterLab) -> extension/build/tilelab_labextension/
+#      (git-ignored: webpack's file names depend on where the venv is, so a build here must
+#      not touch the tracked prebuilt copy in extension/tilelab_labextension/, which the
+#      Python package ships through pyproject.toml's data-files);
+#   3. link $VENV/share/jupyter/labextensions/tilelab to the build: an editable install
 #      (`pip install -e`) skips data files, and a link follows later rebuilds.
 #
-# Usage: scripts/build_extension.sh [--force] [--no-build]
+# Usage: scripts/build_extension.sh [--force] [--no-build] [--prebuilt]
 #   --force      rebuild even if the sources did not change
-#   --no-build   only step 3, with the prebuilt files (what setup.sh does without node)
+#   --no-build   only step 3, with the tracked prebuilt files (what setup.sh does without node)
+#   --prebuilt   (for developers who changed extension/src) rebuild the tracked prebuilt copy
+#                extension/tilelab_labextension/ and link the venv to it; commit the result
 #
 # Environment: VENV (default .venv), the virtualenv with JupyterLab.
 set -euo pipefail
@@ -21,10 +25,12 @@ usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
 
 FORCE=0
 BUILD=1
+PREBUILT=0
 for arg in "$@"; do
     case "$arg" in
         --force) FORCE=1 ;;
         --no-build) BUILD=0 ;;
+        --prebuilt) PREBUILT=1 ;;
         -h | --help) usage; exit 0 ;;
         *) echo "build_extension.sh: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
     esac
@@ -34,7 +40,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$PWD
 VENV="${VENV:-.venv}"
 EXT=extension
-OUT="$EXT/tilelab_labextension"
+TRACKED="$EXT/tilelab_labextension"
+OUT="$EXT/build/tilelab_labextension"
+[ "$PREBUILT" -eq 1 ] && OUT=$TRACKED
+[ "$BUILD" -eq 0 ] && OUT=$TRACKED
 
 log() { echo "==> $*"; }
 die() { echo "build_extension.sh: error: $*" >&2; exit 1; }
@@ -81,15 +90,20 @@ if [ "$BUILD" -eq 1 ]; then
 
     # 2. the build
     hash=$(sources_hash)
-    if [ "$FORCE" -eq 0 ] && [ -f "$OUT/package.json" ] && [ -f "$EXT/.build-stamp" ] &&
-        [ "$(cat "$EXT/.build-stamp")" = "$hash" ]; then
+    if [ "$FORCE" -eq 0 ] && [ -f "$OUT/sources.sha256" ] &&
+        [ "$(cat "$OUT/sources.sha256")" = "$hash" ] && [ "$PREBUILT" -eq 0 ]; then
         log "extension: built already (sources unchanged)"
     else
-        log "extension: npm run build"
+        log "extension: building into $OUT"
         started=$SECONDS
-        (cd "$EXT" && JUPYTER="$ROOT/$VENV/bin/jupyter" npm run build)
+        if [ "$PREBUILT" -eq 1 ]; then
+            (cd "$EXT" && JUPYTER="$ROOT/$VENV/bin/jupyter" npm run build)
+        else
+            (cd "$EXT" && JUPYTER="$ROOT/$VENV/bin/jupyter" npm run build:lib &&
+                JUPYTER="$ROOT/$VENV/bin/jupyter" node scripts/build-labextension.mjs \
+                    --out "$ROOT/$OUT")
+        fi
         echo "$hash" >"$OUT/sources.sha256"
-        echo "$hash" >"$EXT/.build-stamp"
         log "extension: build took $((SECONDS - started)) s"
     fi
 fi

@@ -21,7 +21,8 @@
 #              (tilelab.testing.difftest; DIFFTEST_COUNT, DIFFTEST_SEED)
 #
 # Environment: PYTHON (default python3), RESULTS (default bench/results),
-# GPU_TAG (file-name tag, default h200), DIFFTEST_COUNT (default 500), DIFFTEST_SEED (0).
+# GPU_TAG (file-name tag, default h200), DIFFTEST_COUNT (default 500), DIFFTEST_SEED (0),
+# COURSE_SAVE (a folder: keep the executed notebooks there).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -52,7 +53,9 @@ step_tests() {
         "$PY" -m pytest -q -p no:cacheprovider tests/test_notebooks.py -k checker
 }
 
-step_course() { "$PY" scripts/run_course.py --json "$RESULTS/course_$TAG.json"; }
+step_course() {
+    "$PY" scripts/run_course.py --json "$RESULTS/course_$TAG.json" ${COURSE_SAVE:+--save "$COURSE_SAVE"}
+}
 
 step_compile() { "$PY" bench/notebook_magic.py --target cuda --json "$RESULTS/compile_$TAG.json"; }
 

@@ -4,9 +4,9 @@
 
 Each notebook in notebooks/ is executed top to bottom by nbclient in a fresh
 `python3` kernel, from notebooks/ as JupyterLab would. Every exercise is
-answered: the exercise cell's body is replaced by `%run -i solutions/<chapter>.py`
-(the magic line of the cell, if any, is kept out: the solutions define the same
-names), so each `check(...)` cell must answer "correct". The run fails on any
+answered: the skeleton runs as shipped (later cells may study it), then
+`%run -i solutions/<chapter>.py` runs just before each `check(...)` cell, which
+must then answer "correct". The run fails on any
 cell error, any check that does not pass, and any `--check` that fails.
 
 The JSON holds, per notebook: seconds, ok, the checks' verdicts, and every row
@@ -32,11 +32,15 @@ CHECK = "application/vnd.tilelab.check+json"
 
 
 def solved(notebook, chapter: str):
-    """The notebook with every exercise answered by its solution file."""
+    """The notebook with the chapter's solutions run before every check cell."""
+    import nbformat
+
+    cells = []
     for cell in notebook.cells:
-        tags = cell.get("metadata", {}).get("tags", [])
-        if any(t.startswith("exercise-") for t in tags):
-            cell.source = f"%run -i solutions/{chapter}.py"
+        if any(t.startswith("check-") for t in cell.get("metadata", {}).get("tags", [])):
+            cells.append(nbformat.v4.new_code_cell(f"%run -i solutions/{chapter}.py"))
+        cells.append(cell)
+    notebook.cells = cells
     return notebook
 
 
@@ -44,7 +48,7 @@ def outputs(cell):
     return cell.get("outputs", [])
 
 
-def run_chapter(path: Path) -> dict:
+def run_chapter(path: Path, save: Path | None = None) -> dict:
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -60,8 +64,13 @@ def run_chapter(path: Path) -> dict:
         client.execute()
     except CellExecutionError as err:
         record["ok"] = False
-        record["errors"].append(str(err).strip().splitlines()[-1][:500])
+        # nbclient's message: the cell's source, then the traceback; keep the error lines
+        lines = [ln for ln in str(err).splitlines() if "Error" in ln or "error" in ln]
+        record["errors"].append("\n".join(lines[-6:])[:2000] or str(err)[-1000:])
     record["seconds"] = round(time.perf_counter() - started, 2)
+    if save is not None:  # the executed notebook, outputs and all, to read what happened
+        save.mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, save / path.name)
     for index, cell in enumerate(notebook.cells):
         tags = cell.get("metadata", {}).get("tags", [])
         text = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
@@ -115,13 +124,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("chapters", nargs="*", help="e.g. 04_gemm (default: all)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--save", type=Path, help="keep the executed notebooks in this folder")
     args = parser.parse_args()
     paths = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
     if args.chapters:
         paths = [p for p in paths if p.stem in args.chapters or p.stem[:2] in args.chapters]
     records = []
     for path in paths:
-        record = run_chapter(path)
+        record = run_chapter(path, args.save)
         records.append(record)
         status = "ok" if record["ok"] else "FAILED"
         print(f"{path.stem:22} {status:6} {record['seconds']:7.1f} s  "

@@ -147,8 +147,7 @@ def test_every_view_on_a_kernel_compiled_for_the_gpu(shell):
     flags = ("--passes --diff --source --layout c_fragment --pipeline --dataflow "
              '--check "A @ B" --bench "A @ B"')
     shown, captured = _bundles(shell, GEMM_CELL.format(flags=flags))
-    kernel = shell.user_ns["small_gemm"]
-    trace = kernel.trace
+    trace = shell.user_ns["small_gemm"].compile(shell.user_ns["a"], shell.user_ns["b"]).trace
     assert trace.target.startswith("cuda") and "__global__" in trace.code["cuda"]
     # --source: CUDA, PTX and the resource report of the cubin that runs
     languages = {d["language"]: d for d in shown["source"]}

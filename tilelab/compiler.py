@@ -29,12 +29,39 @@ from .trace import PassRecord, Trace
 class PassConfigKey(str, enum.Enum):
     """Settings that change how a kernel is compiled (`pass_configs={...}`)."""
 
+    # nvcc --use_fast_math: exp, log, division by the GPU's fast approximate instructions
     TL_ENABLE_FAST_MATH = "tl.enable_fast_math"
-    TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
-    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
-    TL_DISABLE_VECTORIZE = "tir.disable_vectorize"
+    # keep loops scalar: no 16-byte vector loads and stores (VectorizeLoop makes them serial)
+    TL_DISABLE_VECTORIZE = "tl.disable_vectorize"
     # record %globaltimer in the first N blocks' pipelined loops (see tilelab/instrument.py)
     TL_INSTRUMENT_PIPELINE = "tl.instrument_pipeline"
+
+
+# Other spellings of tilelab's keys (TileLang's and TVM's names for the same setting).
+CONFIG_ALIASES = {"tirx.disable_vectorize": PassConfigKey.TL_DISABLE_VECTORIZE.value,
+                  "tir.disable_vectorize": PassConfigKey.TL_DISABLE_VECTORIZE.value}
+
+# TileLang's keys that tilelab does not implement: accepted, with one warning each, so
+# that TileLang programs compile as written.
+TILELANG_ONLY_CONFIGS = frozenset("""
+    tl.Simplify tl.disable_buffer_init_check tl.disable_data_race_check
+    tl.disable_prelower_semantic_check tl.disable_warp_specialized tl.ptxas_register_usage_level
+    tl.device_compile_flags tl.emit_line_directives tl.config_index_bitwidth
+    tl.enable_reducer_plan_verbose tl.layout_cost_model tl.reducer_force_baseline
+    tl.disable_tma_lower tl.disable_safe_memory_legalize tl.disable_vectorize_256
+    tl.enable_async_copy tl.enable_lower_ldgstg tl.enable_lower_ldgstg_predicated
+    tl.enable_vectorize_planner_verbose tl.disable_wgmma tl.debug_merge_shared_memory_allocations
+    tl.enable_aggressive_shared_memory_merge tl.disable_shared_memory_reuse
+    tl.disable_shuffle_elect tl.disable_loop_unswitching tl.loop_unswitching_allow_non_trivial_else
+    tl.if_stmt_binding_inline_replayable_binds tl.disable_thread_storage_sync tl.force_let_inline
+    tl.ast_print_enable tl.layout_visualization_enable tl.layout_visualization_formats
+    tl.storage_rewrite_detect_inplace tl.disable_out_of_bound_warning tl.enable_dump_ir
+    tl.dump_ir_path tl.pass_profile tl.pass_profile_threshold_ms tl.disable_fast_math
+    tirx.enable_equiv_terms_in_cse_tir tirx.disable_cse_tir tirx.Simplify
+    tirx.disable_storage_rewrite tirx.use_async_copy tirx.enable_debug tirx.merge_static_smem
+    tirx.add_lower_pass tirx.noalias cuda.kernels_output_dir
+""".split())
+_warned_configs: set = set()
 
 
 TARGETS = ("cpu", "cuda")
@@ -77,23 +104,52 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+# What a compiled kernel depends on besides its program: every source of the compiler
+# except the parts that only draw or time what it made (a new colour in a view must not
+# send every kernel back through nvcc), and tilelab's device header.
+_NOT_COMPILER = ("viz/", "notebook/", "testing/", "display.py", "benchmark.py", "profiler.py")
+
+
 @lru_cache(maxsize=1)
 def compiler_fingerprint() -> str:
-    """A hash of tilelab's own source, so that cached kernels follow compiler changes."""
+    """A hash of the sources that shape compiled kernels, so cached kernels follow them."""
     digest = hashlib.sha256()
     root = Path(__file__).parent
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
+    paths = sorted([*root.rglob("*.py"), *root.rglob("*.cuh")])
+    for path in paths:
+        name = path.relative_to(root).as_posix()
+        if name.startswith(_NOT_COMPILER):
+            continue
+        digest.update(name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
 def normalize_configs(pass_configs) -> dict:
+    """`pass_configs` by canonical key name; unknown keys are an error naming the known ones."""
+    import warnings
+
+    from .errors import TileLabWarning
+
     out = {}
     for key, value in (pass_configs or {}).items():
         name = key.value if isinstance(key, PassConfigKey) else str(key)
+        name = CONFIG_ALIASES.get(name, name)
+        if name in TILELANG_ONLY_CONFIGS:
+            if name not in _warned_configs:
+                _warned_configs.add(name)
+                warnings.warn(f"pass config {name!r} is TileLang's; tilelab does not implement "
+                              "it, so it has no effect", TileLabWarning, stacklevel=3)
+            continue
+        if name not in _KNOWN_CONFIGS:
+            known = ", ".join(f"{k.name} ({k.value!r})" for k in PassConfigKey)
+            raise TileLabCompileError(f"unknown pass config {name!r}",
+                                      hint=f"the known keys are PassConfigKey.{known}")
         out[name] = value if isinstance(value, (bool, int, float, str)) else str(value)
     return out
+
+
+_KNOWN_CONFIGS = frozenset(k.value for k in PassConfigKey)
 
 
 # ---------------------------------------------------------------- recording passes
@@ -177,6 +233,10 @@ def program_key(program, target: str, configs: dict) -> str:
         import platform
 
         target = f"cpu:{platform.machine()}:{_host_cpu()}"
+    else:  # the CUDA toolchain that will turn the source into a cubin
+        from .backends.cuda.nvcc import toolchain_version
+
+        target = f"{target}:{toolchain_version()}"
     return cache_key("tilelab-kernel", program.script(), target, configs,
                      bool(program.has_atomics), list(program.swizzle or ()), layouts,
                      compiler_fingerprint())
@@ -184,7 +244,10 @@ def program_key(program, target: str, configs: dict) -> str:
 
 def compile_program(program, target: str = "cpu", pass_configs=None) -> CompiledArtifact:
     """Compile a TileProgram for `target`, through the cache."""
-    configs = normalize_configs(pass_configs)
+    try:
+        configs = normalize_configs(pass_configs)
+    except TileLabError as err:
+        raise err.with_location(program.source.location(program.source.node)) from None
     key = program_key(program, target, configs)
     cache = default_cache()
     started = time.perf_counter()
@@ -301,21 +364,20 @@ def _compile_uncached(program, target: str, configs: dict):
     recorder = PassRecorder()
     mod = tvm.IRModule({program.name: program.func})
     recorder.record("tilelab.FrontEnd", mod, 0.0, "tilelab", "input")
-    tvm_configs = {k: v for k, v in configs.items() if k.startswith("tir.")}
+    vectorize = not configs.get(PassConfigKey.TL_DISABLE_VECTORIZE.value, False)
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with tvm.transform.PassContext(opt_level=3, config=tvm_configs,
-                                           instruments=[recorder.instrument()]):
+            with tvm.transform.PassContext(opt_level=3, instruments=[recorder.instrument()]):
                 if target == "cpu":
-                    executable = cpu.build(mod, program)
+                    executable = cpu.build(mod, program, vectorize=vectorize)
                 else:
                     arch = target.partition(":")[2] or nvcc.default_arch()
                     executable = cuda.build(mod, program, arch, on_plan=lambda plan:
                                             trace.layouts.update(plan.to_json()),
-                                            pipelines=trace.pipelines)
+                                            pipelines=trace.pipelines, vectorize=vectorize)
         except TileLabError:
             raise
         except Exception as err:  # a pass or LLVM rejected the program

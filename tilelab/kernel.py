@@ -360,12 +360,16 @@ def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel: 
                                       "@T.prim_func")
     program = program.with_outputs(out_idx)
     resolved = resolve_target(target)
-    blocks = normalize_configs(pass_configs).get(PassConfigKey.TL_INSTRUMENT_PIPELINE.value)
+    try:
+        configs = normalize_configs(pass_configs)
+    except TileLabError as err:  # a misspelt key, shown at the kernel
+        raise err.with_location(program.source.location(program.source.node)) from None
+    blocks = configs.get(PassConfigKey.TL_INSTRUMENT_PIPELINE.value)
     if blocks:
         from .instrument import instrument_program
 
         program = instrument_program(program, int(blocks))
-    artifact = compile_program(program, resolved, pass_configs)
+    artifact = compile_program(program, resolved, configs)
     return Kernel(program.name, program.params, artifact.runner, resolved.partition(":")[0],
                   artifact.trace, program, artifact.launch, artifact.cubin)
 

@@ -18,7 +18,7 @@ from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
 PIPELINE_NAME = "tilelab_cpu"
 
 
-def passes(program) -> list:
+def passes(program, vectorize: bool = True) -> list:
     """The CPU pipeline, in order: tilelab's tile-level passes, then TVM's lowering."""
     T = tirx.transform  # noqa: N806
     return [
@@ -29,7 +29,7 @@ def passes(program) -> list:
         T.FlattenBuffer(),                # n-d buffers -> 1-d arrays
         T.BF16ComputeLegalize(),          # bfloat16 arithmetic happens in float32
         T.NarrowDataType(32),
-        T.VectorizeLoop(),
+        T.VectorizeLoop(vectorize),       # False: vector loops become scalar loops
         T.UnrollLoop(),
         T.StmtSimplify(),
         T.CommonSubexprElim(),
@@ -41,13 +41,13 @@ def passes(program) -> list:
     ]
 
 
-def build(mod, program):
+def build(mod, program, vectorize: bool = True):
     """Run the CPU pipeline on an IRModule and generate code with LLVM."""
     import tvm
     from tvm.tirx.compilation_pipeline import finalize_device_passes, finalize_host_passes
 
     def factory():
-        return tvm.transform.Sequential(passes(program), name="tilelab_cpu"), \
+        return tvm.transform.Sequential(passes(program, vectorize), name="tilelab_cpu"), \
             finalize_host_passes, finalize_device_passes
 
     tirx.compilation_pipeline.register_tir_pipeline(PIPELINE_NAME, factory)

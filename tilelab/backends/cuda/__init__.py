@@ -25,7 +25,7 @@ from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSha
 PIPELINE_NAME = "tilelab_cuda"
 
 
-def passes(program, on_plan, pipelines: list) -> list:
+def passes(program, on_plan, pipelines: list, vectorize: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering."""
     import tvm.s_tir as s_tir
 
@@ -42,7 +42,7 @@ def passes(program, on_plan, pipelines: list) -> list:
         T.BF16ComputeLegalize(),
         T.NarrowDataType(32),
         T.StmtSimplify(),                      # drop edge guards that always hold
-        T.VectorizeLoop(),                     # 16-byte loads and stores
+        T.VectorizeLoop(vectorize),            # 16-byte loads and stores (or scalar loops)
         T.StorageRewrite(),
         T.UnrollLoop(),
         T.StmtSimplify(),
@@ -67,14 +67,16 @@ def target(arch: str):
     return tvm.target.Target({"kind": "cuda", "arch": arch}, host="llvm")
 
 
-def build(mod, program, arch: str, on_plan=None, pipelines: list | None = None):
+def build(mod, program, arch: str, on_plan=None, pipelines: list | None = None,
+          vectorize: bool = True):
     """Run the CUDA pipeline and TVM's code generator; returns the executable."""
     import tvm
     from tvm.s_tir.pipeline import finalize_device_passes, finalize_host_passes
 
     def factory():
         plans = pipelines if pipelines is not None else []
-        return tvm.transform.Sequential(passes(program, on_plan, plans), name=PIPELINE_NAME), \
+        return tvm.transform.Sequential(passes(program, on_plan, plans, vectorize),
+                                        name=PIPELINE_NAME), \
             finalize_host_passes, finalize_device_passes
 
     tirx.compilation_pipeline.register_tir_pipeline(PIPELINE_NAME, factory)
@@ -158,8 +160,10 @@ def launch_config(device_mod) -> dict:
 
     def visit(node):
         if isinstance(node, tirx.AllocBuffer) and node.buffer.scope() == "shared.dyn":
+            # a lone tile may have been given a vector type (float32x4) by StorageRewrite
+            base, _, lanes = str(node.buffer.dtype).partition("x")
             smem[0] += math.prod(int(s) for s in node.buffer.shape) * \
-                itemsize(str(node.buffer.dtype))
+                itemsize(base) * int(lanes or 1)
 
     walk(func.body, tirx.AllocBuffer, visit)  # after merging: the one dynamic allocation
     params = [str(p.name) for p in func.params if not is_buffer(p)]

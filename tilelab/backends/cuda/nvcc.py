@@ -11,6 +11,7 @@ which the `nvidia-cuda-runtime` and `nvidia-cuda-cccl` wheels carry.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -28,6 +29,23 @@ def find_nvcc() -> str | None:
         if candidate and Path(candidate).exists():
             return candidate
     return None
+
+
+@functools.lru_cache(maxsize=1)
+def toolchain_version() -> str:
+    """Which compiler will build cubins here, and its version (part of the cache key)."""
+    nvcc = find_nvcc()
+    if nvcc is not None and os.environ.get("TILELAB_CUDA_COMPILER") != "nvrtc":
+        run = subprocess.run([nvcc, "--version"], capture_output=True, text=True)
+        release = re.findall(r"release [^\n]*", run.stdout)
+        return f"nvcc {release[-1] if release else run.stdout.strip()[-60:]}"
+    try:
+        from cuda.bindings import nvrtc
+
+        _, major, minor = nvrtc.nvrtcVersion()
+        return f"nvrtc {major}.{minor}"
+    except ImportError:
+        return "no CUDA compiler"
 
 
 def arch_flag(arch: str) -> str:

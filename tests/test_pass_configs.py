@@ -1,0 +1,108 @@
+"""Every key of PassConfigKey does what its name says; unknown keys are errors.
+
+Each key is compiled with and without, and the difference is found in the
+generated code (and the kernel still computes the right thing on the CPU).
+TileLang's keys that tilelab does not implement are accepted with one warning.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+
+import tilelab
+import tilelab.language as T
+from tilelab import PassConfigKey
+from tilelab.backends.cuda.nvcc import find_nvcc
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
+
+
+@tilelab.jit
+def staged_copy(X):
+    """Y = X + 1 through a shared tile: the copies move 16 bytes per thread when vectorized."""
+    N = T.const("N")
+    X: T.Tensor((N,), T.float32)
+    Y = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 256), threads=64) as block:
+        tile = T.alloc_shared((256,), T.float32)
+        T.copy(X[block * 256], tile)
+        for i in T.Parallel(256):
+            tile[i] = tile[i] + 1.0
+        T.copy(tile, Y[block * 256])
+    return Y
+
+
+@tilelab.jit
+def exponentials(X):
+    N = T.const("N")
+    X: T.Tensor((N,), T.float32)
+    Y = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 128), threads=128) as block:
+        for i in T.Parallel(128):
+            if block * 128 + i < N:
+                Y[block * 128 + i] = T.exp(X[block * 128 + i]) / (X[block * 128 + i] + 3.0)
+    return Y
+
+
+def test_every_key_is_tested_here():
+    tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE"}
+    assert {k.name for k in PassConfigKey} == tested
+
+
+@needs_nvcc
+def test_fast_math_uses_the_approximate_division():
+    exact = exponentials.compile(N=1000, target="cuda:sm_90a").trace.code["ptx"]
+    fast = exponentials.compile(N=1000, target="cuda:sm_90a", pass_configs={
+        PassConfigKey.TL_ENABLE_FAST_MATH: True}).trace.code["ptx"]
+    assert "div.rn.f32" in exact and "div.approx" not in exact
+    assert "div.approx.ftz.f32" in fast and "div.rn.f32" not in fast
+
+
+@needs_nvcc
+@pytest.mark.parametrize("spelling", [PassConfigKey.TL_DISABLE_VECTORIZE, "tl.disable_vectorize",
+                                      "tirx.disable_vectorize"])
+def test_disable_vectorize_keeps_copies_scalar(spelling):
+    vectorized = staged_copy.compile(N=1000, target="cuda:sm_90a").trace.code["cuda"]
+    scalar = staged_copy.compile(N=1000, target="cuda:sm_90a",
+                                 pass_configs={spelling: True}).trace.code["cuda"]
+    assert re.search(r"\bfloat4\b", vectorized)
+    assert not re.search(r"\bfloat[248]\b", scalar)
+
+
+def test_disable_vectorize_on_the_cpu_computes_the_same():
+    x = torch.randn(1000)
+    kernel = staged_copy.compile(x, pass_configs={PassConfigKey.TL_DISABLE_VECTORIZE: True})
+    torch.testing.assert_close(kernel(x), x + 1)
+    assert "<4 x float>" not in kernel.trace.code["llvm"]
+
+
+def test_instrument_pipeline_adds_the_timeline_output():
+    from examples.gemm import gemm_kernel
+
+    kernel = gemm_kernel.compile(M=64, N=64, K=64, target="cpu", pass_configs={
+        PassConfigKey.TL_INSTRUMENT_PIPELINE: 1})
+    assert [p["name"] for p in kernel.trace.params][-1] == "pipeline_timeline"
+
+
+def test_an_unknown_key_is_an_error_naming_the_known_ones():
+    with pytest.raises(tilelab.TileLabCompileError) as info:
+        staged_copy.compile(N=1000, pass_configs={"tl.enable_fast_maths": True})
+    message = str(info.value)
+    assert "unknown pass config 'tl.enable_fast_maths'" in message
+    assert "TL_ENABLE_FAST_MATH" in message and "test_pass_configs.py" in message
+
+
+def test_tilelang_keys_warn_once_and_compile():
+    from tilelab import compiler
+
+    compiler._warned_configs.discard("tl.disable_tma_lower")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        staged_copy.compile(N=1000, pass_configs={"tl.disable_tma_lower": True})
+        staged_copy.compile(N=1001, pass_configs={"tl.disable_tma_lower": True})
+    said = [str(w.message) for w in caught if "disable_tma_lower" in str(w.message)]
+    assert len(said) == 1 and "no effect" in said[0]
