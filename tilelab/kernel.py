@@ -186,9 +186,6 @@ class Kernel:
         """Write a self-contained `.tilelab` file that `tilelab.load` runs without TVM."""
         if self.target != "cuda" or self.cubin is None:
             raise TileLabError("only CUDA kernels can be exported; compile with target='cuda'")
-        if sorted(self.launch["arg_order"]) != list(range(len(self.params))):
-            raise TileLabError(f"{self.name} does not use all of its tensors; remove the unused "
-                               "ones before exporting")
         from .runtime.artifact import save_artifact
 
         save_artifact(path, name=self.name, kernel_name=self.launch["kernel_name"],
