@@ -81,3 +81,75 @@ def test_cache_entry_that_fails_to_load_heals(isolated_cache, name, data):
     assert kernel.trace.cache_hit
     torch.testing.assert_close(kernel(a), expected)
     assert default_cache().info()["entries"] == 1
+
+
+# ---------------------------------------------------------------- regions guarded on both sides
+
+
+def halo_program(n, block):
+    """out[i] = A[i - 1] + A[i] + A[i + 1], with A read as 0 outside: a left and right halo."""
+    @T.prim_func
+    def halo(A: T.Tensor((n,), T.float32), Out: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, block), threads=32) as bx:
+            window = T.alloc_shared((block + 2,), T.float32)
+            result = T.alloc_fragment((block,), T.float32)
+            T.copy(A[bx * block - 1], window)  # starts one element before the tile
+            for i in T.Parallel(block):
+                result[i] = window[i] + window[i + 1] + window[i + 2]
+            T.copy(result, Out[bx * block])
+
+    return halo
+
+
+def shift_program(n, block):
+    """Out[j] = A[j + 1]: each tile is written one element to the left of where it was read,
+    so the first block's first element falls before Out and must not be written."""
+    @T.prim_func
+    def shift(A: T.Tensor((n,), T.float32), Out: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, block), threads=32) as bx:
+            tile = T.alloc_fragment((block,), T.float32)
+            T.copy(A[bx * block], tile)
+            T.copy(tile, Out[bx * block - 1])
+
+    return shift
+
+
+@pytest.mark.parametrize("n, block", [(64, 16), (50, 16)])
+def test_copy_with_a_left_halo_reads_zero_before_the_tensor(n, block):
+    kernel = tilelab.compile(halo_program(n, block), out_idx=-1, target="cpu")
+    for _ in range(2):
+        # the element before A in memory is a canary: it must never be read
+        storage = torch.randn(n + 2)
+        storage[0] = storage[-1] = 777.0
+        a = storage[1:-1]
+        padded = torch.nn.functional.pad(a, (1, 1))
+        expected = padded[:-2] + padded[1:-1] + padded[2:]
+        torch.testing.assert_close(kernel(a.clone()), expected)
+        torch.testing.assert_close(kernel(a), expected)
+
+
+@pytest.mark.parametrize("n, block", [(64, 16), (50, 16)])
+def test_copy_to_a_negative_start_never_writes_before_the_tensor(n, block):
+    kernel = tilelab.compile(shift_program(n, block), target="cpu")
+    storage = torch.full((n + 2,), 555.0)
+    out = storage[1:-1]
+    a = torch.randn(n)
+    kernel(a, out)
+    assert storage[0] == 555.0 and storage[-1] == 555.0  # nothing outside Out was touched
+    torch.testing.assert_close(out[:-1], a[1:])
+
+
+def test_cuda_copy_guards_negative_starts():
+    """Compile-only for sm_90a: the loads of the halo and the stores of the shift test the
+    start of the tensor too (`0 <= index`), not only its end."""
+    pytest.importorskip("tvm")
+    from tilelab.backends.cuda import nvcc
+
+    if not nvcc.find_nvcc():
+        pytest.skip("needs nvcc")
+    for program in (halo_program(64, 16), shift_program(64, 16)):
+        source = tilelab.compile(program, target="cuda:sm_90a").get_kernel_source()
+        guards = [line for line in source.splitlines() if "blockIdx.x" in line and
+                  ("if (" in line or "?" in line)]
+        assert any("0 <" in g or "1 <=" in g or ">= 0" in g or "<= (" in g for g in guards), \
+            "\n".join(guards)

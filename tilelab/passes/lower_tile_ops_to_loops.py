@@ -4,9 +4,9 @@ A tile op names whole regions: `copy(A[r0:r0+64, c0:c0+32], A_shared)`. On
 the CPU there are no threads to share the work, so each op becomes the
 obvious loop nest over its region, one element at a time:
 
-* copy    - `dst[i, j] = src[i, j]`; elements past the edge of a global
-            tensor read as 0 and are never written (this is how partial tiles
-            at the borders stay correct);
+* copy    - `dst[i, j] = src[i, j]`; elements outside a global tensor (past
+            its end, or before its start) read as 0 and are never written
+            (this is how partial tiles at the borders and halos stay correct);
 * fill    - `dst[i, j] = value`;
 * gemm    - `C[i, j] += A[i, k] * B[k, j]`, products in C's type;
 * reduce  - fold one dimension with +, max, min (or of absolute values);
@@ -30,11 +30,19 @@ _INIT = {"sum": 0.0, "abssum": 0.0, "absmax": 0.0}
 
 
 def _in_bounds(region: Region, indices) -> list:
-    """Bounds conditions for a global tensor (the simplifier later drops the provable ones)."""
+    """Bounds conditions for a global tensor (the simplifier later drops the provable ones).
+
+    Both sides of every dimension: a tile may start before the tensor (a left halo,
+    `A[bx * 64 - 1]`) as well as run past its end. Unit dimensions too: a 64-row tile
+    copied into a 1-row tensor must stop at 1.
+    """
     if region.scope != "global":
         return []
-    # every dimension, unit ones too: a 64-row tile copied into a 1-row tensor must stop at 1
-    return [tirx.LT(index, extent) for index, extent in zip(indices, region.buffer.shape)]
+    conds = []
+    for index, extent in zip(indices, region.buffer.shape):
+        index = to_expr(index)
+        conds += [tirx.LE(tirx.const(0, str(index.ty)), index), tirx.LT(index, extent)]
+    return conds
 
 
 def _all(conds):
