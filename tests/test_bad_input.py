@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import warnings
 
 import pytest
@@ -153,3 +154,95 @@ def test_cuda_copy_guards_negative_starts():
                   ("if (" in line or "?" in line)]
         assert any("0 <" in g or "1 <=" in g or ">= 0" in g or "<= (" in g for g in guards), \
             "\n".join(guards)
+
+
+# ---------------------------------------------------------------- T.print messages are data
+
+MESSAGES = ["%s%s%s%s", "%d %n %x", 'say "hi"', "back\\slash\\", "two\nlines", "tab\tand ??=",
+            'x"); asm("trap;"); printf("', "ünïcödé ✓", "%"]
+
+PRINT_SCRIPT = '''
+import sys, torch, tilelab, tilelab.language as T
+MSG = {msg!r}
+
+@T.prim_func
+def show(A: T.Tensor((2,), T.float32)):
+    with T.Kernel(1, threads=32) as bx:
+        T.print(A[1], msg=MSG)
+        T.print(A, msg=MSG)
+
+tilelab.compile(show, target="cpu")(torch.tensor([1.5, 2.5]))
+'''
+
+
+@pytest.mark.parametrize("msg", MESSAGES)
+def test_print_message_is_printed_as_is_on_the_cpu(msg, isolated_cache):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), TILELAB_CACHE_DIR=str(isolated_cache))
+    script = isolated_cache.parent / "show.py"  # kernels are read from their source file
+    script.write_text(PRINT_SCRIPT.format(msg=msg), encoding="utf-8")
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
+    out = run.stdout.decode()
+    assert out == f"{msg}: 2.5\n{msg}: A[0] = 1.5\n{msg}: A[1] = 2.5\n"
+
+
+def _c_literals(line: str) -> list[bytes]:
+    """The string literals of one line of C, decoded as a C compiler reads them."""
+    literals, i = [], 0
+    while (i := line.find('"', i)) >= 0:
+        out, i = bytearray(), i + 1
+        while line[i] != '"':
+            if line[i] != "\\":
+                out += line[i].encode()
+                i += 1
+                continue
+            nxt = line[i + 1]
+            if nxt in "01234567":
+                digits = ""
+                while len(digits) < 3 and line[i + 1 + len(digits)] in "01234567":
+                    digits += line[i + 1 + len(digits)]
+                out.append(int(digits, 8))
+                i += 1 + len(digits)
+            else:
+                out += {"n": b"\n", "t": b"\t"}.get(nxt, nxt.encode())
+                i += 2
+        literals.append(bytes(out))
+        i += 1
+    return literals
+
+
+@pytest.mark.parametrize("msg", MESSAGES)
+def test_print_message_is_a_c_string_literal_on_cuda(msg):
+    """Compile-only for sm_90a (nvcc accepts the source); the literal decodes to the message,
+    and the format, tilelab's own, passes it through `%s`."""
+    from tilelab.backends.cuda import nvcc
+
+    if not nvcc.find_nvcc():
+        pytest.skip("needs nvcc")
+
+    @T.prim_func
+    def show(A: T.Tensor((2,), T.float32)):
+        with T.Kernel(1, threads=32):
+            acc = T.alloc_fragment((2,), T.float32)
+            T.copy(A, acc)
+            T.print(A[1], msg=msg)
+            T.print(A, msg=msg)
+            T.print(acc, msg=msg)
+
+    source = tilelab.compile(show, target="cuda:sm_90a").get_kernel_source()
+    calls = [line for line in source.splitlines() if "printf(" in line]
+    assert len(calls) >= 3
+    for line in calls:
+        code = re.sub(r'"(\\.|[^"\\])*"', '""', line)  # the line without its literals
+        assert code.count("printf(") == 1 and "asm" not in code, line
+        fmt, message = _c_literals(line)[:2]
+        assert fmt.startswith(b"%s: ") and b"%" not in fmt[4:].replace(b"%d", b"").replace(
+            b"%g", b"")
+        assert message == msg.encode()
