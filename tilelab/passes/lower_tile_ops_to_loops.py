@@ -4,9 +4,9 @@ A tile op names whole regions: `copy(A[r0:r0+64, c0:c0+32], A_shared)`. On
 the CPU there are no threads to share the work, so each op becomes the
 obvious loop nest over its region, one element at a time:
 
-* copy    - `dst[i, j] = src[i, j]`; elements past the edge of a global
-            tensor read as 0 and are never written (this is how partial tiles
-            at the borders stay correct);
+* copy    - `dst[i, j] = src[i, j]`; elements outside a global tensor (past
+            its end, or before its start) read as 0 and are never written
+            (this is how partial tiles at the borders and halos stay correct);
 * fill    - `dst[i, j] = value`;
 * gemm    - `C[i, j] += A[i, k] * B[k, j]`, products in C's type;
 * reduce  - fold one dimension with +, max, min (or of absolute values);
@@ -30,11 +30,19 @@ _INIT = {"sum": 0.0, "abssum": 0.0, "absmax": 0.0}
 
 
 def _in_bounds(region: Region, indices) -> list:
-    """Bounds conditions for a global tensor (the simplifier later drops the provable ones)."""
+    """Bounds conditions for a global tensor (the simplifier later drops the provable ones).
+
+    Both sides of every dimension: a tile may start before the tensor (a left halo,
+    `A[bx * 64 - 1]`) as well as run past its end. Unit dimensions too: a 64-row tile
+    copied into a 1-row tensor must stop at 1.
+    """
     if region.scope != "global":
         return []
-    # every dimension, unit ones too: a 64-row tile copied into a 1-row tensor must stop at 1
-    return [tirx.LT(index, extent) for index, extent in zip(indices, region.buffer.shape)]
+    conds = []
+    for index, extent in zip(indices, region.buffer.shape):
+        index = to_expr(index)
+        conds += [tirx.LE(tirx.const(0, str(index.ty)), index), tirx.LT(index, extent)]
+    return conds
 
 
 def _all(conds):
@@ -178,8 +186,12 @@ def lower_atomic_add(dst: Region, src):
 
 
 def _printf(fmt: str, *values):
+    """`printf(fmt, values...)`; a str value is passed as a string (for a `%s`)."""
     args = []
     for v in values:
+        if isinstance(v, str):
+            args.append(tvm.ir.StringImm(v))
+            continue
         dtype = str(v.ty)
         args.append(tirx.Cast("float64", v) if dtype.startswith(("float", "bfloat"))
                     else tirx.Cast("int32", v))  # %d: TVM narrows 64-bit indices anyway
@@ -190,12 +202,42 @@ def _spec(value) -> str:
     return "%g" if str(value.ty).startswith(("float", "bfloat")) else "%d"
 
 
-def lower_print(target, msg, newline="\n"):
-    """`newline` is what ends a line in the format string: a newline character for LLVM,
-    the two characters backslash-n for CUDA C, whose code generator prints strings raw."""
-    prefix = f"{msg}: " if msg else ""
+def c_string_body(text: str) -> str:
+    """`text` as the inside of a C string literal, every byte of it data.
+
+    CUDA's code generator prints a string argument between quotes exactly as it is,
+    so quotes, backslashes, `?` (trigraphs), newlines and every byte that is not
+    printable ASCII become escapes here. Octal escapes have at most three digits,
+    so the character after one can never extend it.
+    """
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\?':
+            out.append("\\" + char)
+        elif 32 <= byte < 127:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return "".join(out)
+
+
+def message_format(msg: str, c_source: bool) -> tuple[str, list]:
+    """The format prefix and the argument that print a user's message: always through
+    `%s`, so a `%` in it is text and never a conversion (the message is data, not code)."""
+    if not msg:
+        return "", []
+    return "%s: ", [c_string_body(msg) if c_source else msg]
+
+
+def lower_print(target, msg, c_source: bool = False):
+    """`c_source`: the format goes into CUDA C source, where TVM's code generator prints
+    strings raw, so a newline is the two characters backslash-n and the message is escaped;
+    for LLVM the strings are the bytes themselves."""
+    newline = "\\n" if c_source else "\n"
+    prefix, message = message_format(msg, c_source)
     if not isinstance(target, Region):
-        return _printf(f"{prefix}{_spec(target)}{newline}", target)
+        return _printf(f"{prefix}{_spec(target)}{newline}", *message, target)
     extents = list(target.extents)
 
     def body(loop_vars):
@@ -203,7 +245,7 @@ def lower_print(target, msg, newline="\n"):
         value = tirx.BufferLoad(target.buffer, idx)
         where = ", ".join(["%d"] * len(idx))
         fmt = f"{prefix}{target.buffer.name}[{where}] = {_spec(value)}{newline}"
-        return _printf(fmt, *[tirx.Cast("int32", v) for v in idx], value)
+        return _printf(fmt, *message, *[tirx.Cast("int32", v) for v in idx], value)
 
     return loop_nest(extents, body)
 

@@ -44,6 +44,7 @@ from .lower_tile_ops_to_loops import (
     _printf,
     _spec,
     lower_print,
+    message_format,
 )
 
 _ANALYZER = sym.Analyzer()
@@ -696,20 +697,20 @@ class ThreadLowering:
                 else stmts
         first = _all([tirx.EQ(self.tx, 0)] + [tirx.EQ(b, 0) for b in self.block_vars])
         value = target if isinstance(target, Region) else self.fragment_scalars(target)
-        return tirx.IfThenElse(first, lower_print(value, msg, newline="\\n"), None)
+        return tirx.IfThenElse(first, lower_print(value, msg, c_source=True), None)
 
     def print_fragment(self, buffer, msg):
         frag = self.layout_of(buffer)
         local = self.local(buffer)
         rank = len(frag.shape)
-        prefix = f"{msg}: " if msg else ""
+        prefix, message = message_format(msg, c_source=True)  # the message is data
         stmts = []
         for reg in range(frag.local_size):
             index = self.inverse(frag, reg)
             value = tirx.BufferLoad(local, [reg])
             where = ", ".join(["%d"] * rank)
             fmt = f"{prefix}{buffer.name}[{where}] = {_spec(value)} (thread %d)\\n"
-            stmt = _printf(fmt, *[tirx.Cast("int32", i) for i in index[:rank]], value,
+            stmt = _printf(fmt, *message, *[tirx.Cast("int32", i) for i in index[:rank]], value,
                            tirx.Cast("int32", self.tx))
             if frag.replicate > 1:
                 stmt = tirx.IfThenElse(tirx.EQ(index[rank], 0), stmt, None)
