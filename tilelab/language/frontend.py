@@ -261,7 +261,7 @@ class Interpreter:
         return self.eval(node)
 
     def exec_If(self, node):  # noqa: N802
-        cond = self.eval(node.test)
+        cond = E.as_ir(self.eval(node.test))
         if E.is_expr(cond) and _const_int(cond) is not None:
             cond = bool(_const_int(cond))
         if not E.is_expr(cond):
@@ -335,7 +335,7 @@ class Interpreter:
         namespace.update({k: self.lookup(k, node) for k in self.locals})
         code = compile(ast.Expression(node), self.source.filename, "eval")
         with _located(self.source.location(node)):
-            return eval(code, namespace)  # noqa: S307 - user code, by design
+            return E.as_ir(eval(code, namespace))  # noqa: S307 - user code, by design
 
     def eval_Constant(self, node):  # noqa: N802
         return node.value
@@ -403,7 +403,7 @@ class Interpreter:
         return E.logical("and", [r for r in results if E.is_expr(r)])
 
     def eval_IfExp(self, node):  # noqa: N802
-        cond = self.eval(node.test)
+        cond = E.as_ir(self.eval(node.test))
         if not E.is_expr(cond):
             return self.eval(node.body if cond else node.orelse)
         return E.if_then_else(cond, self.eval(node.body), self.eval(node.orelse))
@@ -465,7 +465,7 @@ class Interpreter:
                 kwargs[kw.arg] = self.eval(kw.value)
         if getattr(fn, "__tilelab_macro__", False):
             return call_macro(self.builder, fn, args, kwargs)
-        return fn(*args, **kwargs)
+        return E.as_ir(fn(*args, **kwargs))
 
 
 # ---------------------------------------------------------------- helpers
@@ -567,7 +567,7 @@ def trace_prim_func(fn, enclosing: dict | None = None, **_options) -> TileProgra
     source = FunctionSource.of(fn)
     builder = Builder()
     interp = Interpreter(builder, source, _function_env(fn, enclosing))
-    with activate(builder):
+    with activate(builder), E.kernel_truth_values():
         args = source.node.args
         for arg in args.args:
             location = source.location(arg)
@@ -603,7 +603,7 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
     interp = Interpreter(builder, source, _function_env(fn))
     interp.locals.update(values)
     returned = None
-    with activate(builder):
+    with activate(builder), E.kernel_truth_values():
         try:
             interp.run(source.node.body)
         except _Return as ret:
