@@ -6,6 +6,8 @@ run on the CPU against torch on fresh random inputs (sizes with tails).
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -107,3 +109,182 @@ def test_compile_time_comparisons_still_decide_python_ifs():
 
     a = _rand(N, seed=5)
     torch.testing.assert_close(tilelab.compile(k, out_idx=[1])(a), a * 2)
+
+
+# ---------------------------------------------------------------- TileLang's names (item 1)
+
+tilelang = pytest.importorskip("tilelab.compat.tilelang")
+tilelang.install()
+TL = __import__("tilelang.language").language  # `import tilelang.language as T`, installed
+
+
+def test_install_makes_tilelang_imports_find_tilelab():
+    import tilelang.language as tl_language
+    from tilelang.autotuner import autotune
+    from tilelang.math import next_power_of_2
+
+    assert tl_language is T and TL is T and callable(autotune)
+    assert [next_power_of_2(x) for x in (1, 2, 3, 64, 65)] == [1, 2, 4, 64, 128]
+    assert tilelang.cdiv(65, 64) == 2
+    with pytest.raises(ImportError, match="tilelab does not provide"):
+        importlib.import_module("tilelang.carver.arch")
+
+
+@pytest.mark.parametrize("spelling, expected", [
+    (T.float, "float32"), (T.half, "float16"), (T.double, "float64"), (T.int, "int32"),
+    (T.uint, "uint32"), (T.long, "int64"), ("float", "float32"), (torch.bfloat16, "bfloat16"),
+    (torch.uint16, "uint16"), (float, "float32"), (int, "int32")])
+def test_dtype_spellings(spelling, expected):
+    assert T.dtype(spelling) == expected
+
+
+def dtype_program(M, N, block, dtype, index_dtype):
+    @tilelang.jit(out_idx=[2])
+    def factory(M, N):
+        @T.prim_func
+        def gather_rows(X: T.Tensor((M, N), dtype), Idx: T.Tensor((M,), index_dtype),
+                        Y: T.Tensor((M, N), dtype)):
+            with T.Kernel(tilelang.cdiv(M, block), threads=32) as bx:
+                for i, j in T.Parallel(block, N):
+                    r = bx * block + i
+                    if r < M:
+                        src = T.floormod(T.cast(Idx[r], T.int32), M)
+                        Y[r, j] = T.clamp(X[src, j] * 2, -1.5, 1.5)
+
+        return gather_rows
+
+    return factory(M, N)
+
+
+@pytest.mark.parametrize("dtype, index_dtype", [("float", T.uint32), (T.half, "uint16"),
+                                                (torch.float32, T.uint64)])
+def test_dtype_aliases_and_unsigned_indices_run_on_cpu(dtype, index_dtype):
+    M, N = 37, 20
+    kernel = dtype_program(M, N, 16, dtype, index_dtype)
+    torch_dtype = getattr(torch, str(T.dtype(dtype)))
+    x = _rand(M, N, seed=1).to(torch_dtype)
+    idx = torch.randint(0, 1000, (M,), dtype=torch.int64).to(getattr(torch, str(index_dtype)))
+    expected = (x.float()[idx.to(torch.int64) % M] * 2).clamp(-1.5, 1.5)
+    torch.testing.assert_close(kernel(x, idx).float(), expected, rtol=1e-3, atol=1e-3)
+
+
+@tilelang.jit
+def strided_window_sum(x, w, block, S, dtype=T.float):
+    """An eager kernel whose output size is arithmetic on T.const sizes, written before
+    the tensor that gives them is declared."""
+    B, W, K = T.const("B, W, K")
+    OW = (W - K) // S + 1
+    x: T.Tensor((B, W), dtype)
+    w: T.Tensor((K,), dtype)
+    y = T.empty((B, OW), dtype)
+    with T.Kernel(T.ceildiv(OW, block), B, threads=32) as (bx, b):
+        acc = T.alloc_fragment((block,), T.float32)
+        T.clear(acc)
+        for k in T.Serial(K):
+            for i in T.Parallel(block):
+                o = bx * block + i
+                if o < OW:
+                    acc[i] += x[b, o * S + k] * w[k]
+        for i in T.Parallel(block):
+            if bx * block + i < OW:
+                y[b, bx * block + i] = acc[i]
+    return y
+
+
+@pytest.mark.parametrize("B, W, K, S", [(3, 50, 5, 2), (2, 33, 3, 1)])
+def test_const_arithmetic_before_the_tensor_declarations(B, W, K, S):
+    x, w = _rand(B, W, seed=W), _rand(K, seed=K)
+    expected = torch.nn.functional.conv1d(x[:, None], w[None, None], stride=S)[:, 0]
+    torch.testing.assert_close(strided_window_sum(x, w, 16, S), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("use_list_layout", [True, False])
+def test_layout_returning_coordinates_and_swizzled_layout(use_list_layout):
+    M, N = 64, 64
+
+    @T.prim_func
+    def transpose_through_shared(A: T.Tensor((M, N), T.float16), B: T.Tensor((N, M), T.float16)):
+        with T.Kernel(1, threads=128):
+            tile = T.alloc_shared((M, N), T.float16)
+            if use_list_layout:
+                T.annotate_layout({tile: T.Layout((M, N), lambda i, j: [i // 8, j, i % 8])})
+            else:
+                T.annotate_layout({tile: tilelang.layout.make_swizzled_layout(tile)})
+            T.copy(A, tile)
+            for j, i in T.Parallel(N, M):
+                B[j, i] = tile[i, j]
+
+    a = _rand(M, N, seed=7).half()
+    kernel = tilelang.compile(transpose_through_shared, out_idx=[1], target="cpu")
+    torch.testing.assert_close(kernel(a), a.t())
+    if use_list_layout:  # CUDA lowers row-swizzled shared layouts only, and says so
+        with pytest.raises(TileLabError, match="not supported for shared memory"):
+            tilelang.compile(transpose_through_shared, out_idx=[1], target="cuda:sm_90a")
+    else:
+        cuda = tilelang.compile(transpose_through_shared, out_idx=[1], target="cuda:sm_90a")
+        assert "__global__" in cuda.get_kernel_source()
+
+
+def test_list_layout_is_a_bijection_onto_its_coordinates():
+    layout = T.Layout((4, 16, 8), lambda b, s, d: [b, s // 8, d // 8, d % 2,
+                                                   4 * (s % 8) + (d % 8) // 2])
+    offsets = layout.table().ravel()
+    assert sorted(offsets.tolist()) == list(range(4 * 16 * 8))
+
+
+def test_integer_helpers_match_python():
+    for a, b in [(7, 2), (-7, 2), (7, -2), (-7, -2)]:
+        assert T.floordiv(a, b) == a // b and T.floormod(a, b) == a % b
+        assert T.truncdiv(a, b) == int(a / b) and T.truncmod(a, b) == a - b * int(a / b)
+
+
+def _uses(name):
+    N = 8
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+        with T.Kernel(1, threads=32):
+            tx = getattr(T, name)()  # noqa: F841
+            B[0] = A[0]
+
+    return k
+
+
+@pytest.mark.parametrize("name, says", [
+    ("get_thread_binding", "T.Parallel"), ("alloc_barrier", "T.Pipelined"),
+    ("sync_threads", "inserts the barriers"), ("tma_copy", "T.copy"),
+    ("alloc_global", "kernel parameter"), ("no_such_primitive", "tilelab has no")])
+def test_tilelang_features_tilelab_lacks_are_named_at_the_users_line(name, says):
+    with pytest.raises(TileLabError) as info:
+        _uses(name)
+    message = str(info.value)
+    assert says in message and "has no attribute" not in message
+    assert "getattr(T, name)" in info.value.location.excerpt()
+    assert not hasattr(T, name)
+
+
+def test_atomic_add_memory_order():
+    N = 40
+
+    @T.prim_func
+    def total(A: T.Tensor((N,), T.float32), S: T.Tensor((1,), T.float32)):
+        with T.Kernel(T.ceildiv(N, 8), threads=32) as bx:
+            for i in T.Parallel(8):
+                if bx * 8 + i < N:
+                    T.atomic_add(S[0], A[bx * 8 + i], memory_order="relaxed")
+
+    a = _rand(N, seed=11)
+    s = torch.zeros(1)
+    tilelang.compile(total)(a, s)
+    torch.testing.assert_close(s, a.sum(0, keepdim=True), rtol=1e-5, atol=1e-5)
+
+    def seq_cst():
+        @T.prim_func
+        def k(A: T.Tensor((N,), T.float32), S: T.Tensor((1,), T.float32)):
+            with T.Kernel(1, threads=32):
+                T.atomic_add(S[0], A[0], memory_order="seq_cst")
+
+        return k
+
+    with pytest.raises(TileLabError, match="memory_order='seq_cst'"):
+        seq_cst()

@@ -200,10 +200,11 @@ class Kernel:
                       trace_json=self.trace.to_json() if self.trace
                       else None, source=self.trace.code.get("cuda") if self.trace else None)
 
-    def get_profiler(self):
+    def get_profiler(self, tensor_supply_type=None):
+        """A Profiler whose random inputs follow `tensor_supply_type` (a TensorSupplyType)."""
         from .profiler import Profiler
 
-        return Profiler(self)
+        return Profiler(self, tensor_supply_type)
 
 
 # ---------------------------------------------------------------- jit

@@ -30,7 +30,7 @@ from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTy
 from ..ir.tile_ops import Region, _const_int, is_buffer
 from . import expr as E
 from .builder import Builder, ParamInfo, activate, seq
-from .primitives import Kernel, Loop, SymbolicDim, Tensor, serial
+from .primitives import Kernel, Loop, SymbolicSize, Tensor, serial
 
 _OPERATORS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -146,8 +146,6 @@ class Interpreter:
         for scope in (self.locals, self.env, builtins.__dict__):
             if name in scope:
                 value = scope[name]
-                if isinstance(value, SymbolicDim) and value.name in self.builder.shape_constants:
-                    return self.builder.shape_constants[value.name]
                 if _is_scalar_var(value):
                     return tirx.BufferLoad(value, [0])
                 return value
@@ -323,11 +321,15 @@ class Interpreter:
     def eval(self, node):
         handler = getattr(self, "eval_" + type(node).__name__, None)
         if handler is None:
-            return self.eval_python(node)
-        if isinstance(node, (ast.Call, ast.Subscript, ast.Name, ast.Attribute)):
+            value = self.eval_python(node)
+        elif isinstance(node, (ast.Call, ast.Subscript, ast.Name, ast.Attribute)):
             with _located(self.source.location(node)):
-                return handler(node)
-        return handler(node)
+                value = handler(node)
+        else:
+            value = handler(node)
+        if isinstance(value, SymbolicSize):  # a `T.const` size: a number once a tensor gave it
+            value = value.resolve(self.builder.shape_constants)
+        return value
 
     def eval_python(self, node):
         """Expressions tilelab does not model (comprehensions, lambdas...) run as Python."""
@@ -347,6 +349,8 @@ class Interpreter:
         obj = self.eval(node.value)
         try:
             return getattr(obj, node.attr)
+        except TileLabError:
+            raise
         except AttributeError:
             owner = getattr(obj, "__name__", type(obj).__name__)
             raise TileLabSyntaxError(f"{owner} has no attribute {node.attr!r}") from None
