@@ -288,3 +288,28 @@ def test_atomic_add_memory_order():
 
     with pytest.raises(TileLabError, match="memory_order='seq_cst'"):
         seq_cst()
+
+
+@tilelang.jit(out_idx=[1])
+def scale_rows(cols, block=16):
+    rows = T.dynamic("rows")
+
+    @T.prim_func
+    def scale(X: T.Tensor((rows, cols), T.float32), Y: T.Tensor((rows, cols), T.float32)):
+        with T.Kernel(T.ceildiv(rows, block), threads=32) as bx:
+            for i, j in T.Parallel(block, cols):
+                if bx * block + i < rows:
+                    Y[bx * block + i, j] = X[bx * block + i, j] * (bx * block + i)
+
+    return scale
+
+
+def test_dynamic_sizes_compile_for_each_call_shape():
+    kernel = scale_rows(12)
+    for rows in (5, 40, 17):
+        x = _rand(rows, 12, seed=rows)
+        torch.testing.assert_close(kernel(x), x * torch.arange(rows)[:, None].float())
+    cuda = tilelang.compile(scale_rows.fn(12), out_idx=[1], target="cuda:sm_90a")
+    assert "__global__" in cuda.specialize(_rand(33, 12)).get_kernel_source()
+    with pytest.raises(TileLabError, match="must have shape"):
+        kernel(_rand(5, 13))

@@ -562,14 +562,30 @@ def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
                        getattr(builder, "threads", ()), dict(builder.annotated_layouts))
 
 
-def trace_prim_func(fn, enclosing: dict | None = None, **_options) -> TileProgram:
+@dataclass
+class ShapedByCall:
+    """A `@T.prim_func` whose tensor sizes include `T.dynamic` names: it is traced again
+    for the shapes of each call's tensors (`trace(shapes)`), one kernel per shape."""
+
+    fn: object
+    enclosing: dict
+    name: str
+
+    def trace(self, example_shapes: dict) -> TileProgram:
+        return trace_prim_func(self.fn, self.enclosing, example_shapes=example_shapes)
+
+
+def trace_prim_func(fn, enclosing: dict | None = None, example_shapes: dict | None = None,
+                    **_options) -> TileProgram | ShapedByCall:
     """Factory style: `@T.prim_func def kernel(A: T.Tensor(...), ...)` traced at definition.
 
     `enclosing` holds the factory's local variables: names used only in the
     parameter annotations (`Q: T.Tensor(shape, dtype)`) are not in the closure.
+    Sizes that only the call's tensors know (`T.dynamic`) defer the tracing to the
+    call: the result is then a `ShapedByCall`, traced with `example_shapes`.
     """
     source = FunctionSource.of(fn)
-    builder = Builder()
+    builder = Builder(example_shapes=dict(example_shapes or {}))
     interp = Interpreter(builder, source, _function_env(fn, enclosing))
     with activate(builder), E.kernel_truth_values():
         args = source.node.args
@@ -584,6 +600,11 @@ def trace_prim_func(fn, enclosing: dict | None = None, **_options) -> TileProgra
                 if not isinstance(spec, Tensor):
                     raise TileLabSyntaxError(f"parameter {arg.arg} must be annotated with "
                                              "T.Tensor(shape, dtype)")
+                if example_shapes is None and any(
+                        isinstance(e, SymbolicSize) and isinstance(
+                            e.resolve(builder.shape_constants), SymbolicSize)
+                        for e in spec.shape):
+                    return ShapedByCall(fn, dict(enclosing or {}), fn.__name__)
                 interp.locals[arg.arg] = builder.declare_param(arg.arg, spec.shape, spec.dtype)
         try:
             interp.run(source.node.body)
