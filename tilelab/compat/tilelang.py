@@ -125,6 +125,10 @@ def _submodules() -> dict[str, types.ModuleType]:
         "tilelang.utils.tensor": _module("tilelang.utils.tensor", "Tensor helpers.",
                                          torch_assert_close=torch_assert_close,
                                          TensorSupplyType=TensorSupplyType),
+        "tilelang.tileop": _module("tilelang.tileop", "Tile operators.",
+                                   GemmWarpPolicy=language.GemmWarpPolicy),
+        "tilelang.tileop.base": _module("tilelang.tileop.base", "Tile operators.",
+                                        GemmWarpPolicy=language.GemmWarpPolicy),
         "tilelang.testing": _module("tilelang.testing", "Test helpers.",
                                     set_random_seed=set_random_seed,
                                     torch_assert_close=torch_assert_close),
@@ -142,7 +146,7 @@ class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         raise ImportError(f"{spec.name} is part of TileLang that tilelab does not provide "
                           "(tilelab has jit, compile, cdiv, language, math, layout, "
-                          "autotuner, profiler, transform, testing, utils.tensor)",
+                          "autotuner, profiler, transform, testing, tileop, utils.tensor)",
                           name=spec.name)
 
     def exec_module(self, module):  # never reached: create_module refuses
@@ -163,7 +167,7 @@ def install() -> None:
 
 
 _PROVIDED = {"language", "math", "layout", "autotuner", "profiler", "transform", "utils",
-             "testing"}
+             "testing", "tileop"}
 
 
 def __getattr__(name: str):

@@ -24,6 +24,10 @@ class DType(str):
     def is_float(self) -> bool:
         return str(self).startswith(("float", "bfloat"))
 
+    def as_torch(self):
+        """The matching torch dtype."""
+        return torch_dtype(self)
+
     def __repr__(self) -> str:
         return f"T.{str(self)}"
 
