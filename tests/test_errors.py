@@ -28,6 +28,7 @@ from tilelab import (
     TileLabTypeError,
     TileLabWarning,
 )
+from tilelab.language.tilelang_names import TileLangFeatureError
 
 # The module behind the `tilelab.jit` export: its entry points re-raise user errors
 # (the only frames of tilelab a traceback may show) and it checks argument devices.
@@ -353,7 +354,7 @@ CASES = [
     Case("unknown-dtype", lambda mp: unknown_dtype(torch.zeros(4)),
          "unknown-dtype", "T.alloc_shared", TileLabTypeError, ("float17", "float16")),
     Case("unknown-primitive", lambda mp: unknown_primitive(torch.zeros(4)),
-         "unknown-primitive", "T.no_such_thing", TileLabSyntaxError, ("no_such_thing",)),
+         "unknown-primitive", "T.no_such_thing", TileLangFeatureError, ("no_such_thing",)),
     Case("undefined-name", lambda mp: undefined_name(torch.zeros(4)),
          "undefined-name", "undefined_thing", TileLabSyntaxError, ("undefined_thing",)),
     Case("primitive-outside-kernel", lambda mp: primitive_outside_kernel(torch.zeros(4)),

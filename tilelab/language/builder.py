@@ -48,7 +48,7 @@ class Builder:
     def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
         """A global tensor of the signature; sizes given by `T.const` names are resolved here."""
         from ..errors import TileLabArgumentError, TileLabTypeError
-        from .primitives import SymbolicDim
+        from .primitives import SymbolicDim, SymbolicSize
 
         example = self.example_shapes.get(name)
         if example is not None and len(example) != len(shape):
@@ -57,8 +57,8 @@ class Builder:
                 f"has shape {tuple(example)}")
         resolved = []
         for axis, extent in enumerate(shape):
-            if isinstance(extent, SymbolicDim):
-                extent = self.shape_constants.get(extent.name, extent)
+            if isinstance(extent, SymbolicSize):
+                extent = extent.resolve(self.shape_constants)
             if isinstance(extent, SymbolicDim):
                 if example is None:
                     raise TileLabTypeError(
@@ -66,8 +66,12 @@ class Builder:
                         hint=f"pass a tensor for {name}, or {extent.name}=... to .compile()")
                 self.shape_constants[extent.name] = int(example[axis])
                 extent = int(example[axis])
+            elif isinstance(extent, SymbolicSize):
+                raise TileLabTypeError(
+                    f"the size {extent!r} of {name} uses names no tensor has given yet",
+                    hint="declare first the tensors whose shapes have these names")
             elif example is not None and int(example[axis]) != int(extent):
-                declared = tuple(e if isinstance(e, SymbolicDim) else int(e) for e in shape)
+                declared = tuple(e if isinstance(e, SymbolicSize) else int(e) for e in shape)
                 raise TileLabArgumentError(
                     f"{name} must have shape {declared} "
                     f"but the tensor passed has shape {tuple(example)}")

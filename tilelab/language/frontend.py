@@ -30,7 +30,7 @@ from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTy
 from ..ir.tile_ops import Region, _const_int, is_buffer
 from . import expr as E
 from .builder import Builder, ParamInfo, activate, seq
-from .primitives import Kernel, Loop, SymbolicDim, Tensor, serial
+from .primitives import Kernel, Loop, SymbolicSize, Tensor, serial
 
 _OPERATORS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -146,8 +146,6 @@ class Interpreter:
         for scope in (self.locals, self.env, builtins.__dict__):
             if name in scope:
                 value = scope[name]
-                if isinstance(value, SymbolicDim) and value.name in self.builder.shape_constants:
-                    return self.builder.shape_constants[value.name]
                 if _is_scalar_var(value):
                     return tirx.BufferLoad(value, [0])
                 return value
@@ -261,7 +259,7 @@ class Interpreter:
         return self.eval(node)
 
     def exec_If(self, node):  # noqa: N802
-        cond = self.eval(node.test)
+        cond = E.as_ir(self.eval(node.test))
         if E.is_expr(cond) and _const_int(cond) is not None:
             cond = bool(_const_int(cond))
         if not E.is_expr(cond):
@@ -323,11 +321,15 @@ class Interpreter:
     def eval(self, node):
         handler = getattr(self, "eval_" + type(node).__name__, None)
         if handler is None:
-            return self.eval_python(node)
-        if isinstance(node, (ast.Call, ast.Subscript, ast.Name, ast.Attribute)):
+            value = self.eval_python(node)
+        elif isinstance(node, (ast.Call, ast.Subscript, ast.Name, ast.Attribute)):
             with _located(self.source.location(node)):
-                return handler(node)
-        return handler(node)
+                value = handler(node)
+        else:
+            value = handler(node)
+        if isinstance(value, SymbolicSize):  # a `T.const` size: a number once a tensor gave it
+            value = value.resolve(self.builder.shape_constants)
+        return value
 
     def eval_python(self, node):
         """Expressions tilelab does not model (comprehensions, lambdas...) run as Python."""
@@ -335,7 +337,7 @@ class Interpreter:
         namespace.update({k: self.lookup(k, node) for k in self.locals})
         code = compile(ast.Expression(node), self.source.filename, "eval")
         with _located(self.source.location(node)):
-            return eval(code, namespace)  # noqa: S307 - user code, by design
+            return E.as_ir(eval(code, namespace))  # noqa: S307 - user code, by design
 
     def eval_Constant(self, node):  # noqa: N802
         return node.value
@@ -347,6 +349,8 @@ class Interpreter:
         obj = self.eval(node.value)
         try:
             return getattr(obj, node.attr)
+        except TileLabError:
+            raise
         except AttributeError:
             owner = getattr(obj, "__name__", type(obj).__name__)
             raise TileLabSyntaxError(f"{owner} has no attribute {node.attr!r}") from None
@@ -403,7 +407,7 @@ class Interpreter:
         return E.logical("and", [r for r in results if E.is_expr(r)])
 
     def eval_IfExp(self, node):  # noqa: N802
-        cond = self.eval(node.test)
+        cond = E.as_ir(self.eval(node.test))
         if not E.is_expr(cond):
             return self.eval(node.body if cond else node.orelse)
         return E.if_then_else(cond, self.eval(node.body), self.eval(node.orelse))
@@ -465,7 +469,7 @@ class Interpreter:
                 kwargs[kw.arg] = self.eval(kw.value)
         if getattr(fn, "__tilelab_macro__", False):
             return call_macro(self.builder, fn, args, kwargs)
-        return fn(*args, **kwargs)
+        return E.as_ir(fn(*args, **kwargs))
 
 
 # ---------------------------------------------------------------- helpers
@@ -558,16 +562,32 @@ def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
                        getattr(builder, "threads", ()), dict(builder.annotated_layouts))
 
 
-def trace_prim_func(fn, enclosing: dict | None = None, **_options) -> TileProgram:
+@dataclass
+class ShapedByCall:
+    """A `@T.prim_func` whose tensor sizes include `T.dynamic` names: it is traced again
+    for the shapes of each call's tensors (`trace(shapes)`), one kernel per shape."""
+
+    fn: object
+    enclosing: dict
+    name: str
+
+    def trace(self, example_shapes: dict) -> TileProgram:
+        return trace_prim_func(self.fn, self.enclosing, example_shapes=example_shapes)
+
+
+def trace_prim_func(fn, enclosing: dict | None = None, example_shapes: dict | None = None,
+                    **_options) -> TileProgram | ShapedByCall:
     """Factory style: `@T.prim_func def kernel(A: T.Tensor(...), ...)` traced at definition.
 
     `enclosing` holds the factory's local variables: names used only in the
     parameter annotations (`Q: T.Tensor(shape, dtype)`) are not in the closure.
+    Sizes that only the call's tensors know (`T.dynamic`) defer the tracing to the
+    call: the result is then a `ShapedByCall`, traced with `example_shapes`.
     """
     source = FunctionSource.of(fn)
-    builder = Builder()
+    builder = Builder(example_shapes=dict(example_shapes or {}))
     interp = Interpreter(builder, source, _function_env(fn, enclosing))
-    with activate(builder):
+    with activate(builder), E.kernel_truth_values():
         args = source.node.args
         for arg in args.args:
             location = source.location(arg)
@@ -580,6 +600,11 @@ def trace_prim_func(fn, enclosing: dict | None = None, **_options) -> TileProgra
                 if not isinstance(spec, Tensor):
                     raise TileLabSyntaxError(f"parameter {arg.arg} must be annotated with "
                                              "T.Tensor(shape, dtype)")
+                if example_shapes is None and any(
+                        isinstance(e, SymbolicSize) and isinstance(
+                            e.resolve(builder.shape_constants), SymbolicSize)
+                        for e in spec.shape):
+                    return ShapedByCall(fn, dict(enclosing or {}), fn.__name__)
                 interp.locals[arg.arg] = builder.declare_param(arg.arg, spec.shape, spec.dtype)
         try:
             interp.run(source.node.body)
@@ -603,7 +628,7 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
     interp = Interpreter(builder, source, _function_env(fn))
     interp.locals.update(values)
     returned = None
-    with activate(builder):
+    with activate(builder), E.kernel_truth_values():
         try:
             interp.run(source.node.body)
         except _Return as ret:

@@ -31,7 +31,12 @@ class Tensor:
     shape: tuple
     dtype: str = "float32"
 
-    def __init__(self, shape, dtype="float32"):
+    def __init__(self, shape, dtype="float32", data=None, *view_args, **view_kwargs):
+        if data is not None or view_args or view_kwargs:
+            raise TileLabTypeError(
+                "T.Tensor(shape, dtype, data) views another tensor's memory, which tilelab "
+                "does not support", hint="index the original tensor with arithmetic, or pass "
+                "the reshaped tensor as its own kernel parameter")
         if not isinstance(shape, (tuple, list)):
             shape = (shape,)
         object.__setattr__(self, "shape", tuple(shape))
@@ -41,11 +46,86 @@ class Tensor:
 Buffer = Tensor
 
 
-@dataclass(frozen=True)
-class SymbolicDim:
+class SymbolicSize:
+    """A size known only once a tensor has it: a `T.const` name, or arithmetic on names.
+
+    `OH = (H + 2 * P - K) // S + 1` may be written before any tensor gives H; it stays
+    symbolic until then, and the front end resolves it whenever it is read.
+    """
+
+    def resolve(self, constants: dict):
+        """An int when every name is known, else the symbolic size itself."""
+        raise NotImplementedError
+
+    def _op(self, symbol, other, reflected=False):
+        if not isinstance(other, (int, SymbolicSize)):
+            return NotImplemented
+        return _SizeArithmetic(symbol, other, self) if reflected else \
+            _SizeArithmetic(symbol, self, other)
+
+    def __add__(self, other):
+        return self._op("+", other)
+
+    def __radd__(self, other):
+        return self._op("+", other, reflected=True)
+
+    def __sub__(self, other):
+        return self._op("-", other)
+
+    def __rsub__(self, other):
+        return self._op("-", other, reflected=True)
+
+    def __mul__(self, other):
+        return self._op("*", other)
+
+    def __rmul__(self, other):
+        return self._op("*", other, reflected=True)
+
+    def __floordiv__(self, other):
+        return self._op("//", other)
+
+    def __rfloordiv__(self, other):
+        return self._op("//", other, reflected=True)
+
+    def __mod__(self, other):
+        return self._op("%", other)
+
+    def __rmod__(self, other):
+        return self._op("%", other, reflected=True)
+
+    def __neg__(self):
+        return _SizeArithmetic("-", 0, self)
+
+
+_SIZE_OPS = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__floordiv__,
+             "%": int.__mod__}
+
+
+@dataclass(frozen=True, eq=False)
+class _SizeArithmetic(SymbolicSize):
+    symbol: str
+    left: object
+    right: object
+
+    def resolve(self, constants: dict):
+        a, b = (x.resolve(constants) if isinstance(x, SymbolicSize) else x
+                for x in (self.left, self.right))
+        if isinstance(a, int) and isinstance(b, int):
+            return _SIZE_OPS[self.symbol](a, b)
+        return _SizeArithmetic(self.symbol, a, b)
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {self.symbol} {self.right!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class SymbolicDim(SymbolicSize):
     """A `T.const` name whose value is learned from the first tensor that uses it."""
 
     name: str
+
+    def resolve(self, constants: dict):
+        return constants.get(self.name, self)
 
     def __repr__(self) -> str:
         return self.name
@@ -406,13 +486,20 @@ reduce_abssum = _reduce("abssum")
 reduce_absmax = _reduce("absmax")
 
 
-def atomic_add(dst, value):
+def atomic_add(dst, value, memory_order="relaxed", return_prev=False):
     """`dst += value` safely when several blocks update the same elements.
 
     `dst` is an element `C[i, j]` with a scalar value, or a buffer/region with a
-    tile of the same extents as `value`.
+    tile of the same extents as `value`. The update is atomic and nothing more
+    (`memory_order="relaxed"`): it does not order other memory accesses.
     """
     builder = current("atomic_add")
+    if memory_order != "relaxed" or return_prev:
+        feature = f"memory_order={memory_order!r}" if memory_order != "relaxed" else \
+            "return_prev=True"
+        raise TileLabTypeError(f"T.atomic_add with {feature} is not supported",
+                               hint="tilelab's atomics are relaxed and return nothing; order "
+                                    "work between blocks with separate kernels")
     builder.has_atomics = True
     if is_load(dst) and (is_expr(value) or isinstance(value, (int, float))):
         region = Region(dst.source, tuple(dst.indices), (1,) * len(dst.indices))
@@ -490,19 +577,22 @@ def prim_func(fn=None, **kwargs):
 
 
 def _defining_locals(fn) -> dict:
-    """The locals of the function whose body defines `fn` (the factory).
+    """The locals of the functions whose bodies define `fn` (the factory, and the
+    functions around it), innermost first.
 
-    A kernel's annotations may name factory variables its body never uses,
-    which Python then leaves out of the closure; the factory's frame has them.
+    A kernel's annotations may name factory variables its body never uses, which
+    Python then leaves out of the closure (always, under `from __future__ import
+    annotations`); the defining frames have them.
     """
     import sys
 
-    frame = sys._getframe(1)
+    frame, code, env = sys._getframe(1), fn.__code__, {}
     while frame is not None:
-        if fn.__code__ in frame.f_code.co_consts:
-            return dict(frame.f_locals)
+        if code in frame.f_code.co_consts:
+            env = {**frame.f_locals, **env}
+            code = frame.f_code
         frame = frame.f_back
-    return {}
+    return env
 
 
 def macro(fn):
