@@ -266,7 +266,7 @@ def test_each_record_is_the_ir_after_its_pass(gemm_kernel):
 def test_compiling_twice_hits_the_cache(isolated_cache):
     first = tilelab.compile(make_gemm(40, 24, 20))
     assert first.trace.cache_hit is False
-    assert list(isolated_cache.glob("*/*/kernel.so")), "nothing was written to the cache"
+    assert list(isolated_cache.rglob("kernel.so")), "nothing was written to the cache"
     second = tilelab.compile(make_gemm(40, 24, 20))
     assert second.trace.cache_hit is True
     assert second.trace.pass_names() == first.trace.pass_names()
@@ -373,7 +373,7 @@ def test_a_fresh_process_starts_warm(tmp_path, isolated_cache):
 def test_a_corrupt_kernel_is_rebuilt(isolated_cache):
     first = tilelab.compile(make_scale(100))
     assert not first.trace.cache_hit
-    [library] = isolated_cache.glob("*/*/kernel.so")
+    [library] = isolated_cache.rglob("kernel.so")
     data = bytearray(library.read_bytes())
     data[len(data) // 2] ^= 0xFF
     library.unlink()  # a new file: never rewrite a library in place
