@@ -25,7 +25,7 @@ def instrument_program(program, blocks: int):
     from tvm import tirx
 
     from .errors import TileLabTypeError
-    from .language.builder import ParamInfo
+    from .ir.builder import ParamInfo
     from .passes._util import walk
 
     extents = []

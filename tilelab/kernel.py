@@ -172,7 +172,7 @@ class Kernel:
             return np.empty(param.shape, dtype=param.dtype)
         import torch
 
-        from .language.dtypes import as_dtype, torch_dtype
+        from .ir.dtypes import as_dtype, torch_dtype
 
         return torch.empty(param.shape, dtype=torch_dtype(as_dtype(param.dtype)))
 

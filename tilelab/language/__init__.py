@@ -1,7 +1,7 @@
 """The `T` namespace of tile programs: `import tilelab.language as T`."""
 
 from ..ir import tile_ops as _tile_ops  # noqa: F401 - registers the tile ops with TVM
-from .dtypes import (  # noqa: F401
+from ..ir.dtypes import (  # noqa: F401
     DType,
     bfloat16,
     boolean,

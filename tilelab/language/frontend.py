@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from tvm import tirx
 
 from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
+from ..ir.builder import Builder, ParamInfo, SymbolicDim, activate, seq
 from ..ir.tile_ops import Region, _const_int, is_buffer
 from . import expr as E
-from .builder import Builder, ParamInfo, activate, seq
-from .primitives import Kernel, Loop, SymbolicDim, Tensor, serial
+from .primitives import Kernel, Loop, Tensor, serial
 
 _OPERATORS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",

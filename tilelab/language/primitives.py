@@ -16,10 +16,10 @@ import tvm
 from tvm import tirx
 
 from ..errors import TileLabSyntaxError, TileLabTypeError
+from ..ir import dtypes
+from ..ir.builder import SymbolicDim, current
+from ..ir.expr import is_expr, to_expr
 from ..ir.tile_ops import Region, _const_int, is_buffer, is_load, tile_call
-from . import dtypes
-from .builder import current
-from .expr import is_expr, to_expr
 
 # ---------------------------------------------------------------- signatures
 
@@ -39,16 +39,6 @@ class Tensor:
 
 
 Buffer = Tensor
-
-
-@dataclass(frozen=True)
-class SymbolicDim:
-    """A `T.const` name whose value is learned from the first tensor that uses it."""
-
-    name: str
-
-    def __repr__(self) -> str:
-        return self.name
 
 
 def const(names: str):
@@ -126,7 +116,7 @@ class Kernel:
 
 
 def _seq(stmts):
-    from .builder import seq
+    from ..ir.builder import seq
 
     return seq(stmts)
 

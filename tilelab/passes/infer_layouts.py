@@ -265,7 +265,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPl
 
 
 def tirx_dtype_bits(dtype) -> int:
-    from ..language.dtypes import as_dtype
+    from ..ir.dtypes import as_dtype
 
     return as_dtype(str(dtype)).bits
 

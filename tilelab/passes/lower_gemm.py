@@ -20,8 +20,8 @@ from __future__ import annotations
 from tvm import tirx
 
 from ..errors import TileLabTypeError
+from ..ir.expr import to_expr
 from ..ir.tile_ops import Region
-from ..language.expr import to_expr
 
 _TENSOR_CORE_TYPES = ("float16", "bfloat16")
 

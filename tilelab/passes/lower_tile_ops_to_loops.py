@@ -22,8 +22,8 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from ..ir.expr import to_expr
 from ..ir.tile_ops import Region, _const_int, config, is_tile_call, op_name, regions
-from ..language.expr import to_expr
 from ._util import loop_nest, rewrite
 
 _INIT = {"sum": 0.0, "abssum": 0.0, "absmax": 0.0}

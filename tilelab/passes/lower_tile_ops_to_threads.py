@@ -29,10 +29,10 @@ from tvm import sym, tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import TileLabTypeError
+from ..ir.dtypes import itemsize
+from ..ir.expr import to_expr
 from ..ir.layout import Fragment
 from ..ir.tile_ops import Region, _const_int, config, is_buffer, is_load, op_name, regions
-from ..language.dtypes import itemsize
-from ..language.expr import to_expr
 from ._util import keep_user_errors, rewrite, rewrite_pre, substitute
 from .infer_layouts import LayoutPlan, _parallel_nest, owner_table, thread_elements
 from .lower_tile_ops_to_loops import (

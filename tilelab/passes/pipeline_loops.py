@@ -26,8 +26,8 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
+from ..ir.builder import seq
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
-from ..language.builder import seq
 from ._util import keep_user_errors, rewrite, substitute
 
 

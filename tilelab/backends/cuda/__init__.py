@@ -148,8 +148,8 @@ def launch_config(device_mod) -> dict:
     """Kernel symbol, dynamic shared memory and parameter names of the device function."""
     import math
 
+    from ...ir.dtypes import itemsize
     from ...ir.tile_ops import is_buffer
-    from ...language.dtypes import itemsize
     from ...passes._util import walk
 
     kernels = [(gv, f) for gv, f in device_mod.functions.items()

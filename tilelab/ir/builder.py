@@ -17,6 +17,16 @@ from ..errors import SourceLocation, TileLabSyntaxError
 
 
 @dataclass(frozen=True)
+class SymbolicDim:
+    """A `T.const` name whose value is learned from the first tensor that uses it."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
 class ParamInfo:
     """One global tensor of a kernel's signature, with the line that declared it."""
 
@@ -48,7 +58,6 @@ class Builder:
     def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
         """A global tensor of the signature; sizes given by `T.const` names are resolved here."""
         from ..errors import TileLabArgumentError, TileLabTypeError
-        from .primitives import SymbolicDim
 
         example = self.example_shapes.get(name)
         if example is not None and len(example) != len(shape):
