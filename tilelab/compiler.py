@@ -273,7 +273,7 @@ def gpu_plans(program) -> tuple[dict, list]:
     import tvm
     from tvm import tirx
 
-    from .passes._util import walk
+    from .ir.visit import walk
     from .passes.infer_layouts import infer_layouts
     from .passes.pipeline_loops import PipelineLoops
 
@@ -289,7 +289,7 @@ def gpu_plans(program) -> tuple[dict, list]:
 
         walk(mod[program.name].body, tirx.For, visit)
     except Exception:  # noqa: BLE001 - a CPU-only kernel need not fit the GPU's rules
-        from .passes._util import UserErrors
+        from .ir.visit import UserErrors
 
         UserErrors.take()
         return {}, pipelines
@@ -336,7 +336,7 @@ def kernel_grid(program) -> tuple[int, int, int]:
     """Grid dimensions of the program's T.Kernel, from its block loops."""
     from tvm import tirx
 
-    from .passes._util import walk
+    from .ir.visit import walk
 
     grid = [1, 1, 1]
 
@@ -381,7 +381,7 @@ def _compile_uncached(program, target: str, configs: dict):
         except TileLabError:
             raise
         except Exception as err:  # a pass or LLVM rejected the program
-            from .passes._util import UserErrors
+            from .ir.visit import UserErrors
 
             user_error = UserErrors.take()
             if user_error is not None:

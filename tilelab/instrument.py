@@ -26,7 +26,7 @@ def instrument_program(program, blocks: int):
 
     from .errors import TileLabTypeError
     from .ir.builder import ParamInfo
-    from .passes._util import walk
+    from .ir.visit import walk
 
     extents = []
 

@@ -76,7 +76,7 @@ def summarize(func, params) -> dict:
 
 
 def _accesses(node):
-    from ..passes._util import walk
+    from .visit import walk
 
     reads, writes = [], []
 

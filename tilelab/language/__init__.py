@@ -77,14 +77,14 @@ bool = boolean  # noqa: A001 - T.bool, as TileLang spells it
 
 def _report_at_the_users_line():
     """Primitives called as plain Python (outside a kernel) raise from one entry frame."""
-    from ..kernel import _user_error
+    from ..errors import raised_at_the_caller
     from . import primitives
 
     for name in ("alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "atomic_add",
                  "clear", "const", "copy", "empty", "fill", "gemm", "print", "reduce_abssum",
                  "reduce_absmax", "reduce_max", "reduce_min", "reduce_sum", "use_swizzle",
                  "annotate_layout", "prim_func"):
-        globals()[name] = _user_error(getattr(primitives, name))
+        globals()[name] = raised_at_the_caller(getattr(primitives, name))
 
 
 _report_at_the_users_line()

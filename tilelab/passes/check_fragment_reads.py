@@ -19,7 +19,7 @@ from tvm_ffi import WalkResult
 
 from ..errors import TileLabWarning
 from ..ir.tile_ops import config, op_name, regions
-from ._util import walk
+from ..ir.visit import walk
 
 # tile ops and which of their regions they read, and write
 _READS = {"copy": [0], "gemm": [0, 1, 2], "reduce": [0], "atomic_add": [0, 1], "print": [0],

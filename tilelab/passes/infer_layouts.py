@@ -33,7 +33,7 @@ from tvm_ffi import WalkResult
 from ..errors import TileLabTypeError
 from ..ir.layout import Fragment, Layout
 from ..ir.tile_ops import config, is_buffer, is_load, op_name, regions
-from ._util import walk
+from ..ir.visit import walk
 
 
 def warp_grid(policy: str, m: int, n: int, warps: int) -> tuple[int, int]:

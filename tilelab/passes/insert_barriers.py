@@ -18,7 +18,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.tile_ops import config, is_buffer, is_load, op_name, regions
-from ._util import walk
+from ..ir.visit import walk
 
 _WRITTEN_REGION = {"copy": 1, "fill": 0, "gemm": 2, "reduce": 1, "atomic_add": 0}
 
@@ -140,7 +140,7 @@ def InsertBarriers():  # noqa: N802
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.InsertBarriers")
     def _pass(func, _mod, _ctx):
-        from ._util import rewrite_pre
+        from ..ir.visit import rewrite_pre
 
         def on_kernel(loop):
             if "tilelab.kernel" not in loop.annotations:

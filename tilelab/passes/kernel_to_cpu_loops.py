@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from ._util import rewrite, rewrite_pre, substitute
+from ..ir.visit import rewrite, rewrite_pre, substitute
 
 
 def _block_loops(loop):

@@ -24,7 +24,7 @@ from tvm import tirx
 
 from ..ir.expr import to_expr
 from ..ir.tile_ops import Region, _const_int, config, is_tile_call, op_name, regions
-from ._util import loop_nest, rewrite
+from ..ir.visit import loop_nest, rewrite
 
 _INIT = {"sum": 0.0, "abssum": 0.0, "absmax": 0.0}
 

@@ -33,7 +33,7 @@ from ..ir.dtypes import itemsize
 from ..ir.expr import to_expr
 from ..ir.layout import Fragment
 from ..ir.tile_ops import Region, _const_int, config, is_buffer, is_load, op_name, regions
-from ._util import keep_user_errors, rewrite, rewrite_pre, substitute
+from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute
 from .infer_layouts import LayoutPlan, _parallel_nest, owner_table, thread_elements
 from .lower_tile_ops_to_loops import (
     _all,
@@ -182,7 +182,7 @@ class ThreadLowering:
             if loop.kind == tirx.ForKind.VECTORIZED:
                 vector_vars.append(loop.loop_var)
 
-        from ._util import walk
+        from ..ir.visit import walk
 
         walk(body, tirx.For, on_loop)
         body = rewrite(body, tvm.ir.TensorLoad, on_load)
@@ -901,7 +901,7 @@ def InferLayouts(plans: dict, on_plan=None):  # noqa: N802
                 if on_plan is not None:
                     on_plan(plans["plan"])
 
-        from ._util import walk
+        from ..ir.visit import walk
 
         walk(func.body, tirx.For, visit)
         return func

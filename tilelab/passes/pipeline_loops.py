@@ -28,7 +28,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.builder import seq
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
-from ._util import keep_user_errors, rewrite, substitute
+from ..ir.visit import keep_user_errors, rewrite, substitute
 
 
 def _extern(name: str):
@@ -123,7 +123,7 @@ def buffer_uses(node) -> dict:
     """How many times each buffer is read or written (tile ops, loads, stores) in `node`."""
     import tvm
 
-    from ._util import walk
+    from ..ir.visit import walk
 
     counts: dict = {}
 
@@ -208,7 +208,7 @@ def pipeline_loop(loop, plans: list, timeline=None, block=None, uses=None):
 
 def _linear_block(body):
     """The block's number in launch order, from the kernel's block loops."""
-    from ._util import walk
+    from ..ir.visit import walk
 
     loops = []
     walk(body, tirx.For, lambda loop: loops.append(loop)

@@ -150,7 +150,7 @@ def launch_config(device_mod) -> dict:
 
     from ...ir.dtypes import itemsize
     from ...ir.tile_ops import is_buffer
-    from ...passes._util import walk
+    from ...ir.visit import walk
 
     kernels = [(gv, f) for gv, f in device_mod.functions.items()
                if f.attrs is not None and "calling_conv" in f.attrs]
