@@ -355,7 +355,7 @@ def _compile_uncached(program, target: str, configs: dict):
 
     from .backends import cpu, cuda
     from .backends.cuda import nvcc
-    from .ir.summary import summarize
+    from .passes.summarize import summarize
 
     trace = Trace(kernel=program.name, target=target, source=_source_of(program),
                   params=[{"name": p.name, "shape": list(p.shape), "dtype": p.dtype,

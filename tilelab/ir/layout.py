@@ -644,3 +644,59 @@ def _from_recipe(recipe: dict) -> Fragment:
     if kind == "replicate":
         return _from_recipe(recipe["of"]).replicate_on(recipe["copies"])
     raise ValueError(f"unknown fragment kind {kind!r}")
+
+
+def reshaped(frag: Fragment, shape: tuple) -> Fragment:
+    """`frag` for a buffer of `shape`: a replicated layout takes the unit dimensions along."""
+    if tuple(frag.shape) == tuple(shape):
+        return frag
+    squeezed = tuple(s for s in shape if s != 1) or (1,)
+    if (tuple(s for s in frag.shape if s != 1) or (1,)) == squeezed and \
+            frag.recipe.get("kind") == "replicated":
+        return Fragment.replicated(shape, frag.threads)
+    return frag
+
+
+# ---------------------------------------------------------------- who holds what
+
+_TABLE_CACHE: dict = {}
+_KEEP_ALIVE: list = []
+
+
+def _key(kind: str, frag: Fragment):
+    """Fragments from a recipe are rebuilt identically; a custom one is only itself."""
+    if frag.recipe.get("kind") == "custom":
+        return (kind, "custom", id(frag.forward))
+    return (kind, repr(frag.recipe), frag.shape)
+
+
+def thread_elements(frag: Fragment) -> list[list[tuple]]:
+    """For each thread, the index held in each of its local registers."""
+    key = _key("elements", frag)
+    if key not in _TABLE_CACHE:
+        table = [[None] * frag.local_size for _ in range(frag.threads)]
+        thread, local = frag.tables()
+        import numpy as np
+
+        for flat in range(thread[0].size):
+            idx = np.unravel_index(flat, frag.shape)
+            for r in range(frag.replicate):
+                t, loc = int(thread[(r, *idx)]), int(local[(r, *idx)])
+                table[t][loc] = tuple(int(i) for i in idx)
+        _TABLE_CACHE[key] = table
+        _KEEP_ALIVE.append(frag.forward)  # so that id() keys stay unique
+    return _TABLE_CACHE[key]
+
+
+def owner_table(frag: Fragment) -> dict:
+    """element index -> {thread: local register} over all copies."""
+    key = _key("owners", frag)
+    if key not in _TABLE_CACHE:
+        owners: dict = {}
+        for t, elements in enumerate(thread_elements(frag)):
+            for loc, idx in enumerate(elements):
+                if idx is not None:
+                    owners.setdefault(idx, {})[t] = loc
+        _TABLE_CACHE[key] = owners
+    return _TABLE_CACHE[key]
+

@@ -1,6 +1,5 @@
 """The `T` namespace of tile programs: `import tilelab.language as T`."""
 
-from ..ir import tile_ops as _tile_ops  # noqa: F401 - registers the tile ops with TVM
 from ..ir.dtypes import (  # noqa: F401
     DType,
     bfloat16,
@@ -14,6 +13,7 @@ from ..ir.dtypes import (  # noqa: F401
     int64,
     uint8,
 )
+from ..ops.gemm import GemmWarpPolicy  # noqa: F401 - T.GemmWarpPolicy
 from .expr import (  # noqa: F401
     Cast,
     abs,
@@ -40,7 +40,6 @@ from .expr import (  # noqa: F401
 from .primitives import (  # noqa: F401
     Buffer,
     Fragment,
-    GemmWarpPolicy,
     Kernel,
     Layout,
     Parallel,
@@ -51,21 +50,10 @@ from .primitives import (  # noqa: F401
     alloc_shared,
     alloc_var,
     annotate_layout,
-    atomic_add,
-    clear,
     const,
-    copy,
     empty,
-    fill,
-    gemm,
     macro,
     prim_func,
-    print,
-    reduce_absmax,
-    reduce_abssum,
-    reduce_max,
-    reduce_min,
-    reduce_sum,
     serial,
     unroll,
     use_swizzle,
@@ -76,15 +64,21 @@ bool = boolean  # noqa: A001 - T.bool, as TileLang spells it
 
 
 def _report_at_the_users_line():
-    """Primitives called as plain Python (outside a kernel) raise from one entry frame."""
+    """Primitives called as plain Python (outside a kernel) raise from one entry frame.
+
+    The tile ops' primitives come from their modules in tilelab/ops/, each
+    exported under its own name (`T.copy`, `T.reduce_sum`, ...).
+    """
+    from .. import ops
     from ..errors import raised_at_the_caller
     from . import primitives
 
-    for name in ("alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "atomic_add",
-                 "clear", "const", "copy", "empty", "fill", "gemm", "print", "reduce_abssum",
-                 "reduce_absmax", "reduce_max", "reduce_min", "reduce_sum", "use_swizzle",
-                 "annotate_layout", "prim_func"):
+    for name in ("alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "const",
+                 "empty", "use_swizzle", "annotate_layout", "prim_func"):
         globals()[name] = raised_at_the_caller(getattr(primitives, name))
+    for op in ops.all_ops():
+        for primitive in op.primitives:
+            globals()[primitive.__name__] = raised_at_the_caller(primitive)
 
 
 _report_at_the_users_line()

@@ -17,8 +17,9 @@ import threading
 from tvm import tirx
 
 from ...passes.check_fragment_reads import CheckFragmentReads
+from ...passes.infer_layouts import InferLayouts
 from ...passes.insert_barriers import InsertBarriers
-from ...passes.lower_tile_ops_to_threads import InferLayouts, LowerTileOpsToThreads
+from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
 
