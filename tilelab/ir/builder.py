@@ -46,6 +46,7 @@ class Builder:
     in_kernel: int = 0
     pending_name: str | None = None  # name of the variable being assigned, for buffers
     location: SourceLocation | None = None  # the statement being traced
+    source_file: str | None = None  # the kernel's file (a tile op's `loc` is relative to it)
     param_buffers: list = field(default_factory=list)
     buffer_locations: dict = field(default_factory=dict)  # buffer name -> where allocated
     allocated_names: set = field(default_factory=set)
@@ -90,6 +91,15 @@ class Builder:
         return self.declare_param(name, shape, dtype, output=True)
 
     def emit(self, stmt) -> None:
+        """Append a statement; a tile op gets the line and column it was written at."""
+        from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+        from .tile_ops import location_text
+
+        if isinstance(stmt, TilePrimitiveCall) and self.location is not None:
+            loc = location_text(self.location, self.source_file)
+            stmt = stmt.replace(config={**{str(k): v for k, v in stmt.config.items()},
+                                        "loc": loc})
         self.blocks[-1].append(stmt)
 
     @contextmanager

@@ -28,7 +28,7 @@ from tvm import tirx
 
 from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
 from ..ir.builder import Builder, ParamInfo, SymbolicDim, activate, seq
-from ..ir.tile_ops import Region, _const_int, is_buffer
+from ..ir.tile_ops import SOURCE_FILE, Region, _const_int, is_buffer
 from . import expr as E
 from .primitives import Kernel, Loop, Tensor, serial
 
@@ -552,7 +552,8 @@ def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
                                  source.location(source.node),
                                  hint="put the computation inside `with T.Kernel(...)`")
     body = seq(builder.blocks[0])
-    func = tirx.PrimFunc(builder.param_buffers, body).with_attr("global_symbol", name)
+    func = tirx.PrimFunc(builder.param_buffers, body).with_attr("global_symbol", name) \
+        .with_attr(SOURCE_FILE, source.filename)
     return TileProgram(func, name, list(builder.params), source, builder.has_atomics,
                        builder.swizzle, dict(builder.buffer_locations),
                        getattr(builder, "threads", ()), dict(builder.annotated_layouts))
@@ -565,7 +566,7 @@ def trace_prim_func(fn, enclosing: dict | None = None, **_options) -> TileProgra
     parameter annotations (`Q: T.Tensor(shape, dtype)`) are not in the closure.
     """
     source = FunctionSource.of(fn)
-    builder = Builder()
+    builder = Builder(source_file=source.filename)
     interp = Interpreter(builder, source, _function_env(fn, enclosing))
     with activate(builder):
         args = source.node.args
@@ -599,7 +600,8 @@ def eager_tensor_params(source: FunctionSource) -> list[str]:
 def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
                 example_shapes: dict) -> TileProgram:
     """Eager style: trace the whole function with compile-time `values` for its parameters."""
-    builder = Builder(shape_constants=dict(shape_constants), example_shapes=example_shapes)
+    builder = Builder(shape_constants=dict(shape_constants), example_shapes=example_shapes,
+                      source_file=source.filename)
     interp = Interpreter(builder, source, _function_env(fn))
     interp.locals.update(values)
     returned = None
@@ -625,7 +627,7 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
                       if pb[0].output and all(pb[1] is not o[1] for o in outs)]
     ordered = inputs + outs + unused_outputs
     func = tirx.PrimFunc([b for _, b in ordered], program.func.body).with_attr(
-        "global_symbol", fn.__name__)
+        "global_symbol", fn.__name__).with_attr(SOURCE_FILE, source.filename)
     program.func = func
     program.params = [p for p, _ in ordered]
     program.returned = len(outs)

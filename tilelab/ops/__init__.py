@@ -23,13 +23,14 @@ pass that meets an op without the rule it needs says which op and which backend.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import TileLabCompileError
-from ..ir.tile_ops import Region, op_name, register_tile_op
+from ..errors import TileLabCompileError, TileLabError
+from ..ir.tile_ops import SOURCE_FILE, Region, location_of, op_name, register_tile_op
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,25 @@ def lookup(call_or_name) -> TileOp:
 def effects(call) -> Effects:
     """What a tile-op node reads and writes, as its module declares."""
     return lookup(call).effects(call)
+
+
+@contextlib.contextmanager
+def at_user_line(call, func=None):
+    """An error raised while a pass handles `call` points at the line that wrote the op.
+
+    `func` is the PrimFunc being compiled: its `tilelab.source_file` attribute names the
+    file that the op's `loc` ("line:col") is in.
+    """
+    try:
+        yield
+    except TileLabError as err:
+        if err.location is None:
+            source_file = func.attrs.get(SOURCE_FILE) if func is not None and \
+                func.attrs is not None else None
+            location = location_of(call, str(source_file) if source_file else "")
+            if location is not None:
+                err.with_location(location)
+        raise
 
 
 def all_ops() -> list[TileOp]:

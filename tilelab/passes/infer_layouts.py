@@ -36,7 +36,7 @@ from ..ir.dtypes import as_dtype
 from ..ir.layout import Fragment, owner_table, reshaped, thread_elements
 from ..ir.tile_ops import is_buffer, is_load
 from ..ir.visit import keep_user_errors, walk
-from ..ops import lookup
+from ..ops import at_user_line, lookup
 
 
 @dataclass
@@ -136,7 +136,9 @@ class LayoutContext:
         return True
 
 
-def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPlan:
+def infer_layouts(body, threads: int, annotated: dict | None = None, func=None) -> LayoutPlan:
+    """The LayoutPlan of one kernel body; `func` (the PrimFunc) lets errors name the user's
+    line."""
     plan = LayoutPlan()
     for name, layout in (annotated or {}).items():  # the user's word comes first
         if isinstance(layout, Fragment):
@@ -157,7 +159,8 @@ def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPl
         if isinstance(node, tirx.AllocBuffer) and _is_fragment(node.buffer):
             fragments[node.buffer.name] = node.buffer
         elif isinstance(node, TilePrimitiveCall):
-            calls.append((node, lookup(node)))
+            with at_user_line(node, func):
+                calls.append((node, lookup(node)))
         elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
             nest = parallel_nest(node)
             innermost = node
@@ -181,7 +184,8 @@ def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPl
     # 1. ops fix the layouts they insist on (GEMM accumulators, swizzled tiles).
     for call, op in calls:
         if op.fix_layouts is not None:
-            op.fix_layouts(call, ctx)
+            with at_user_line(call, func):
+                op.fix_layouts(call, ctx)
 
     def propagate():
         changed = True
@@ -189,7 +193,8 @@ def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPl
             changed = False
             for call, op in calls:
                 if op.propagate_layouts is not None:
-                    changed |= op.propagate_layouts(call, ctx)
+                    with at_user_line(call, func):
+                        changed |= op.propagate_layouts(call, ctx)
             for nest in plan.nests:
                 changed |= _propagate_nest(nest, ctx.layouts, ctx.assign, plan)
 
@@ -291,7 +296,7 @@ def InferLayouts(plans: dict, on_plan=None):  # noqa: N802
         def visit(loop):
             if isinstance(loop, tirx.For) and "tilelab.kernel" in loop.annotations:
                 threads = math.prod(int(t) for t in loop.annotations["tilelab.threads"])
-                plans["plan"] = infer_layouts(loop, threads, plans.get("annotated"))
+                plans["plan"] = infer_layouts(loop, threads, plans.get("annotated"), func)
                 if on_plan is not None:
                     on_plan(plans["plan"])
 

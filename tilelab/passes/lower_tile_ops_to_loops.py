@@ -25,14 +25,15 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.visit import rewrite
-from ..ops import lookup
-
-
-def lower_tile_op(stmt):
-    return lookup(stmt).lowering("cpu")(stmt)
+from ..ops import at_user_line, lookup
 
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.LowerTileOpsToLoops")
 def LowerTileOpsToLoops(func, _mod, _ctx):  # noqa: N802 - TVM pass naming
     """Expects tile-op nodes anywhere in the body; leaves none."""
-    return func.with_body(rewrite(func.body, TilePrimitiveCall, lower_tile_op))
+
+    def lower(stmt):
+        with at_user_line(stmt, func):
+            return lookup(stmt).lowering("cpu")(stmt)
+
+    return func.with_body(rewrite(func.body, TilePrimitiveCall, lower))

@@ -33,7 +33,7 @@ from ..errors import TileLabTypeError
 from ..ir.layout import Fragment, owner_table, thread_elements
 from ..ir.tile_ops import _const_int, is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
-from ..ops import lookup
+from ..ops import at_user_line, lookup
 from ..ops._lowering import address, is_fragment, seq, simplify, unravel
 from .infer_layouts import LayoutPlan, parallel_nest
 
@@ -46,7 +46,8 @@ def _is_register_tile(buffer) -> bool:
 class ThreadLowering:
     """State of the rewrite of one kernel body."""
 
-    def __init__(self, plan: LayoutPlan, threads: int, tx, block_vars):
+    def __init__(self, plan: LayoutPlan, threads: int, tx, block_vars, func=None):
+        self.func = func  # the PrimFunc: errors name the user's file through its attributes
         self.plan = plan
         self.threads = threads
         self.tx = tx
@@ -317,10 +318,11 @@ class ThreadLowering:
 
     def lower_tile_op(self, stmt):
         """Each op lowers itself (its module in tilelab/ops/); this context is what it gets."""
-        op = lookup(stmt)
-        if self.in_parallel and not op.in_parallel:
-            raise TileLabTypeError(f"T.{op.name} cannot be used inside a T.Parallel loop")
-        return op.lowering("cuda")(stmt, self)
+        with at_user_line(stmt, self.func):
+            op = lookup(stmt)
+            if self.in_parallel and not op.in_parallel:
+                raise TileLabTypeError(f"T.{op.name} cannot be used inside a T.Parallel loop")
+            return op.lowering("cuda")(stmt, self)
 
 
 # ---------------------------------------------------------------- the pass
@@ -377,7 +379,7 @@ def LowerTileOpsToThreads(plans: dict):  # noqa: N802
             threads = math.prod(int(t) for t in loop.annotations["tilelab.threads"])
 
             def lower(body, tx, block_vars):
-                lowering = ThreadLowering(plans["plan"], threads, tx, block_vars)
+                lowering = ThreadLowering(plans["plan"], threads, tx, block_vars, func)
                 return lowering.swizzle_accesses(lowering.lower(body)), lowering.scratch
 
             return _add_threads(loop, lower, threads, plans.get("swizzle"))

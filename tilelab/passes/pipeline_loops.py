@@ -165,7 +165,9 @@ def pipeline_loop(loop, plans: list, timeline=None, block=None, uses=None):
             src, dst = regions(p)
             src = Region(src.buffer, tuple(substitute(s, {k: iteration}) if not isinstance(s, int)
                                            else s for s in src.starts), src.extents)
-            stmts.append(tile_call("copy", src, staging.region(dst, slot), asynchronous=True))
+            where = {"loc": p.config["loc"]} if "loc" in p.config else {}  # the user's line
+            stmts.append(tile_call("copy", src, staging.region(dst, slot), asynchronous=True,
+                                   **where))
         return seq(stmts)
 
     def guarded(iteration, stmt):
