@@ -24,8 +24,6 @@ import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-SOURCE_FILE = "tilelab.source_file"  # PrimFunc attribute: the file a `loc` is relative to
-
 OPS: dict = {}  # op name -> TVM Op, filled by register_tile_op (tilelab/ops/ calls it)
 
 

@@ -28,7 +28,8 @@ from tvm import tirx
 
 from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
 from ..ir.builder import Builder, ParamInfo, SymbolicDim, activate, seq
-from ..ir.tile_ops import SOURCE_FILE, Region, _const_int, is_buffer
+from ..ir.keys import KERNEL, SOURCE_FILE
+from ..ir.tile_ops import Region, _const_int, is_buffer
 from . import expr as E
 from .primitives import Kernel, Loop, Tensor, serial
 
@@ -546,7 +547,7 @@ def call_macro(builder: Builder, fn, args, kwargs):
 
 
 def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
-    if not any(isinstance(s, tirx.For) and "tilelab.kernel" in s.annotations
+    if not any(isinstance(s, tirx.For) and KERNEL in s.annotations
                for s in builder.blocks[0]):
         raise TileLabSyntaxError(f"{name} launches no kernel",
                                  source.location(source.node),

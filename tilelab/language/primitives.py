@@ -18,6 +18,7 @@ from ..errors import TileLabSyntaxError, TileLabTypeError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
 from ..ir.expr import to_expr
+from ..ir.keys import KERNEL, THREADS
 from ..ir.tile_ops import _const_int, is_buffer
 
 # ---------------------------------------------------------------- signatures
@@ -109,7 +110,7 @@ class Kernel:
                                     tirx.IterVar.ThreadIndex, f"blockIdx.{axis}")
             body = tirx.For(var, 0, to_expr(extent), tirx.ForKind.THREAD_BINDING, body,
                             thread_binding=iter_var)
-        annotations = {"tilelab.kernel": True, "tilelab.threads": list(self.threads)}
+        annotations = {KERNEL: True, THREADS: list(self.threads)}
         return tirx.For(body.loop_var, body.min, body.extent, body.kind, body.body,
                         thread_binding=body.thread_binding, annotations=annotations)
 

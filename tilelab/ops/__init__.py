@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import TileLabCompileError, TileLabError
-from ..ir.tile_ops import SOURCE_FILE, Region, location_of, op_name, register_tile_op
+from ..ir.keys import SOURCE_FILE
+from ..ir.tile_ops import Region, location_of, op_name, register_tile_op
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ buffers and the loop.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from tvm import tirx
@@ -33,6 +32,7 @@ from tvm_ffi import WalkResult
 
 from ..errors import TileLabTypeError
 from ..ir.dtypes import as_dtype
+from ..ir.keys import KERNEL, block_threads
 from ..ir.layout import Fragment, owner_table, reshaped, thread_elements
 from ..ir.tile_ops import is_buffer, is_load
 from ..ir.visit import keep_user_errors, walk
@@ -294,8 +294,8 @@ def InferLayouts(plans: dict, on_plan=None):  # noqa: N802
     @keep_user_errors
     def _pass(func, _mod, _ctx):
         def visit(loop):
-            if isinstance(loop, tirx.For) and "tilelab.kernel" in loop.annotations:
-                threads = math.prod(int(t) for t in loop.annotations["tilelab.threads"])
+            if isinstance(loop, tirx.For) and KERNEL in loop.annotations:
+                threads = block_threads(loop)
                 plans["plan"] = infer_layouts(loop, threads, plans.get("annotated"), func)
                 if on_plan is not None:
                     on_plan(plans["plan"])

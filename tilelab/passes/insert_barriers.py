@@ -17,6 +17,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
+from ..ir.keys import KERNEL
 from ..ir.tile_ops import config, is_buffer, is_load
 from ..ir.visit import walk
 from ..ops import effects
@@ -138,7 +139,7 @@ def InsertBarriers():  # noqa: N802
         from ..ir.visit import rewrite_pre
 
         def on_kernel(loop):
-            if "tilelab.kernel" not in loop.annotations:
+            if KERNEL not in loop.annotations:
                 return loop
             return _with_block_body(loop, insert_barriers)
 

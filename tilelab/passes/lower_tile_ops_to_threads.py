@@ -30,6 +30,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import TileLabTypeError
+from ..ir.keys import KERNEL, block_threads
 from ..ir.layout import Fragment, owner_table, thread_elements
 from ..ir.tile_ops import _const_int, is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
@@ -374,9 +375,9 @@ def LowerTileOpsToThreads(plans: dict):  # noqa: N802
     @keep_user_errors
     def _pass(func, _mod, _ctx):
         def on_kernel(loop):
-            if "tilelab.kernel" not in loop.annotations:
+            if KERNEL not in loop.annotations:
                 return loop
-            threads = math.prod(int(t) for t in loop.annotations["tilelab.threads"])
+            threads = block_threads(loop)
 
             def lower(body, tx, block_vars):
                 lowering = ThreadLowering(plans["plan"], threads, tx, block_vars, func)

@@ -27,6 +27,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.builder import seq
+from ..ir.keys import PIPELINED
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
 from ..ir.visit import keep_user_errors, rewrite, substitute
 
@@ -191,7 +192,7 @@ def pipeline_loop(loop, plans: list, timeline=None, block=None, uses=None):
             [_stamp(timeline, block, k, 1)] + new_body[2:4] + \
             [_stamp(timeline, block, k, 2)] + new_body[4:] + [_stamp(timeline, block, k, 3)]
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
-                        annotations={"num_stages": stages, "tilelab.pipelined": True})
+                        annotations={"num_stages": stages, PIPELINED: True})
     plan = {
         "loop": str(k.name), "num_stages": stages,
         "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
@@ -237,7 +238,7 @@ def PipelineLoops(plans: list):  # noqa: N802
             stmts, changed = [], False
             for stmt in seq_stmt:
                 if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
-                        "tilelab.pipelined" not in stmt.annotations:
+                        PIPELINED not in stmt.annotations:
                     new, staging = pipeline_loop(stmt, plans, timeline, block, uses)
                     if staging is not None:
                         stagings.append(staging)
