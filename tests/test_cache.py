@@ -55,7 +55,7 @@ def test_round_trip_from_disk(isolated_cache):
     assert fresh.get(key) == FILES
 
     path = fresh.get_path(key)
-    assert path == isolated_cache / key[:2] / key
+    assert path == isolated_cache / "tilelab-v1" / key[:2] / key
     assert (path / "kernel.so").read_bytes() == FILES["kernel.so"]
     manifest = json.loads((path / "MANIFEST.json").read_text())
     assert manifest["files"]["kernel.so"]["size"] == len(FILES["kernel.so"])
@@ -94,7 +94,7 @@ def test_first_writer_wins(isolated_cache):
 
 def _corrupt_cache_with_entry(key):
     CompileCache().put(key, FILES)
-    return CompileCache(), tl_cache.cache_dir() / key[:2] / key
+    return CompileCache(), tl_cache.cache_dir() / "tilelab-v1" / key[:2] / key
 
 
 def test_modified_file_is_detected_and_deleted(isolated_cache):
@@ -165,9 +165,9 @@ def test_two_processes_put_the_same_key(isolated_cache):
 
     files = CompileCache().get(key)
     assert files == {"kernel.so": bytes([7]) * size, "meta.json": b"{}"}
-    # Exactly one entry, and no temporary directories left behind.
-    prefix = isolated_cache / key[:2]
-    assert sorted(p.name for p in prefix.iterdir()) == [key, f"{key}.lock"]
+    # Exactly one entry, and no temporary directories or lock files left behind.
+    prefix = isolated_cache / "tilelab-v1" / key[:2]
+    assert sorted(p.name for p in prefix.iterdir()) == [key]
 
 
 def test_keys_differ_for_different_parts():
@@ -247,3 +247,67 @@ def test_clear(isolated_cache):
     assert tl_cache.info()["entries"] == 0
     assert default_cache().get(key) is None
     assert isolated_cache.exists()  # only the cache's own subdirectories go
+
+
+def test_clear_deletes_only_what_tilelab_wrote(isolated_cache):
+    """A cache directory that already holds the user's files keeps every one of them."""
+    (isolated_cache / "ab").mkdir(parents=True)  # two letters, like an old prefix folder
+    (isolated_cache / "ab" / "thesis.tex").write_text("years of work")
+    (isolated_cache / "notes.txt").write_text("keep me")
+    (isolated_cache / "photos").mkdir()
+    (isolated_cache / "photos" / "cat.jpg").write_bytes(b"\xff\xd8")
+    key = cache_key("clear-foreign")
+    default_cache().put(key, FILES)
+    # a stranger's folder inside tilelab's own prefix folder stays too
+    stranger = default_cache().entry_dir(key).parent / "not-an-entry"
+    stranger.mkdir()
+    (stranger / "data").write_text("x")
+
+    # the backup-tools tag goes into tilelab's own subfolder, never the user's folder
+    assert not (isolated_cache / "CACHEDIR.TAG").exists()
+    assert (isolated_cache / "tilelab-v1" / "CACHEDIR.TAG").is_file()
+
+    tl_cache.clear()
+    assert default_cache().get(key) is None
+    assert (isolated_cache / "ab" / "thesis.tex").read_text() == "years of work"
+    assert (isolated_cache / "notes.txt").read_text() == "keep me"
+    assert (isolated_cache / "photos" / "cat.jpg").exists()
+    assert (stranger / "data").read_text() == "x"
+
+
+def test_clear_removes_its_own_subfolder_when_empty(isolated_cache):
+    default_cache().put(cache_key("clear-all"), FILES)
+    tl_cache.clear()
+    assert isolated_cache.exists() and not (isolated_cache / "tilelab-v1").exists()
+
+
+def test_stale_leftovers_of_killed_writers_are_swept(isolated_cache):
+    cache = CompileCache()
+    key = cache_key("sweep")
+    prefix = cache.entry_dir(key).parent
+    prefix.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    killed = prefix / f".tmp-{key}-{dead}-abc"  # a writer that died mid-entry
+    killed.mkdir()
+    (killed / "kernel.so").write_bytes(b"half")
+    old_lock = prefix / f"{cache_key('other')}.lock"  # an unheld lock, hours old
+    old_lock.write_text("")
+    os.utime(old_lock, (1, 1))
+    live = prefix / f".tmp-{key}-{os.getpid()}-xyz"  # a writer still at work
+    live.mkdir()
+
+    cache.put(key, FILES)
+    assert not killed.exists() and not old_lock.exists()
+    assert live.exists()
+    assert sorted(p.name for p in prefix.iterdir()) == sorted([key, live.name])
+
+
+def test_evict_deletes_and_warns(isolated_cache):
+    cache = CompileCache()
+    key = cache_key("evict")
+    cache.put(key, FILES)
+    with pytest.warns(CacheCorruptionWarning, match="failed to load"):
+        cache.evict(key, "bad library")
+    assert cache.get(key) is None
+    assert not cache.entry_dir(key).exists()

@@ -356,3 +356,28 @@ def test_shared_tiles_that_meet_in_one_statement_get_their_own_bytes():
     assert re.search(r"\+ 1024\)\)", cuda)
     a = torch.randn(100, 77)
     torch.testing.assert_close(transpose_through_shared(a), a.T.contiguous())  # the CPU too
+
+
+@tilelab.jit
+def ignores_its_second_input(X, Unused):
+    N = T.const("N")
+    X: T.Tensor((N,), T.float32)
+    Unused: T.Tensor((N,), T.float32)
+    Y = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 128), threads=128) as block:
+        for i in T.Parallel(128):
+            if block * 128 + i < N:
+                Y[block * 128 + i] = X[block * 128 + i] * 2.0
+    return Y
+
+
+def test_a_tensor_the_kernel_never_touches_is_left_out_of_the_launch(tmp_path):
+    """The code generator drops parameters a kernel does not use (an exercise's skeleton
+    often ignores one); the launch passes only the tensors the kernel takes."""
+    kernel = ignores_its_second_input.compile(N=1000, target="cuda:sm_90a")
+    assert kernel.launch["arg_order"] == [0, 2]  # X and the output Y; not Unused
+    kernel.export(tmp_path / "k.tilelab")
+    loaded = load_artifact(tmp_path / "k.tilelab")
+    assert loaded.arg_order == [0, 2]
+    x = torch.randn(1000)
+    torch.testing.assert_close(ignores_its_second_input(x, x), x * 2)  # and on the CPU

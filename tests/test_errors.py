@@ -28,6 +28,7 @@ from tilelab import (
     TileLabTypeError,
     TileLabWarning,
 )
+from tilelab.language.tilelang_names import TileLangFeatureError
 
 # The module behind the `tilelab.jit` export (it checks argument devices), and the wrapper
 # its entry points use to re-raise user errors: the only frame of tilelab a traceback may show.
@@ -354,7 +355,7 @@ CASES = [
     Case("unknown-dtype", lambda mp: unknown_dtype(torch.zeros(4)),
          "unknown-dtype", "T.alloc_shared", TileLabTypeError, ("float17", "float16")),
     Case("unknown-primitive", lambda mp: unknown_primitive(torch.zeros(4)),
-         "unknown-primitive", "T.no_such_thing", TileLabSyntaxError, ("no_such_thing",)),
+         "unknown-primitive", "T.no_such_thing", TileLangFeatureError, ("no_such_thing",)),
     Case("undefined-name", lambda mp: undefined_name(torch.zeros(4)),
          "undefined-name", "undefined_thing", TileLabSyntaxError, ("undefined_thing",)),
     Case("primitive-outside-kernel", lambda mp: primitive_outside_kernel(torch.zeros(4)),

@@ -12,15 +12,24 @@ An entry is a small set of named files, for example ``kernel.so`` (or
   recompiling in the same notebook session costs nothing;
 * on disk, one directory per entry, so that a new process starts warm::
 
-      <cache_dir>/<key[:2]>/<key>/kernel.so
-                                  meta.json
-                                  MANIFEST.json   (each file's sha256 and size)
+      <cache_dir>/tilelab-v1/CACHEDIR.TAG
+                             <key[:2]>/<key>/kernel.so
+                                             meta.json
+                                             MANIFEST.json   (each file's sha256 and size)
+
+Everything tilelab writes lives in its own subfolder ``tilelab-v1``, because
+``TILELAB_CACHE_DIR`` may name a folder that holds other things: `clear()`
+removes only entries (and the temporary and lock files) inside that subfolder,
+and the ``CACHEDIR.TAG`` that tells backup tools to skip a cache goes there,
+never into a folder tilelab did not create.
 
 Writing is crash-safe and safe between processes: an entry is written into a
 temporary directory beside its final place and renamed in one step, so a reader
 sees either a complete entry or none. A lock file (``<key>.lock``) keeps two
 processes that compile the same kernel from writing it twice; if an entry
-appears anyway, the first one stays. Reading checks every file against the
+appears anyway, the first one stays. A writer removes its lock file when done,
+and leftovers of killed writers (temporary directories, lock files) are swept
+once they are stale. Reading checks every file against the
 manifest; an entry that fails the check (a truncated file, an edited byte, a
 broken manifest) is deleted with a warning and counts as a miss, so the caller
 simply compiles again.
@@ -44,6 +53,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -69,6 +79,8 @@ __all__ = [
 MANIFEST = "MANIFEST.json"
 MANIFEST_FORMAT = 1
 MEMORY_ENTRIES = 256
+SUBDIR = "tilelab-v1"  # the folder under the cache directory that tilelab owns
+STALE_SECONDS = 600  # a temporary directory or unlocked lock file this old is a leftover
 
 # Keys become directory names, so they are restricted to characters that cannot
 # escape the cache directory or collide with our ".lock" and ".tmp-" names.
@@ -78,7 +90,7 @@ _FILE_NAME_RE = re.compile(r"[0-9A-Za-z_][0-9A-Za-z_.-]*")
 
 
 class CacheCorruptionWarning(UserWarning):
-    """A cache entry on disk failed its manifest check and was deleted."""
+    """A cache entry on disk failed its manifest check (or failed to load) and was deleted."""
 
 
 # --------------------------------------------------------------------------- where and what
@@ -235,22 +247,70 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def _open_locked(lock_path: Path, blocking: bool = True) -> int | None:
+    """An open descriptor of `lock_path` holding its exclusive flock, or None (not blocking
+    and someone else holds it).
+
+    Lock files are deleted by their holder (see `_locked`), so after waiting we check that
+    the path still names the file we locked; if not, we lock the new file instead. That
+    is what makes deleting a lock file while others wait on it safe.
+    """
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # deleted (and maybe re-created) while we waited: lock the new one
+
+
 @contextlib.contextmanager
 def _locked(lock_path: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `lock_path` (created if needed; never deleted,
-    because deleting a lock file while another process waits on it breaks the lock)."""
+    """Hold an exclusive flock on `lock_path`; the file is deleted when released."""
     if fcntl is None:  # pragma: no cover - Windows
         yield
         return
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_locked(lock_path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(lock_path)  # still ours: waiters see the new inode and retry
+        os.close(fd)  # closing releases the flock
+
+
+def _is_stale(path: Path, now: float) -> bool:
+    """A leftover of a killed writer: `.tmp-<key>-<pid>-*` of a dead process, or too old."""
+    try:
+        age = now - path.lstat().st_mtime
+    except OSError:
+        return False
+    if age > STALE_SECONDS:
+        return True
+    parts = path.name.rsplit("-", 2)  # .tmp-<key>-<pid>-<random, no dashes>
+    if path.name.startswith(".tmp-") and len(parts) == 3 and parts[1].isdigit():
+        return not _process_alive(int(parts[1]))
+    return False
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def _write_file(path: Path, data: bytes) -> None:
@@ -279,6 +339,7 @@ class CompileCache:
         disabled: bool | None = None,
     ) -> None:
         self.root = Path(root).expanduser() if root is not None else cache_dir()
+        self.home = self.root / SUBDIR  # everything tilelab writes lives in here
         self.memory_entries = memory_entries
         self._disabled = disabled
         self._memory: OrderedDict[str, dict[str, bytes]] = OrderedDict()
@@ -294,7 +355,7 @@ class CompileCache:
     def entry_dir(self, key: str) -> Path:
         """Where the entry for `key` lives on disk (whether or not it exists)."""
         _check_key(key)
-        return self.root / key[:2] / key
+        return self.home / key[:2] / key
 
     # ----------------------------------------------------------------- reading
 
@@ -349,6 +410,7 @@ class CompileCache:
         try:
             entry.parent.mkdir(parents=True, exist_ok=True)
             self._write_cachedir_tag()
+            self._sweep(entry.parent)
             with _locked(entry.parent / f"{key}.lock"):
                 existing = self._load_verified(key, locked=True)
                 if existing is not None:
@@ -365,7 +427,9 @@ class CompileCache:
         self._remember(key, files)
 
     def _write_entry(self, entry: Path, files: Mapping[str, bytes]) -> None:
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.name}-", dir=entry.parent))
+        # the writer's pid in the name lets a sweep tell a killed writer's leftovers
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.name}-{os.getpid()}-",
+                                    dir=entry.parent))
         try:
             for name, data in files.items():
                 _write_file(tmp / name, data)
@@ -383,8 +447,9 @@ class CompileCache:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _write_cachedir_tag(self) -> None:
-        # Tells backup tools (and people) that this directory can be regenerated.
-        tag = self.root / "CACHEDIR.TAG"
+        # Tells backup tools (and people) that this directory can be regenerated. It goes
+        # into tilelab's own subfolder: the cache directory itself may hold other things.
+        tag = self.home / "CACHEDIR.TAG"
         if not tag.exists():
             tag.write_text(
                 "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -427,14 +492,56 @@ class CompileCache:
         )
         return None
 
+    def evict(self, key: str, reason: str) -> None:
+        """Delete the entry for `key` (memory and disk) because it failed to load, with a
+        warning; the caller compiles again and stores a fresh entry."""
+        _check_key(key)
+        with self._mutex:
+            self._memory.pop(key, None)
+        entry = self.entry_dir(key)
+        with contextlib.suppress(OSError):
+            with _locked(entry.parent / f"{key}.lock"):
+                _remove_tree(entry)
+        warnings.warn(
+            f"tilelab: deleted a compile cache entry that failed to load ({reason}): {entry}. "
+            "The kernel will be compiled again.",
+            CacheCorruptionWarning,
+            stacklevel=3,
+        )
+
     # ----------------------------------------------------------------- housekeeping
 
-    def _entry_dirs(self) -> Iterator[Path]:
-        if not self.root.is_dir():
+    def _sweep(self, prefix: Path) -> None:
+        """Remove what killed writers left in one prefix directory: temporary entry
+        directories and lock files that nobody holds, once they are stale."""
+        now = time.time()
+        try:
+            names = list(prefix.iterdir())
+        except OSError:
             return
-        for prefix in sorted(self.root.iterdir()):
-            if len(prefix.name) != 2 or not prefix.is_dir():
-                continue
+        for path in names:
+            if path.name.startswith((".tmp-", ".trash-")) and _is_stale(path, now):
+                shutil.rmtree(path, ignore_errors=True)
+            elif path.name.endswith(".lock") and fcntl is not None and _is_stale(path, now):
+                fd = _open_locked(path, blocking=False)
+                if fd is not None:  # nobody is writing: delete while holding it
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                    os.close(fd)
+
+    def sweep(self) -> None:
+        """Sweep every prefix directory (see `_sweep`)."""
+        for prefix in self._prefix_dirs():
+            self._sweep(prefix)
+
+    def _prefix_dirs(self) -> list[Path]:
+        if not self.home.is_dir() or self.home.is_symlink():
+            return []
+        return [p for p in sorted(self.home.iterdir())
+                if len(p.name) == 2 and p.is_dir() and not p.is_symlink()]
+
+    def _entry_dirs(self) -> Iterator[Path]:
+        for prefix in self._prefix_dirs():
             for entry in sorted(prefix.iterdir()):
                 if entry.is_dir() and _KEY_RE.fullmatch(entry.name):
                     yield entry
@@ -442,17 +549,33 @@ class CompileCache:
     def clear(self) -> None:
         """Forget everything, in memory and on disk.
 
-        Only the cache's own two-letter prefix directories are removed, so a
-        mistaken TILELAB_CACHE_DIR cannot cost anything else in that directory.
-        Do not clear while another process is writing to the same cache.
+        Only what tilelab wrote goes: in its own subfolder, the entry directories
+        (those with a manifest), temporary directories and lock files, then the
+        prefix folders and the subfolder itself if nothing else is left in them.
+        A file or folder someone else put there stays, and so does everything
+        else in the cache directory. Do not clear while another process is
+        writing to the same cache.
         """
         with self._mutex:
             self._memory.clear()
-        if not self.root.is_dir():
-            return
-        for prefix in self.root.iterdir():
-            if len(prefix.name) == 2 and prefix.is_dir() and not prefix.is_symlink():
-                shutil.rmtree(prefix, ignore_errors=True)
+        for prefix in self._prefix_dirs():
+            for path in prefix.iterdir():
+                name = path.name
+                if path.is_symlink():
+                    continue
+                if _KEY_RE.fullmatch(name) and (path / MANIFEST).is_file():
+                    _remove_tree(path)  # an entry: its manifest is tilelab's marker
+                elif name.startswith((".tmp-", ".trash-")) and path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                elif name.endswith(".lock") and path.is_file():
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+            with contextlib.suppress(OSError):
+                prefix.rmdir()  # only if empty
+        with contextlib.suppress(OSError):
+            if [p.name for p in self.home.iterdir()] == ["CACHEDIR.TAG"]:
+                (self.home / "CACHEDIR.TAG").unlink()
+                self.home.rmdir()
 
     def info(self) -> dict[str, Any]:
         """Entry count and bytes on disk, entries in memory, the directory."""

@@ -217,12 +217,20 @@ def compile_program(program, target: str = "cpu", pass_configs=None) -> Compiled
     started = time.perf_counter()
     entry = cache.get_path(key)
     if entry is not None:
-        trace = Trace.from_json((entry / "trace.json").read_text())
-        trace.source = _source_of(program)  # the same IR may come from another cell or file
-        trace.cache_hit = True
-        trace.compile_seconds = time.perf_counter() - started
-        _warn(program, trace.warnings)  # a cached kernel still deserves its warnings
-        return backend_for(target).load(entry, program, trace)
+        try:
+            trace = Trace.from_json((entry / "trace.json").read_text())
+            cached = backend_for(target).load(entry, program, trace)
+        except Exception as err:  # noqa: BLE001 - a damaged entry is evicted and rebuilt
+            # The manifest matched, yet the entry does not load (a bad trace.json, a library
+            # the loader rejects): heal by compiling again, with one warning.
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[-1][:200]
+            cache.evict(key, reason)
+        else:
+            trace.source = _source_of(program)  # the same IR may come from another cell
+            trace.cache_hit = True
+            trace.compile_seconds = time.perf_counter() - started
+            _warn(program, trace.warnings)  # a cached kernel still deserves its warnings
+            return cached
     artifact, files = _compile_uncached(program, target, configs)
     artifact.trace.compile_seconds = time.perf_counter() - started
     files["trace.json"] = artifact.trace.to_json().encode()

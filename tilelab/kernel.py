@@ -174,9 +174,6 @@ class Kernel:
         """Write a self-contained `.tilelab` file that `tilelab.load` runs without TVM."""
         if self.target != "cuda" or self.cubin is None:
             raise TileLabError("only CUDA kernels can be exported; compile with target='cuda'")
-        if sorted(self.launch["arg_order"]) != list(range(len(self.params))):
-            raise TileLabError(f"{self.name} does not use all of its tensors; remove the unused "
-                               "ones before exporting")
         from .runtime.artifact import save_artifact
 
         save_artifact(path, name=self.name, kernel_name=self.launch["kernel_name"],
@@ -188,10 +185,11 @@ class Kernel:
                       trace_json=self.trace.to_json() if self.trace
                       else None, source=self.trace.code.get("cuda") if self.trace else None)
 
-    def get_profiler(self):
+    def get_profiler(self, tensor_supply_type=None):
+        """A Profiler whose random inputs follow `tensor_supply_type` (a TensorSupplyType)."""
         from .profiler import Profiler
 
-        return Profiler(self)
+        return Profiler(self, tensor_supply_type)
 
 
 # ---------------------------------------------------------------- jit
@@ -340,8 +338,10 @@ def jit(fn=None, *, out_idx=None, target="auto", pass_configs=None, **_ignored):
 def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel:  # noqa: A001
     """Compile a `@T.prim_func` program into a Kernel."""
     from .compiler import PassConfigKey, compile_program, normalize_configs, resolve_target
-    from .language.frontend import TileProgram
+    from .language.frontend import ShapedByCall, TileProgram
 
+    if isinstance(program, ShapedByCall):
+        return ShapedKernel(program, out_idx, target, pass_configs)
     if not isinstance(program, TileProgram):
         raise TileLabSyntaxError(f"expected a @T.prim_func kernel, got {type(program).__name__}",
                                  hint="the factory must return the function decorated with "
@@ -360,6 +360,50 @@ def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel: 
     artifact = compile_program(program, resolved, configs)
     return Kernel(program.name, program.params, artifact.runner, resolved.partition(":")[0],
                   artifact.trace, program, artifact.launch, artifact.cubin)
+
+
+class ShapedKernel:
+    """A kernel with `T.dynamic` sizes: compiled on each call for the shapes of its
+    tensors (once per shape and dtypes), then called like a `Kernel`."""
+
+    def __init__(self, program, out_idx, target, pass_configs):
+        self.program, self.out_idx = program, out_idx
+        self.target, self.pass_configs = target, pass_configs
+        self.name = program.name
+        self._kernels: dict = {}
+
+    def __repr__(self) -> str:
+        return f"<tilelab.ShapedKernel {self.name}: compiled per call shape>"
+
+    def specialize(self, *tensors) -> Kernel:
+        """The Kernel for these input tensors (compiled on first use)."""
+        names = list(inspect.signature(self.program.fn).parameters)
+        outputs = [] if self.out_idx is None else \
+            [self.out_idx] if isinstance(self.out_idx, int) else list(self.out_idx)
+        outputs = {i % len(names) for i in outputs}
+        inputs = [n for i, n in enumerate(names) if i not in outputs]
+        if len(tensors) != len(inputs) or not all(_is_tensor(t) for t in tensors):
+            raise TileLabArgumentError(f"{self.name} takes {len(inputs)} tensor(s) "
+                                       f"({', '.join(inputs)})")
+        shapes = {n: tuple(int(s) for s in t.shape) for n, t in zip(inputs, tensors)}
+        key = (tuple(shapes.items()), tuple(_dtype_name(t) for t in tensors),
+               tuple(_device_of(t) for t in tensors))
+        if key not in self._kernels:
+            from .compiler import resolve_target
+
+            traced = self.program.trace(shapes)
+            target = resolve_target(self.target, tensors)
+            self._kernels[key] = compile(traced, out_idx=self.out_idx, target=target,
+                                         pass_configs=self.pass_configs)
+        return self._kernels[key]
+
+    @raised_at_the_caller
+    def __call__(self, *tensors):
+        return self.specialize(*tensors)(*tensors)
+
+    def get_profiler(self, tensor_supply_type=None):
+        raise TileLabError(f"{self.name} has T.dynamic sizes: profile the kernel for one "
+                           "shape, `kernel.specialize(*tensors).get_profiler()`")
 
 
 def lower(program_or_jit, *args, out_idx=None, target="auto", pass_configs=None, **kwargs):

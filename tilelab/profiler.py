@@ -8,6 +8,7 @@ uses the wall clock (and says so).
 
 from __future__ import annotations
 
+import enum
 import statistics
 import time
 
@@ -61,11 +62,24 @@ def do_bench(fn, warmup: int = 25, rep: int = 100, backend: str = "event",
     return statistics.median(samples)
 
 
+class TensorSupplyType(enum.Enum):
+    """How a profiler fills a kernel's inputs (TileLang's names)."""
+
+    Auto = "auto"  # normal floats, small integers
+    Normal = "normal"
+    Randn = "normal"
+    Uniform = "uniform"  # in [0, 1)
+    Integer = "integer"  # integers in [-8, 8), also for float tensors
+    Zero = "zero"
+    One = "one"
+
+
 class Profiler:
     """`kernel.get_profiler()`: benchmark a kernel on fresh random inputs."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, supply=None):
         self.kernel = kernel
+        self.supply = TensorSupplyType(supply or TensorSupplyType.Auto)
 
     def random_inputs(self, seed: int | None = None):
         import torch
@@ -77,11 +91,18 @@ class Profiler:
         tensors = []
         for p in self.kernel.inputs:
             dtype = torch_dtype(as_dtype(p.dtype))
-            if dtype.is_floating_point:
-                t = torch.randn(p.shape, generator=gen).to(dtype)
+            kind = self.supply.value
+            if kind == "auto":
+                kind = "normal" if dtype.is_floating_point else "integer"
+            if kind == "normal":
+                t = torch.randn(p.shape, generator=gen)
+            elif kind == "uniform":
+                t = torch.rand(p.shape, generator=gen)
+            elif kind == "integer":
+                t = torch.randint(-8, 8, p.shape, generator=gen)
             else:
-                t = torch.randint(-8, 8, p.shape, generator=gen).to(dtype)
-            tensors.append(t.to(device))
+                t = torch.full(p.shape, 0 if kind == "zero" else 1)
+            tensors.append(t.to(dtype).to(device))
         return tensors
 
     def do_bench(self, func=None, warmup: int = 25, rep: int = 100, backend: str = "event",
@@ -90,10 +111,27 @@ class Profiler:
         target = func or self.kernel
         return do_bench(lambda: target(*inputs), warmup=warmup, rep=rep, backend=backend)
 
-    def assert_allclose(self, reference, inputs=None, rtol=1e-2, atol=1e-2):
+    def assert_allclose(self, reference, inputs=None, rtol=1e-2, atol=1e-2,
+                        input_tensors=None, max_mismatched_ratio=0.0):
+        """Run the kernel and `reference` on the same inputs; all outputs must agree
+        (up to `max_mismatched_ratio` of the elements may differ)."""
         import torch
 
+        inputs = inputs if inputs is not None else input_tensors
         inputs = inputs if inputs is not None else self.random_inputs()
         actual = self.kernel(*inputs)
         expected = reference(*inputs)
-        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+        actual = actual if isinstance(actual, (tuple, list)) else [actual]
+        expected = expected if isinstance(expected, (tuple, list)) else [expected]
+        if len(actual) != len(expected):
+            raise AssertionError(f"the kernel returns {len(actual)} output(s), the reference "
+                                 f"{len(expected)}")
+        for a, e in zip(actual, expected):
+            a, e = a.float().cpu(), torch.as_tensor(e).float().cpu()
+            if max_mismatched_ratio == 0:
+                torch.testing.assert_close(a, e, rtol=rtol, atol=atol)
+                continue
+            bad = ~torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+            if bad.float().mean().item() > max_mismatched_ratio:
+                raise AssertionError(f"{int(bad.sum())} of {bad.numel()} elements differ "
+                                     f"(more than {max_mismatched_ratio:.2%})")

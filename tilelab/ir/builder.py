@@ -16,11 +16,86 @@ from tvm import tirx
 from ..errors import SourceLocation, TileLabSyntaxError
 
 
-@dataclass(frozen=True)
-class SymbolicDim:
+class SymbolicSize:
+    """A size known only once a tensor has it: a `T.const` name, or arithmetic on names.
+
+    `OH = (H + 2 * P - K) // S + 1` may be written before any tensor gives H; it stays
+    symbolic until then, and the front end resolves it whenever it is read.
+    """
+
+    def resolve(self, constants: dict):
+        """An int when every name is known, else the symbolic size itself."""
+        raise NotImplementedError
+
+    def _op(self, symbol, other, reflected=False):
+        if not isinstance(other, (int, SymbolicSize)):
+            return NotImplemented
+        return _SizeArithmetic(symbol, other, self) if reflected else \
+            _SizeArithmetic(symbol, self, other)
+
+    def __add__(self, other):
+        return self._op("+", other)
+
+    def __radd__(self, other):
+        return self._op("+", other, reflected=True)
+
+    def __sub__(self, other):
+        return self._op("-", other)
+
+    def __rsub__(self, other):
+        return self._op("-", other, reflected=True)
+
+    def __mul__(self, other):
+        return self._op("*", other)
+
+    def __rmul__(self, other):
+        return self._op("*", other, reflected=True)
+
+    def __floordiv__(self, other):
+        return self._op("//", other)
+
+    def __rfloordiv__(self, other):
+        return self._op("//", other, reflected=True)
+
+    def __mod__(self, other):
+        return self._op("%", other)
+
+    def __rmod__(self, other):
+        return self._op("%", other, reflected=True)
+
+    def __neg__(self):
+        return _SizeArithmetic("-", 0, self)
+
+
+_SIZE_OPS = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__floordiv__,
+             "%": int.__mod__}
+
+
+@dataclass(frozen=True, eq=False)
+class _SizeArithmetic(SymbolicSize):
+    symbol: str
+    left: object
+    right: object
+
+    def resolve(self, constants: dict):
+        a, b = (x.resolve(constants) if isinstance(x, SymbolicSize) else x
+                for x in (self.left, self.right))
+        if isinstance(a, int) and isinstance(b, int):
+            return _SIZE_OPS[self.symbol](a, b)
+        return _SizeArithmetic(self.symbol, a, b)
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {self.symbol} {self.right!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class SymbolicDim(SymbolicSize):
     """A `T.const` name whose value is learned from the first tensor that uses it."""
 
     name: str
+
+    def resolve(self, constants: dict):
+        return constants.get(self.name, self)
 
     def __repr__(self) -> str:
         return self.name
@@ -67,8 +142,8 @@ class Builder:
                 f"has shape {tuple(example)}")
         resolved = []
         for axis, extent in enumerate(shape):
-            if isinstance(extent, SymbolicDim):
-                extent = self.shape_constants.get(extent.name, extent)
+            if isinstance(extent, SymbolicSize):
+                extent = extent.resolve(self.shape_constants)
             if isinstance(extent, SymbolicDim):
                 if example is None:
                     raise TileLabTypeError(
@@ -76,8 +151,12 @@ class Builder:
                         hint=f"pass a tensor for {name}, or {extent.name}=... to .compile()")
                 self.shape_constants[extent.name] = int(example[axis])
                 extent = int(example[axis])
+            elif isinstance(extent, SymbolicSize):
+                raise TileLabTypeError(
+                    f"the size {extent!r} of {name} uses names no tensor has given yet",
+                    hint="declare first the tensors whose shapes have these names")
             elif example is not None and int(example[axis]) != int(extent):
-                declared = tuple(e if isinstance(e, SymbolicDim) else int(e) for e in shape)
+                declared = tuple(e if isinstance(e, SymbolicSize) else int(e) for e in shape)
                 raise TileLabArgumentError(
                     f"{name} must have shape {declared} "
                     f"but the tensor passed has shape {tuple(example)}")

@@ -24,6 +24,10 @@ class DType(str):
     def is_float(self) -> bool:
         return str(self).startswith(("float", "bfloat"))
 
+    def as_torch(self):
+        """The matching torch dtype."""
+        return torch_dtype(self)
+
     def __repr__(self) -> str:
         return f"T.{str(self)}"
 
@@ -32,43 +36,55 @@ float16 = DType("float16")
 bfloat16 = DType("bfloat16")
 float32 = DType("float32")
 float64 = DType("float64")
+float8_e4m3fn = DType("float8_e4m3fn")
+float8_e5m2 = DType("float8_e5m2")
 int8 = DType("int8")
 int16 = DType("int16")
 int32 = DType("int32")
 int64 = DType("int64")
 uint8 = DType("uint8")
+uint16 = DType("uint16")
+uint32 = DType("uint32")
+uint64 = DType("uint64")
 boolean = DType("bool")
 
-ALL = {str(d): d for d in (float16, bfloat16, float32, float64, int8, int16, int32, int64, uint8)}
-ALL["bool"] = boolean
-_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64, "int8": 8, "int16": 16,
-         "int32": 32, "int64": 64, "uint8": 8, "bool": 8}
+ALL = {str(d): d for d in (float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2,
+                           int8, int16, int32, int64, uint8, uint16, uint32, uint64, boolean)}
+_BITS = {name: (8 if name == "bool" else int("".join(c for c in name.split("_")[0]
+                                                     if c.isdigit())))
+         for name in ALL}
 
-_TORCH_NAMES = {"float16": "float16", "bfloat16": "bfloat16", "float32": "float32",
-                "float64": "float64", "int8": "int8", "int16": "int16", "int32": "int32",
-                "int64": "int64", "uint8": "uint8", "bool": "bool"}
+# Other spellings of the same types: C's names (TileLang's `T.float`, "float"), and Python's
+# own types (`dtype=float`). Each maps to one of the types above.
+ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32",
+           "uint": "uint32", "long": "int64", "short": "int16", "ulong": "uint64",
+           "float8_e4m3": "float8_e4m3fn", "<class 'float'>": "float32",
+           "<class 'int'>": "int32", "<class 'bool'>": "bool"}
 
 
 def as_dtype(value) -> DType:
-    """Accept a DType, a name ("float16", "fp16" is not accepted), or a torch/numpy dtype."""
+    """Accept a DType, a name ("float16", "float"), a torch/numpy dtype or Python's float/int."""
     if isinstance(value, DType):
         return value
     name = str(value)
     for prefix in ("torch.", "<class 'numpy.", "dtype('"):
         if name.startswith(prefix):
             name = name[len(prefix):].rstrip("'>)")
+    name = ALIASES.get(name, name)
     if name in ALL:
         return ALL[name]
     from ..errors import TileLabTypeError
 
     known = ", ".join(sorted(ALL))
-    raise TileLabTypeError(f"unknown dtype {value!r}; tilelab knows {known}")
+    hint = "int4 and fp4 have no torch tensor type; store them packed in uint8 and unpack " \
+        "with shifts" if name.startswith(("int4", "uint4", "float4")) else ""
+    raise TileLabTypeError(f"unknown dtype {value!r}; tilelab knows {known}", hint=hint)
 
 
 def torch_dtype(dtype: DType):
     import torch
 
-    return getattr(torch, _TORCH_NAMES[str(dtype)])
+    return getattr(torch, str(dtype))
 
 
 def itemsize(dtype: str) -> int:

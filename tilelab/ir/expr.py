@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 
 from tvm import tirx
+from tvm.tirx.expr import EqualOp, NotEqualOp
 
 from ..errors import TileLabTypeError
 from . import dtypes
@@ -18,10 +19,18 @@ Expr = tirx.Expr
 
 
 def is_expr(value) -> bool:
-    return isinstance(value, tirx.Expr) and not is_buffer(value)
+    return isinstance(value, (tirx.Expr, EqualOp, NotEqualOp)) and not is_buffer(value)
+
+
+def as_ir(value):
+    """TVM answers `a == b` on expressions with a deferred `EqualOp` (and `a != b` with a
+    `NotEqualOp`) that is either an IR comparison or, as a Python bool, object identity.
+    In a kernel it always means the comparison; this turns it into one."""
+    return value.asobject() if isinstance(value, (EqualOp, NotEqualOp)) else value
 
 
 def dtype_of(value) -> str:
+    value = as_ir(value)
     if is_expr(value):
         return str(value.ty)
     if isinstance(value, bool):
@@ -35,6 +44,7 @@ def dtype_of(value) -> str:
 
 def to_expr(value, dtype: str | None = None):
     """A Python number or an expression as an expression (of `dtype` if given)."""
+    value = as_ir(value)
     if is_expr(value):
         if dtype is not None and str(value.ty) != dtype:
             return tirx.Cast(dtype, value)

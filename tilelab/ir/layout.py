@@ -91,9 +91,16 @@ class Layout:
 
     @staticmethod
     def custom(shape, forward_fn) -> Layout:
-        """`T.Layout(shape, lambda i, j: offset)`: any index -> offset function."""
-        return Layout(tuple(int(s) for s in shape), forward_fn,
-                      {"kind": "custom", "shape": [int(s) for s in shape]})
+        """`T.Layout(shape, lambda i, j: offset)`: any index -> offset function.
+
+        The function may also return a list of coordinates (`lambda i, j: [j, i]`):
+        the element then lives at that index of a row-major array whose extents are
+        the largest value of each coordinate plus one.
+        """
+        shape = tuple(int(s) for s in shape)
+        if isinstance(forward_fn(*[0] * len(shape)), (list, tuple)):
+            forward_fn = _flatten_coordinates(shape, forward_fn)
+        return Layout(shape, forward_fn, {"kind": "custom", "shape": list(shape)})
 
     @staticmethod
     def row_major(shape) -> Layout:
@@ -173,6 +180,28 @@ class Layout:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v}" for k, v in self.recipe.items() if k != "kind")
         return f"Layout.{self.recipe.get('kind', 'custom')}({params})"
+
+
+def _flatten_coordinates(shape, forward_fn):
+    """index -> offset, for a function that returns coordinates of an output array."""
+    import tvm
+    from tvm import sym, tirx
+
+    index = [tirx.Var(f"i{d}", "int32") for d in range(len(shape))]
+    analyzer = sym.Analyzer()
+    for var, extent in zip(index, shape):
+        analyzer.bind(var, tvm.ir.Range(0, extent))
+    extents = [int(analyzer.const_int_bound(tirx.const(c, "int32") if isinstance(c, int)
+                                             else c).max_value) + 1
+               for c in forward_fn(*index)]
+
+    def forward(*idx):
+        off = 0
+        for coordinate, extent in zip(forward_fn(*idx), extents):
+            off = off * extent + coordinate
+        return off
+
+    return forward
 
 
 # ---------------------------------------------------------------- Fragment

@@ -4,6 +4,8 @@ from ..ir.dtypes import (  # noqa: F401
     DType,
     bfloat16,
     boolean,
+    float8_e4m3fn,
+    float8_e5m2,
     float16,
     float32,
     float64,
@@ -12,6 +14,9 @@ from ..ir.dtypes import (  # noqa: F401
     int32,
     int64,
     uint8,
+    uint16,
+    uint32,
+    uint64,
 )
 from ..ops.gemm import GemmWarpPolicy  # noqa: F401 - T.GemmWarpPolicy
 from .expr import (  # noqa: F401
@@ -59,8 +64,42 @@ from .primitives import (  # noqa: F401
     use_swizzle,
     vectorized,
 )
+from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
+    Serial,
+    Unroll,
+    alloc_buffer,
+    assume,
+    cast,
+    clamp,
+    double,
+    dtype,
+    dynamic,
+    float,
+    floordiv,
+    floormod,
+    half,
+    int,
+    long,
+    shift_left,
+    shift_right,
+    short,
+    symbolic,
+    truncdiv,
+    truncmod,
+    uint,
+)
 
 bool = boolean  # noqa: A001 - T.bool, as TileLang spells it
+
+
+def __getattr__(name: str):
+    """`T.<name>` that does not exist: a TileLabError naming the feature, not a bare
+    AttributeError (the error is an AttributeError too, so `hasattr` still works)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from .tilelang_names import missing
+
+    raise missing(name)
 
 
 def _report_at_the_users_line():

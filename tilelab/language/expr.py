@@ -8,13 +8,28 @@ floats, and two floats of different widths meet at the wider one.
 
 from __future__ import annotations
 
+import builtins
 import operator
+import sys
+from contextlib import contextmanager
+from pathlib import Path
 
+import tvm
 from tvm import tirx
+from tvm.ir import expr as _ir_expr
+from tvm.tirx.expr import EqualOp, NotEqualOp
 
 from ..errors import TileLabTypeError
 from ..ir import dtypes
-from ..ir.expr import Expr, common_dtype, dtype_of, is_expr, to_expr, unify  # noqa: F401
+from ..ir.expr import (  # noqa: F401
+    Expr,
+    as_ir,
+    common_dtype,
+    dtype_of,
+    is_expr,
+    to_expr,
+    unify,
+)
 
 
 def _div(a, b):
@@ -41,6 +56,7 @@ _PYTHON = {
 
 def binary(op: str, a, b):
     """Apply a Python operator symbol; stays in Python when neither side is an expression."""
+    a, b = as_ir(a), as_ir(b)
     if not is_expr(a) and not is_expr(b):
         return _PYTHON[op](a, b)
     if op == "**":
@@ -53,6 +69,7 @@ def binary(op: str, a, b):
 
 
 def logical(op: str, values: list):
+    values = [as_ir(v) for v in values]
     result = values[0]
     for v in values[1:]:
         result = tirx.And(result, v) if op == "and" else tirx.Or(result, v)
@@ -95,6 +112,7 @@ def abs(x):  # noqa: A001 - mirrors T.abs
 
 def max(a, b):  # noqa: A001
     """The larger of two values (types promote as in C)."""
+    a, b = as_ir(a), as_ir(b)
     if not is_expr(a) and not is_expr(b):
         return a if a >= b else b
     return tirx.max(*unify(a, b))
@@ -102,6 +120,7 @@ def max(a, b):  # noqa: A001
 
 def min(a, b):  # noqa: A001
     """The smaller of two values (types promote as in C)."""
+    a, b = as_ir(a), as_ir(b)
     if not is_expr(a) and not is_expr(b):
         return a if a <= b else b
     return tirx.min(*unify(a, b))
@@ -118,6 +137,7 @@ def Cast(dtype, value):  # noqa: N802 - TileLang's spelling
 
 def if_then_else(cond, then_value, else_value):
     """`then_value` where `cond` holds, else `else_value` (both evaluated)."""
+    cond = as_ir(cond)
     if not is_expr(cond):
         return then_value if cond else else_value
     a, b = unify(then_value, else_value)
@@ -135,3 +155,54 @@ def ceildiv(a, b):
         return -(-a // b)
     a, b = unify(a, b)
     return tirx.floordiv(a + b - 1, b)
+
+
+# ---- kernel values used as Python truth values
+
+# Plain Python helpers called while a kernel is traced run as Python: an `if`, `and`,
+# `or` or `not` there asks a kernel value for a compile-time bool. TVM's answers are
+# wrong for a kernel (`bool(i == 1)` is object identity: always False) or an internal
+# ValueError. While tracing, the answer is the compiler's: a value it can prove
+# (`N % 64 == 0` with N known) is that bool; anything decided only at run time is a
+# TileLabError at the line that asked.
+
+_TVM_DIRS = tuple(str(Path(m.__file__).resolve().parent) for m in (tvm, sys.modules["tvm_ffi"]))
+
+
+def _compile_time_bool(value, tvm_answer):
+    caller = sys._getframe(2).f_code.co_filename
+    if caller.startswith(_TVM_DIRS):  # TVM's own code keeps TVM's meaning
+        return tvm_answer(value)
+    from tvm import sym
+
+    from .builder import _caller_location
+
+    decided = sym.Analyzer().simplify(as_ir(value))
+    if isinstance(decided, tirx.IntImm):
+        return builtins.bool(decided.value)
+    raise TileLabTypeError(
+        f"`{as_ir(value)}` is a kernel value: it has no True/False while the kernel is compiled",
+        _caller_location(),
+        hint="choose between values with T.if_then_else(cond, a, b), or make the helper a "
+             "@T.macro so that its `if` becomes a branch in the kernel; use `&`/`|` for "
+             "and/or of kernel conditions")
+
+
+_TRUTH_OWNERS = (_ir_expr.ExprOperand, EqualOp, NotEqualOp)
+
+
+@contextmanager
+def kernel_truth_values():
+    """While a kernel is traced, `bool()` of a kernel value is decided or refused."""
+    saved = [owner.__dict__["__bool__"] for owner in _TRUTH_OWNERS]
+
+    def guard(tvm_answer):
+        return lambda value: _compile_time_bool(value, tvm_answer)
+
+    for owner, answer in zip(_TRUTH_OWNERS, saved):
+        owner.__bool__ = guard(answer)
+    try:
+        yield
+    finally:
+        for owner, answer in zip(_TRUTH_OWNERS, saved):
+            owner.__bool__ = answer

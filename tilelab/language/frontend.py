@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from tvm import tirx
 
 from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
-from ..ir.builder import Builder, ParamInfo, SymbolicDim, activate, seq
+from ..ir.builder import Builder, ParamInfo, SymbolicSize, activate, seq
 from ..ir.keys import KERNEL, SOURCE_FILE
 from ..ir.tile_ops import Region, _const_int, is_buffer
 from . import expr as E
@@ -147,8 +147,6 @@ class Interpreter:
         for scope in (self.locals, self.env, builtins.__dict__):
             if name in scope:
                 value = scope[name]
-                if isinstance(value, SymbolicDim) and value.name in self.builder.shape_constants:
-                    return self.builder.shape_constants[value.name]
                 if _is_scalar_var(value):
                     return tirx.BufferLoad(value, [0])
                 return value
@@ -262,7 +260,7 @@ class Interpreter:
         return self.eval(node)
 
     def exec_If(self, node):  # noqa: N802
-        cond = self.eval(node.test)
+        cond = E.as_ir(self.eval(node.test))
         if E.is_expr(cond) and _const_int(cond) is not None:
             cond = bool(_const_int(cond))
         if not E.is_expr(cond):
@@ -324,11 +322,15 @@ class Interpreter:
     def eval(self, node):
         handler = getattr(self, "eval_" + type(node).__name__, None)
         if handler is None:
-            return self.eval_python(node)
-        if isinstance(node, (ast.Call, ast.Subscript, ast.Name, ast.Attribute)):
+            value = self.eval_python(node)
+        elif isinstance(node, (ast.Call, ast.Subscript, ast.Name, ast.Attribute)):
             with _located(self.source.location(node)):
-                return handler(node)
-        return handler(node)
+                value = handler(node)
+        else:
+            value = handler(node)
+        if isinstance(value, SymbolicSize):  # a `T.const` size: a number once a tensor gave it
+            value = value.resolve(self.builder.shape_constants)
+        return value
 
     def eval_python(self, node):
         """Expressions tilelab does not model (comprehensions, lambdas...) run as Python."""
@@ -336,7 +338,7 @@ class Interpreter:
         namespace.update({k: self.lookup(k, node) for k in self.locals})
         code = compile(ast.Expression(node), self.source.filename, "eval")
         with _located(self.source.location(node)):
-            return eval(code, namespace)  # noqa: S307 - user code, by design
+            return E.as_ir(eval(code, namespace))  # noqa: S307 - user code, by design
 
     def eval_Constant(self, node):  # noqa: N802
         return node.value
@@ -348,6 +350,8 @@ class Interpreter:
         obj = self.eval(node.value)
         try:
             return getattr(obj, node.attr)
+        except TileLabError:
+            raise
         except AttributeError:
             owner = getattr(obj, "__name__", type(obj).__name__)
             raise TileLabSyntaxError(f"{owner} has no attribute {node.attr!r}") from None
@@ -404,7 +408,7 @@ class Interpreter:
         return E.logical("and", [r for r in results if E.is_expr(r)])
 
     def eval_IfExp(self, node):  # noqa: N802
-        cond = self.eval(node.test)
+        cond = E.as_ir(self.eval(node.test))
         if not E.is_expr(cond):
             return self.eval(node.body if cond else node.orelse)
         return E.if_then_else(cond, self.eval(node.body), self.eval(node.orelse))
@@ -466,7 +470,7 @@ class Interpreter:
                 kwargs[kw.arg] = self.eval(kw.value)
         if getattr(fn, "__tilelab_macro__", False):
             return call_macro(self.builder, fn, args, kwargs)
-        return fn(*args, **kwargs)
+        return E.as_ir(fn(*args, **kwargs))
 
 
 # ---------------------------------------------------------------- helpers
@@ -560,16 +564,32 @@ def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
                        getattr(builder, "threads", ()), dict(builder.annotated_layouts))
 
 
-def trace_prim_func(fn, enclosing: dict | None = None, **_options) -> TileProgram:
+@dataclass
+class ShapedByCall:
+    """A `@T.prim_func` whose tensor sizes include `T.dynamic` names: it is traced again
+    for the shapes of each call's tensors (`trace(shapes)`), one kernel per shape."""
+
+    fn: object
+    enclosing: dict
+    name: str
+
+    def trace(self, example_shapes: dict) -> TileProgram:
+        return trace_prim_func(self.fn, self.enclosing, example_shapes=example_shapes)
+
+
+def trace_prim_func(fn, enclosing: dict | None = None, example_shapes: dict | None = None,
+                    **_options) -> TileProgram | ShapedByCall:
     """Factory style: `@T.prim_func def kernel(A: T.Tensor(...), ...)` traced at definition.
 
     `enclosing` holds the factory's local variables: names used only in the
     parameter annotations (`Q: T.Tensor(shape, dtype)`) are not in the closure.
+    Sizes that only the call's tensors know (`T.dynamic`) defer the tracing to the
+    call: the result is then a `ShapedByCall`, traced with `example_shapes`.
     """
     source = FunctionSource.of(fn)
-    builder = Builder(source_file=source.filename)
+    builder = Builder(example_shapes=dict(example_shapes or {}), source_file=source.filename)
     interp = Interpreter(builder, source, _function_env(fn, enclosing))
-    with activate(builder):
+    with activate(builder), E.kernel_truth_values():
         args = source.node.args
         for arg in args.args:
             location = source.location(arg)
@@ -582,6 +602,11 @@ def trace_prim_func(fn, enclosing: dict | None = None, **_options) -> TileProgra
                 if not isinstance(spec, Tensor):
                     raise TileLabSyntaxError(f"parameter {arg.arg} must be annotated with "
                                              "T.Tensor(shape, dtype)")
+                if example_shapes is None and any(
+                        isinstance(e, SymbolicSize) and isinstance(
+                            e.resolve(builder.shape_constants), SymbolicSize)
+                        for e in spec.shape):
+                    return ShapedByCall(fn, dict(enclosing or {}), fn.__name__)
                 interp.locals[arg.arg] = builder.declare_param(arg.arg, spec.shape, spec.dtype)
         try:
             interp.run(source.node.body)
@@ -606,7 +631,7 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
     interp = Interpreter(builder, source, _function_env(fn))
     interp.locals.update(values)
     returned = None
-    with activate(builder):
+    with activate(builder), E.kernel_truth_values():
         try:
             interp.run(source.node.body)
         except _Return as ret:

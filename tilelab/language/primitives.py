@@ -31,7 +31,12 @@ class Tensor:
     shape: tuple
     dtype: str = "float32"
 
-    def __init__(self, shape, dtype="float32"):
+    def __init__(self, shape, dtype="float32", data=None, *view_args, **view_kwargs):
+        if data is not None or view_args or view_kwargs:
+            raise TileLabTypeError(
+                "T.Tensor(shape, dtype, data) views another tensor's memory, which tilelab "
+                "does not support", hint="index the original tensor with arithmetic, or pass "
+                "the reshaped tensor as its own kernel parameter")
         if not isinstance(shape, (tuple, list)):
             shape = (shape,)
         object.__setattr__(self, "shape", tuple(shape))
@@ -299,19 +304,22 @@ def prim_func(fn=None, **kwargs):
 
 
 def _defining_locals(fn) -> dict:
-    """The locals of the function whose body defines `fn` (the factory).
+    """The locals of the functions whose bodies define `fn` (the factory, and the
+    functions around it), innermost first.
 
-    A kernel's annotations may name factory variables its body never uses,
-    which Python then leaves out of the closure; the factory's frame has them.
+    A kernel's annotations may name factory variables its body never uses, which
+    Python then leaves out of the closure (always, under `from __future__ import
+    annotations`); the defining frames have them.
     """
     import sys
 
-    frame = sys._getframe(1)
+    frame, code, env = sys._getframe(1), fn.__code__, {}
     while frame is not None:
-        if fn.__code__ in frame.f_code.co_consts:
-            return dict(frame.f_locals)
+        if code in frame.f_code.co_consts:
+            env = {**frame.f_locals, **env}
+            code = frame.f_code
         frame = frame.f_back
-    return {}
+    return env
 
 
 def macro(fn):

@@ -1,14 +1,17 @@
 """Helpers the op modules share when they build loops (CPU) and per-thread code (CUDA).
 
 Edges are guarded the same way everywhere: an element outside a global tensor
-reads as zero and is never written (`in_bounds`, `guard`). That is how partial
-tiles at a tensor's border stay correct on every backend.
+(past its end, or before its start) reads as zero and is never written
+(`in_bounds`, `guard`). That is how partial tiles at a tensor's borders and
+halos stay correct on every backend.
 """
 
 from __future__ import annotations
 
+import tvm
 from tvm import sym, tirx
 
+from ..ir.expr import to_expr
 from ..ir.tile_ops import Region, _const_int, is_buffer
 
 _ANALYZER = sym.Analyzer()
@@ -22,11 +25,19 @@ def simplify(expr):
 
 
 def in_bounds(region: Region, indices) -> list:
-    """Bounds conditions for a global tensor (the simplifier later drops the provable ones)."""
+    """Bounds conditions for a global tensor (the simplifier later drops the provable ones).
+
+    Both sides of every dimension: a tile may start before the tensor (a left halo,
+    `A[bx * 64 - 1]`) as well as run past its end. Unit dimensions too: a 64-row tile
+    copied into a 1-row tensor must stop at 1.
+    """
     if region.scope != "global":
         return []
-    # every dimension, unit ones too: a 64-row tile copied into a 1-row tensor must stop at 1
-    return [tirx.LT(index, extent) for index, extent in zip(indices, region.buffer.shape)]
+    conds = []
+    for index, extent in zip(indices, region.buffer.shape):
+        index = to_expr(index)
+        conds += [tirx.LE(tirx.const(0, str(index.ty)), index), tirx.LT(index, extent)]
+    return conds
 
 
 def all_of(conds):
@@ -104,8 +115,12 @@ def sync():
 
 
 def printf(fmt: str, *values):
+    """`printf(fmt, values...)`; a str value is passed as a string (for a `%s`)."""
     args = []
     for v in values:
+        if isinstance(v, str):
+            args.append(tvm.ir.StringImm(v))
+            continue
         dtype = str(v.ty)
         args.append(tirx.Cast("float64", v) if dtype.startswith(("float", "bfloat"))
                     else tirx.Cast("int32", v))  # %d: TVM narrows 64-bit indices anyway

@@ -14,6 +14,7 @@ import math
 
 from tvm import tirx
 
+from ..errors import TileLabTypeError
 from ..ir.builder import current
 from ..ir.expr import is_expr, to_expr
 from ..ir.layout import thread_elements
@@ -34,13 +35,20 @@ from ._lowering import (
 from ._operands import resolve_pair
 
 
-def atomic_add(dst, value):
+def atomic_add(dst, value, memory_order="relaxed", return_prev=False):
     """`dst += value` safely when several blocks update the same elements.
 
     `dst` is an element `C[i, j]` with a scalar value, or a buffer/region with a
-    tile of the same extents as `value`.
+    tile of the same extents as `value`. The update is atomic and nothing more
+    (`memory_order="relaxed"`): it does not order other memory accesses.
     """
     builder = current("atomic_add")
+    if memory_order != "relaxed" or return_prev:
+        feature = f"memory_order={memory_order!r}" if memory_order != "relaxed" else \
+            "return_prev=True"
+        raise TileLabTypeError(f"T.atomic_add with {feature} is not supported",
+                               hint="tilelab's atomics are relaxed and return nothing; order "
+                                    "work between blocks with separate kernels")
     builder.has_atomics = True
     if is_load(dst) and (is_expr(value) or isinstance(value, (int, float))):
         region = Region(dst.source, tuple(dst.indices), (1,) * len(dst.indices))

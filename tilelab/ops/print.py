@@ -42,12 +42,42 @@ def effects(call) -> Effects:
 # ---------------------------------------------------------------- loop semantics (CPU)
 
 
-def print_loops(target, msg, newline="\n"):
-    """`newline` is what ends a line in the format string: a newline character for LLVM,
-    the two characters backslash-n for CUDA C, whose code generator prints strings raw."""
-    prefix = f"{msg}: " if msg else ""
+def c_string_body(text: str) -> str:
+    """`text` as the inside of a C string literal, every byte of it data.
+
+    CUDA's code generator prints a string argument between quotes exactly as it is,
+    so quotes, backslashes, `?` (trigraphs), newlines and every byte that is not
+    printable ASCII become escapes here. Octal escapes have at most three digits,
+    so the character after one can never extend it.
+    """
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\?':
+            out.append("\\" + char)
+        elif 32 <= byte < 127:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return "".join(out)
+
+
+def message_format(msg: str, c_source: bool) -> tuple[str, list]:
+    """The format prefix and the argument that print a user's message: always through
+    `%s`, so a `%` in it is text and never a conversion (the message is data, not code)."""
+    if not msg:
+        return "", []
+    return "%s: ", [c_string_body(msg) if c_source else msg]
+
+
+def print_loops(target, msg, c_source: bool = False):
+    """`c_source`: the format goes into CUDA C source, where TVM's code generator prints
+    strings raw, so a newline is the two characters backslash-n and the message is escaped;
+    for LLVM the strings are the bytes themselves."""
+    newline = "\\n" if c_source else "\n"
+    prefix, message = message_format(msg, c_source)
     if not isinstance(target, Region):
-        return printf(f"{prefix}{format_spec(target)}{newline}", target)
+        return printf(f"{prefix}{format_spec(target)}{newline}", *message, target)
     extents = list(target.extents)
 
     def body(loop_vars):
@@ -55,7 +85,7 @@ def print_loops(target, msg, newline="\n"):
         value = tirx.BufferLoad(target.buffer, idx)
         where = ", ".join(["%d"] * len(idx))
         fmt = f"{prefix}{target.buffer.name}[{where}] = {format_spec(value)}{newline}"
-        return printf(fmt, *[tirx.Cast("int32", v) for v in idx], value)
+        return printf(fmt, *message, *[tirx.Cast("int32", v) for v in idx], value)
 
     return loop_nest(extents, body)
 
@@ -81,21 +111,21 @@ def print_threads(ctx, target, msg):
             else stmts
     first = all_of([tirx.EQ(ctx.tx, 0)] + [tirx.EQ(b, 0) for b in ctx.block_vars])
     value = target if isinstance(target, Region) else ctx.fragment_scalars(target)
-    return tirx.IfThenElse(first, print_loops(value, msg, newline="\\n"), None)
+    return tirx.IfThenElse(first, print_loops(value, msg, c_source=True), None)
 
 def print_fragment(ctx, buffer, msg):
     frag = ctx.layout_of(buffer)
     local = ctx.local(buffer)
     rank = len(frag.shape)
-    prefix = f"{msg}: " if msg else ""
+    prefix, message = message_format(msg, c_source=True)  # the message is data
     stmts = []
     for reg in range(frag.local_size):
         index = ctx.inverse(frag, reg)
         value = tirx.BufferLoad(local, [reg])
         where = ", ".join(["%d"] * rank)
         fmt = f"{prefix}{buffer.name}[{where}] = {format_spec(value)} (thread %d)\\n"
-        stmt = printf(fmt, *[tirx.Cast("int32", i) for i in index[:rank]], value,
-                       tirx.Cast("int32", ctx.tx))
+        stmt = printf(fmt, *message, *[tirx.Cast("int32", i) for i in index[:rank]], value,
+                      tirx.Cast("int32", ctx.tx))
         if frag.replicate > 1:
             stmt = tirx.IfThenElse(tirx.EQ(index[rank], 0), stmt, None)
         stmts.append(ctx.only_if_valid(frag, reg, stmt))

@@ -250,23 +250,24 @@ class CudaLauncher:
         self.arch = arch
 
         n_ptr, n_scalar = len(self.param_dtypes), len(self.scalar_params)
+        # The kernel's k-th pointer parameter is tensor arg_order[k] of the call (the code
+        # generator may order a kernel's parameters differently from the signature, and
+        # leaves out a tensor the kernel never touches).
+        order = list(range(n_ptr)) if arg_order is None else [int(i) for i in arg_order]
+        if len(set(order)) != len(order) or not all(0 <= i < n_ptr for i in order):
+            raise TileLabArgumentError(f"arg_order {order} does not pick distinct tensors "
+                                       f"among the {n_ptr} tensor parameters")
+        self.arg_order = order
         self._n_ptr = n_ptr
-        self._n_args = n_ptr + n_scalar
+        self._n_args = n_ptr + n_scalar  # what a call passes
         # The kernelParams array (void*[n]) points at one 8-byte slot per pointer
         # and at one ctypes value per scalar; it is built once and refilled per call.
         self._ptrs = (ctypes.c_uint64 * max(n_ptr, 1))()
         self._scalars = [SCALAR_CTYPES[d]() for d in self.scalar_params]
-        # The kernel's k-th pointer parameter is tensor arg_order[k] of the call (the code
-        # generator may order a kernel's parameters differently from the signature).
-        order = list(range(n_ptr)) if arg_order is None else [int(i) for i in arg_order]
-        if sorted(order) != list(range(n_ptr)):
-            raise TileLabArgumentError(f"arg_order {order} is not a permutation of the "
-                                       f"{n_ptr} tensor parameters")
-        self.arg_order = order
         addresses = [ctypes.addressof(self._ptrs) + 8 * i for i in order]
         addresses += [ctypes.addressof(s) for s in self._scalars]
-        self._params = (ctypes.c_void_p * max(self._n_args, 1))(*addresses)
-        self._params_addr = ctypes.addressof(self._params) if self._n_args else 0
+        self._params = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
+        self._params_addr = ctypes.addressof(self._params) if addresses else 0
 
         self._modules: dict[int, object] = {}  # device -> CUmodule
         self._functions: dict[int, object] = {}  # device -> CUfunction

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from ...errors import TileLabCompileError
@@ -99,11 +100,15 @@ def compile_cuda(source: str, arch: str, fast_math: bool = False) -> dict:
         cu.write_text(source)
         cubin, ptx = Path(tmp) / "kernel.cubin", Path(tmp) / "kernel.ptx"
         # CUDA C -> PTX once; then ptxas assembles the cubin and reports resources
+        timings, started = {}, time.perf_counter()
         run = subprocess.run([nvcc, "-ptx", *flags, "-o", str(ptx), str(cu)],
                              capture_output=True, text=True)
+        timings["nvcc_ms"] = round(1e3 * (time.perf_counter() - started), 1)
         if run.returncode == 0:
+            started = time.perf_counter()
             run = subprocess.run([ptxas, f"-arch={arch}", "-O3", "-v", "-lineinfo", "-o",
                                   str(cubin), str(ptx)], capture_output=True, text=True)
+            timings["ptxas_ms"] = round(1e3 * (time.perf_counter() - started), 1)
         if run.returncode != 0:
             kept = Path(tempfile.mkdtemp(prefix="tilelab-failed-")) / "kernel.cu"
             kept.write_text(source)
@@ -111,12 +116,15 @@ def compile_cuda(source: str, arch: str, fast_math: bool = False) -> dict:
                 "nvcc rejected the generated CUDA code:\n" +
                 first_errors(run.stderr.replace(str(cu), str(kept)), source),
                 hint=f"the generated source is kept in {kept}")
+        started = time.perf_counter()
+        sass = disassemble(cubin)
+        timings["disassemble_ms"] = round(1e3 * (time.perf_counter() - started), 1)
         return {
             "cubin": cubin.read_bytes(),
             "ptx": ptx.read_text(),
             "ptxas": run.stderr,
-            "resources": parse_ptxas(run.stderr),
-            "sass": disassemble(cubin),
+            "resources": dict(parse_ptxas(run.stderr), toolchain_ms=timings),
+            "sass": sass,
         }
 
 

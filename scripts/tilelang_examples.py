@@ -1,0 +1,258 @@
+"""Run the examples of a TileLang checkout on tilelab and write a compatibility table.
+
+    python scripts/tilelang_examples.py PATH_TO_TILELANG_CHECKOUT [--timeout 60] [--only gemm]
+
+Each example file under `examples/` that defines `main()` and a TileLang kernel is
+run in its own process, as its author wrote it, with three things changed around
+it (the file itself is not edited):
+
+* `import tilelang` finds tilelab (`tilelab.compat.tilelang.install()`);
+* sizes are cut down: integer defaults above 256 of `main()` and of its argparse
+  options become 256, except block, thread, stage and split settings;
+* without a GPU, tensors the example puts on "cuda" stay on the CPU, so kernels
+  run on tilelab's CPU backend; with a GPU they run there.
+
+The example's own checks against its torch reference (`assert_close`,
+`assert_allclose`, ...) decide "correct": an example that finishes but checks
+nothing is reported as "ran, no check". Every kernel the example compiles is also
+compiled for CUDA sm_90a (compile only) to fill the CUDA column. The table goes
+to `docs/TILELANG_COMPAT.md`. Nothing of TileLang's is copied into tilelab.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKS = re.compile(r"assert_close|assert_allclose|torch_assert_close|allclose|assert_similar|"
+                    r"\bassert\b.*(?:diff|err|close)", re.IGNORECASE)
+KEEP = re.compile(r"block|thread|stage|split|warp|tile|group_size|panel|rep|warmup|iter",
+                  re.IGNORECASE)
+CUT = 256
+
+
+def find_examples(checkout: Path, only: str | None) -> list[Path]:
+    found = []
+    for path in sorted((checkout / "examples").rglob("*.py")):
+        if path.name.startswith("test_") or path.name == "__init__.py":
+            continue
+        text = path.read_text(errors="replace")
+        if re.search(r"^def main\(", text, re.MULTILINE) and \
+                re.search(r"tilelang\.jit|T\.prim_func", text):
+            if only is None or only in str(path):
+                found.append(path)
+    return found
+
+
+# ---------------------------------------------------------------- inside the child process
+
+
+def _cut(name: str, value):
+    if isinstance(value, int) and not isinstance(value, bool) and value > CUT and \
+            not KEEP.search(name):
+        return CUT
+    return value
+
+
+def _keep_tensors_on_cpu():
+    """Without a GPU, `device="cuda"` means the CPU (tilelab then picks its CPU backend)."""
+    import torch
+
+    def cpu(device):
+        text = str(device) if device is not None else None
+        return "cpu" if text is not None and text.startswith("cuda") else device
+
+    def wrap(fn):
+        def call(*args, **kwargs):
+            if "device" in kwargs:
+                kwargs["device"] = cpu(kwargs["device"])
+            return fn(*args, **kwargs)
+        return call
+
+    for name in ("randn", "rand", "randint", "zeros", "ones", "empty", "full", "arange",
+                 "tensor", "zeros_like", "ones_like", "empty_like", "randn_like", "rand_like",
+                 "full_like", "linspace", "eye", "randperm", "as_tensor", "empty_strided",
+                 "normal", "randint_like"):
+        setattr(torch, name, wrap(getattr(torch, name)))
+    original_to = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        args = tuple(cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
+        if "device" in kwargs:
+            kwargs["device"] = cpu(kwargs["device"])
+        return original_to(self, *args, **kwargs)
+
+    torch.Tensor.to = to
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.set_default_device = lambda *a, **k: None
+
+
+def _also_compile_for_cuda(record: dict):
+    """Every kernel the example compiles is compiled once more for sm_90a (no launch)."""
+    import tilelab.kernel as kernel_module
+
+    original = kernel_module.compile
+
+    def compile_both(program, out_idx=None, target="auto", pass_configs=None):
+        kernel = original(program, out_idx=out_idx, target=target, pass_configs=pass_configs)
+        if kernel.target == "cpu":
+            try:
+                original(program, out_idx=out_idx, target="cuda:sm_90a",
+                         pass_configs=pass_configs)
+                record["cuda_ok"] += 1
+            except Exception as err:  # noqa: BLE001 - recorded, the run goes on
+                record["cuda_failed"].append(_first_line(err))
+        else:
+            record["cuda_ok"] += 1
+        return kernel
+
+    kernel_module.compile = compile_both
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
+
+
+def run_one(path: Path) -> dict:
+    import argparse as argparse_module
+    import inspect
+    import runpy
+
+    import torch
+
+    from tilelab.compat import tilelang as compat
+
+    compat.install()
+    record = {"cuda_ok": 0, "cuda_failed": []}
+    if not torch.cuda.is_available():
+        _keep_tensors_on_cpu()
+    _also_compile_for_cuda(record)
+
+    original_add = argparse_module.ArgumentParser.add_argument
+
+    def add_argument(self, *names, **kwargs):
+        if "default" in kwargs:
+            kwargs["default"] = _cut(names[-1].lstrip("-"), kwargs["default"])
+        return original_add(self, *names, **kwargs)
+
+    argparse_module.ArgumentParser.add_argument = add_argument
+    sys.argv = [str(path)]
+    sys.path.insert(0, str(path.parent))
+    os.chdir(path.parent)
+    try:
+        module = runpy.run_path(str(path), run_name="__tilelab_example__")
+        main = module["main"]
+        params = inspect.signature(main).parameters
+        kwargs = {n: _cut(n, p.default) for n, p in params.items()
+                  if p.default is not inspect.Parameter.empty and _cut(n, p.default) != p.default}
+        main(**kwargs)
+        record["cpu"] = "correct" if CHECKS.search(path.read_text(errors="replace")) else \
+            "ran, no check"
+    except AssertionError as err:
+        record["cpu"], record["reason"] = "WRONG", _first_line(err)
+    except Exception as err:  # noqa: BLE001 - every failure is a row of the table
+        from tilelab.errors import TileLabError
+
+        record["cpu"] = "refused" if isinstance(err, (TileLabError, ImportError)) else "error"
+        if isinstance(err, ModuleNotFoundError) and not (err.name or "").startswith("tilelang"):
+            record["cpu"] = "needs a package"  # not tilelab's to provide (einops, ...)
+        record["reason"] = _first_line(err)
+    return record
+
+
+# ---------------------------------------------------------------- the table
+
+
+def run_all(checkout: Path, timeout: int, only: str | None) -> list[dict]:
+    rows = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for path in find_examples(checkout, only):
+        name = str(path.relative_to(checkout / "examples"))
+        start = time.time()
+        try:
+            done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env,
+                                  capture_output=True, text=True, timeout=timeout)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{\"cuda_ok\"")]
+            row = json.loads(lines[-1]) if lines else {
+                "cpu": "error", "cuda_ok": 0, "cuda_failed": [],
+                "reason": (done.stderr.strip().splitlines() or ["crashed"])[-1][:300]}
+        except subprocess.TimeoutExpired:
+            row = {"cpu": "timeout", "cuda_ok": 0, "cuda_failed": [],
+                   "reason": f"over {timeout} s"}
+        row["example"], row["seconds"] = name, round(time.time() - start, 1)
+        print(f"{name}: {row['cpu']} ({row['seconds']} s) {row.get('reason', '')}", flush=True)
+        rows.append(row)
+    return rows
+
+
+def cuda_column(row: dict) -> str:
+    if row["cuda_failed"]:
+        return f"failed ({len(row['cuda_failed'])} of {row['cuda_ok'] + len(row['cuda_failed'])})"
+    return f"ok ({row['cuda_ok']})" if row["cuda_ok"] else "not reached"
+
+
+def write_table(rows: list[dict], checkout: Path, out: Path, command: str) -> None:
+    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or "unknown"
+    correct = [r for r in rows if r["cpu"] == "correct"]
+    runnable = [r for r in rows if r["cpu"] != "needs a package"]
+    both = [r for r in correct if r["cuda_ok"] and not r["cuda_failed"]]
+    counts: dict = {}
+    for r in rows:
+        counts[r["cpu"]] = counts.get(r["cpu"], 0) + 1
+    lines = [
+        "# TileLang's examples on tilelab",
+        "",
+        f"Written by `{command}` against TileLang commit {commit}: each example file with a "
+        "`main()` run unchanged but for its imports, sizes above 256 cut to 256, on the CPU "
+        "backend; every kernel it compiles also compiled for CUDA sm_90a (no launch). "
+        "\"correct\" means the example's own comparison with its torch reference passed. "
+        "H200: not run here.",
+        "",
+        f"{len(rows)} examples: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) +
+        f"; correct on the CPU and compiled for sm_90a: {len(both)} "
+        f"({100 * len(both) / max(len(runnable), 1):.0f}% of the {len(runnable)} whose "
+        "packages are installed).",
+        "",
+        "| example | CPU | CUDA compile (kernels) | H200 | reason |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        reason = r.get("reason") or (r["cuda_failed"][0] if r["cuda_failed"] else "")
+        reason = reason.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {r['example']} | {r['cpu']} | {cuda_column(r)} | not run | {reason} |")
+    out.write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("checkout", nargs="?", help="a TileLang checkout (has examples/)")
+    parser.add_argument("--timeout", type=int, default=60, help="seconds per example")
+    parser.add_argument("--only", help="run only examples whose path contains this")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "TILELANG_COMPAT.md"))
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process: one example
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(Path(args.one))), flush=True)
+        return
+    if not args.checkout:
+        parser.error("give the path of a TileLang checkout")
+    checkout = Path(args.checkout).resolve()
+    rows = run_all(checkout, args.timeout, args.only)
+    command = "python scripts/tilelang_examples.py TILELANG_CHECKOUT" + \
+        (f" --only {args.only}" if args.only else "") + f" --timeout {args.timeout}"
+    write_table(rows, checkout, Path(args.out), command)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

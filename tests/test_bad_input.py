@@ -1,0 +1,247 @@
+"""Bad input gets a clear error, and nothing is lost (issue 12).
+
+Each test here makes one mistake a fair user (or a damaged file) can make and
+checks that tilelab answers with a `TileLabError` at the user's line, that the
+process survives, and that nothing outside tilelab's own files is touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import warnings
+
+import pytest
+import torch
+
+import tilelab
+import tilelab.language as T
+from tilelab.cache import CacheCorruptionWarning, default_cache
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILELAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TILELAB_DISABLE_CACHE", raising=False)
+    return tmp_path / "cache"
+
+
+def scale_program(n=64, block=16):
+    @T.prim_func
+    def scale(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, block), threads=32) as bx:
+            tile = T.alloc_fragment((block,), T.float32)
+            T.copy(A[bx * block], tile)
+            for i in T.Parallel(block):
+                tile[i] = tile[i] * 2.0
+            T.copy(tile, B[bx * block])
+
+    return scale
+
+
+# ---------------------------------------------------------------- the compile cache heals
+
+
+def _rewrite_entry_file(entry, name: str, data: bytes) -> None:
+    """Replace one file of a cache entry and update the manifest, as a consistent but bad
+    entry (the manifest check cannot catch it)."""
+    (entry / name).write_bytes(data)
+    manifest = json.loads((entry / "MANIFEST.json").read_text())
+    manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    (entry / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+def _only_entry(root):
+    entries = [p for p in (root / "tilelab-v1").glob("??/*") if p.is_dir()
+               and not p.name.startswith(".")]
+    assert len(entries) == 1, entries
+    return entries[0]
+
+
+@pytest.mark.parametrize("name, data", [
+    ("trace.json", b'{"kernel": '),                      # truncated JSON
+    ("trace.json", b"[" * 100_000 + b"]" * 100_000),     # nested past the recursion limit
+    ("kernel.so", b"\x7fELF not a library"),             # a library the loader rejects
+])
+def test_cache_entry_that_fails_to_load_heals(isolated_cache, name, data):
+    a = torch.randn(64)
+    expected = a * 2
+    tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    entry = _only_entry(isolated_cache)
+    _rewrite_entry_file(entry, name, data)
+
+    with pytest.warns(CacheCorruptionWarning, match="failed to load"):
+        kernel = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    torch.testing.assert_close(kernel(a), expected)
+    assert (entry / name).read_bytes() != data  # a fresh, good entry took its place
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # healed: no second warning
+        kernel = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    assert kernel.trace.cache_hit
+    torch.testing.assert_close(kernel(a), expected)
+    assert default_cache().info()["entries"] == 1
+
+
+# ---------------------------------------------------------------- regions guarded on both sides
+
+
+def halo_program(n, block):
+    """out[i] = A[i - 1] + A[i] + A[i + 1], with A read as 0 outside: a left and right halo."""
+    @T.prim_func
+    def halo(A: T.Tensor((n,), T.float32), Out: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, block), threads=32) as bx:
+            window = T.alloc_shared((block + 2,), T.float32)
+            result = T.alloc_fragment((block,), T.float32)
+            T.copy(A[bx * block - 1], window)  # starts one element before the tile
+            for i in T.Parallel(block):
+                result[i] = window[i] + window[i + 1] + window[i + 2]
+            T.copy(result, Out[bx * block])
+
+    return halo
+
+
+def shift_program(n, block):
+    """Out[j] = A[j + 1]: each tile is written one element to the left of where it was read,
+    so the first block's first element falls before Out and must not be written."""
+    @T.prim_func
+    def shift(A: T.Tensor((n,), T.float32), Out: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, block), threads=32) as bx:
+            tile = T.alloc_fragment((block,), T.float32)
+            T.copy(A[bx * block], tile)
+            T.copy(tile, Out[bx * block - 1])
+
+    return shift
+
+
+@pytest.mark.parametrize("n, block", [(64, 16), (50, 16)])
+def test_copy_with_a_left_halo_reads_zero_before_the_tensor(n, block):
+    kernel = tilelab.compile(halo_program(n, block), out_idx=-1, target="cpu")
+    for _ in range(2):
+        # the element before A in memory is a canary: it must never be read
+        storage = torch.randn(n + 2)
+        storage[0] = storage[-1] = 777.0
+        a = storage[1:-1]
+        padded = torch.nn.functional.pad(a, (1, 1))
+        expected = padded[:-2] + padded[1:-1] + padded[2:]
+        torch.testing.assert_close(kernel(a.clone()), expected)
+        torch.testing.assert_close(kernel(a), expected)
+
+
+@pytest.mark.parametrize("n, block", [(64, 16), (50, 16)])
+def test_copy_to_a_negative_start_never_writes_before_the_tensor(n, block):
+    kernel = tilelab.compile(shift_program(n, block), target="cpu")
+    storage = torch.full((n + 2,), 555.0)
+    out = storage[1:-1]
+    a = torch.randn(n)
+    kernel(a, out)
+    assert storage[0] == 555.0 and storage[-1] == 555.0  # nothing outside Out was touched
+    torch.testing.assert_close(out[:-1], a[1:])
+
+
+def test_cuda_copy_guards_negative_starts():
+    """Compile-only for sm_90a: the loads of the halo and the stores of the shift test the
+    start of the tensor too (`0 <= index`), not only its end."""
+    pytest.importorskip("tvm")
+    from tilelab.backends.cuda import nvcc
+
+    if not nvcc.find_nvcc():
+        pytest.skip("needs nvcc")
+    for program in (halo_program(64, 16), shift_program(64, 16)):
+        source = tilelab.compile(program, target="cuda:sm_90a").get_kernel_source()
+        guards = [line for line in source.splitlines() if "blockIdx.x" in line and
+                  ("if (" in line or "?" in line)]
+        assert any("0 <" in g or "1 <=" in g or ">= 0" in g or "<= (" in g for g in guards), \
+            "\n".join(guards)
+
+
+# ---------------------------------------------------------------- T.print messages are data
+
+MESSAGES = ["%s%s%s%s", "%d %n %x", 'say "hi"', "back\\slash\\", "two\nlines", "tab\tand ??=",
+            'x"); asm("trap;"); printf("', "ünïcödé ✓", "%"]
+
+PRINT_SCRIPT = '''
+import sys, torch, tilelab, tilelab.language as T
+MSG = {msg!r}
+
+@T.prim_func
+def show(A: T.Tensor((2,), T.float32)):
+    with T.Kernel(1, threads=32) as bx:
+        T.print(A[1], msg=MSG)
+        T.print(A, msg=MSG)
+
+tilelab.compile(show, target="cpu")(torch.tensor([1.5, 2.5]))
+'''
+
+
+@pytest.mark.parametrize("msg", MESSAGES)
+def test_print_message_is_printed_as_is_on_the_cpu(msg, isolated_cache):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), TILELAB_CACHE_DIR=str(isolated_cache))
+    script = isolated_cache.parent / "show.py"  # kernels are read from their source file
+    script.write_text(PRINT_SCRIPT.format(msg=msg), encoding="utf-8")
+    run = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr.decode(errors="replace")[-2000:]
+    out = run.stdout.decode()
+    assert out == f"{msg}: 2.5\n{msg}: A[0] = 1.5\n{msg}: A[1] = 2.5\n"
+
+
+def _c_literals(line: str) -> list[bytes]:
+    """The string literals of one line of C, decoded as a C compiler reads them."""
+    literals, i = [], 0
+    while (i := line.find('"', i)) >= 0:
+        out, i = bytearray(), i + 1
+        while line[i] != '"':
+            if line[i] != "\\":
+                out += line[i].encode()
+                i += 1
+                continue
+            nxt = line[i + 1]
+            if nxt in "01234567":
+                digits = ""
+                while len(digits) < 3 and line[i + 1 + len(digits)] in "01234567":
+                    digits += line[i + 1 + len(digits)]
+                out.append(int(digits, 8))
+                i += 1 + len(digits)
+            else:
+                out += {"n": b"\n", "t": b"\t"}.get(nxt, nxt.encode())
+                i += 2
+        literals.append(bytes(out))
+        i += 1
+    return literals
+
+
+@pytest.mark.parametrize("msg", MESSAGES)
+def test_print_message_is_a_c_string_literal_on_cuda(msg):
+    """Compile-only for sm_90a (nvcc accepts the source); the literal decodes to the message,
+    and the format, tilelab's own, passes it through `%s`."""
+    from tilelab.backends.cuda import nvcc
+
+    if not nvcc.find_nvcc():
+        pytest.skip("needs nvcc")
+
+    @T.prim_func
+    def show(A: T.Tensor((2,), T.float32)):
+        with T.Kernel(1, threads=32):
+            acc = T.alloc_fragment((2,), T.float32)
+            T.copy(A, acc)
+            T.print(A[1], msg=msg)
+            T.print(A, msg=msg)
+            T.print(acc, msg=msg)
+
+    source = tilelab.compile(show, target="cuda:sm_90a").get_kernel_source()
+    calls = [line for line in source.splitlines() if "printf(" in line]
+    assert len(calls) >= 3
+    for line in calls:
+        code = re.sub(r'"(\\.|[^"\\])*"', '""', line)  # the line without its literals
+        assert code.count("printf(") == 1 and "asm" not in code, line
+        fmt, message = _c_literals(line)[:2]
+        assert fmt.startswith(b"%s: ") and b"%" not in fmt[4:].replace(b"%d", b"").replace(
+            b"%g", b"")
+        assert message == msg.encode()

@@ -1,0 +1,315 @@
+"""TileLang programs as TileLang users write them.
+
+Each test is a small kernel of the project's own written in TileLang's spellings,
+run on the CPU against torch on fresh random inputs (sizes with tails).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import tilelab
+import tilelab.language as T
+from tilelab.errors import TileLabError
+
+
+def _rand(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------- truth values (issue 15 item 3)
+
+
+def _masked(x, flag):
+    """A plain-Python helper (no @T.macro): `flag == 1` must stay a kernel comparison."""
+    return T.if_then_else(flag == 1, x, -x)
+
+
+@pytest.mark.parametrize("N", [8, 37])
+def test_plain_helper_comparison_reaches_if_then_else_as_ir(N):
+    @T.prim_func
+    def alternate(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, 16), threads=16) as bx:
+            for i in T.Parallel(16):
+                if bx * 16 + i < N:
+                    flag = T.if_then_else((bx * 16 + i) % 2 == 0, 1, 0)
+                    B[bx * 16 + i] = _masked(A[bx * 16 + i], flag)
+
+    a = _rand(N, seed=N)
+    expected = torch.where(torch.arange(N) % 2 == 0, a, -a)
+    torch.testing.assert_close(tilelab.compile(alternate, out_idx=[1])(a), expected)
+
+
+def _is_one(flag):
+    return flag == 1
+
+
+def test_plain_helper_result_drives_a_kernel_if():
+    N = 21
+
+    @T.prim_func
+    def keep_odd(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                B[i] = 0.0
+                if _is_one(i % 2):
+                    B[i] = A[i]
+
+    a = _rand(N, seed=3)
+    expected = torch.where(torch.arange(N) % 2 == 1, a, torch.zeros(()))
+    torch.testing.assert_close(tilelab.compile(keep_odd, out_idx=[1])(a), expected)
+
+
+def _branchy(x, flag):
+    if flag == 1:  # a Python `if` on a kernel value: no compile-time answer
+        return x
+    return -x
+
+
+def _both(x, i):
+    return x if (x > 0 and i < 1) else -x
+
+
+@pytest.mark.parametrize("helper, line_text", [(_branchy, "if flag == 1:"),
+                                               (_both, "x > 0 and i < 1")])
+def test_python_truth_of_a_kernel_value_is_an_error_at_the_helpers_line(helper, line_text):
+    def program():
+        @T.prim_func
+        def k(A: T.Tensor((8,), T.float32), B: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=8):
+                for i in T.Parallel(8):
+                    B[i] = helper(A[i], i % 2)
+
+        return k
+
+    with pytest.raises(TileLabError) as info:
+        program()
+    err = info.value
+    assert err.location is not None and err.location.filename == __file__
+    assert line_text in err.location.excerpt()
+    assert "T.if_then_else" in str(err)
+
+
+def test_compile_time_comparisons_still_decide_python_ifs():
+    def scale(x, n):
+        if n % 4 == 0 and n > 2:  # Python ints: an ordinary compile-time `if`
+            return x * 2.0
+        return x
+
+    N = 12
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+        with T.Kernel(1, threads=16):
+            for i in T.Parallel(N):
+                B[i] = scale(A[i], N)
+
+    a = _rand(N, seed=5)
+    torch.testing.assert_close(tilelab.compile(k, out_idx=[1])(a), a * 2)
+
+
+# ---------------------------------------------------------------- TileLang's names (item 1)
+
+tilelang = pytest.importorskip("tilelab.compat.tilelang")
+tilelang.install()
+TL = __import__("tilelang.language").language  # `import tilelang.language as T`, installed
+
+
+def test_install_makes_tilelang_imports_find_tilelab():
+    import tilelang.language as tl_language
+    from tilelang.autotuner import autotune
+    from tilelang.math import next_power_of_2
+
+    assert tl_language is T and TL is T and callable(autotune)
+    assert [next_power_of_2(x) for x in (1, 2, 3, 64, 65)] == [1, 2, 4, 64, 128]
+    assert tilelang.cdiv(65, 64) == 2
+    with pytest.raises(ImportError, match="tilelab does not provide"):
+        importlib.import_module("tilelang.carver.arch")
+
+
+@pytest.mark.parametrize("spelling, expected", [
+    (T.float, "float32"), (T.half, "float16"), (T.double, "float64"), (T.int, "int32"),
+    (T.uint, "uint32"), (T.long, "int64"), ("float", "float32"), (torch.bfloat16, "bfloat16"),
+    (torch.uint16, "uint16"), (float, "float32"), (int, "int32")])
+def test_dtype_spellings(spelling, expected):
+    assert T.dtype(spelling) == expected
+
+
+def dtype_program(M, N, block, dtype, index_dtype):
+    @tilelang.jit(out_idx=[2])
+    def factory(M, N):
+        @T.prim_func
+        def gather_rows(X: T.Tensor((M, N), dtype), Idx: T.Tensor((M,), index_dtype),
+                        Y: T.Tensor((M, N), dtype)):
+            with T.Kernel(tilelang.cdiv(M, block), threads=32) as bx:
+                for i, j in T.Parallel(block, N):
+                    r = bx * block + i
+                    if r < M:
+                        src = T.floormod(T.cast(Idx[r], T.int32), M)
+                        Y[r, j] = T.clamp(X[src, j] * 2, -1.5, 1.5)
+
+        return gather_rows
+
+    return factory(M, N)
+
+
+@pytest.mark.parametrize("dtype, index_dtype", [("float", T.uint32), (T.half, "uint16"),
+                                                (torch.float32, T.uint64)])
+def test_dtype_aliases_and_unsigned_indices_run_on_cpu(dtype, index_dtype):
+    M, N = 37, 20
+    kernel = dtype_program(M, N, 16, dtype, index_dtype)
+    torch_dtype = getattr(torch, str(T.dtype(dtype)))
+    x = _rand(M, N, seed=1).to(torch_dtype)
+    idx = torch.randint(0, 1000, (M,), dtype=torch.int64).to(getattr(torch, str(index_dtype)))
+    expected = (x.float()[idx.to(torch.int64) % M] * 2).clamp(-1.5, 1.5)
+    torch.testing.assert_close(kernel(x, idx).float(), expected, rtol=1e-3, atol=1e-3)
+
+
+@tilelang.jit
+def strided_window_sum(x, w, block, S, dtype=T.float):
+    """An eager kernel whose output size is arithmetic on T.const sizes, written before
+    the tensor that gives them is declared."""
+    B, W, K = T.const("B, W, K")
+    OW = (W - K) // S + 1
+    x: T.Tensor((B, W), dtype)
+    w: T.Tensor((K,), dtype)
+    y = T.empty((B, OW), dtype)
+    with T.Kernel(T.ceildiv(OW, block), B, threads=32) as (bx, b):
+        acc = T.alloc_fragment((block,), T.float32)
+        T.clear(acc)
+        for k in T.Serial(K):
+            for i in T.Parallel(block):
+                o = bx * block + i
+                if o < OW:
+                    acc[i] += x[b, o * S + k] * w[k]
+        for i in T.Parallel(block):
+            if bx * block + i < OW:
+                y[b, bx * block + i] = acc[i]
+    return y
+
+
+@pytest.mark.parametrize("B, W, K, S", [(3, 50, 5, 2), (2, 33, 3, 1)])
+def test_const_arithmetic_before_the_tensor_declarations(B, W, K, S):
+    x, w = _rand(B, W, seed=W), _rand(K, seed=K)
+    expected = torch.nn.functional.conv1d(x[:, None], w[None, None], stride=S)[:, 0]
+    torch.testing.assert_close(strided_window_sum(x, w, 16, S), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("use_list_layout", [True, False])
+def test_layout_returning_coordinates_and_swizzled_layout(use_list_layout):
+    M, N = 64, 64
+
+    @T.prim_func
+    def transpose_through_shared(A: T.Tensor((M, N), T.float16), B: T.Tensor((N, M), T.float16)):
+        with T.Kernel(1, threads=128):
+            tile = T.alloc_shared((M, N), T.float16)
+            if use_list_layout:
+                T.annotate_layout({tile: T.Layout((M, N), lambda i, j: [i // 8, j, i % 8])})
+            else:
+                T.annotate_layout({tile: tilelang.layout.make_swizzled_layout(tile)})
+            T.copy(A, tile)
+            for j, i in T.Parallel(N, M):
+                B[j, i] = tile[i, j]
+
+    a = _rand(M, N, seed=7).half()
+    kernel = tilelang.compile(transpose_through_shared, out_idx=[1], target="cpu")
+    torch.testing.assert_close(kernel(a), a.t())
+    if use_list_layout:  # CUDA lowers row-swizzled shared layouts only, and says so
+        with pytest.raises(TileLabError, match="not supported for shared memory"):
+            tilelang.compile(transpose_through_shared, out_idx=[1], target="cuda:sm_90a")
+    else:
+        cuda = tilelang.compile(transpose_through_shared, out_idx=[1], target="cuda:sm_90a")
+        assert "__global__" in cuda.get_kernel_source()
+
+
+def test_list_layout_is_a_bijection_onto_its_coordinates():
+    layout = T.Layout((4, 16, 8), lambda b, s, d: [b, s // 8, d // 8, d % 2,
+                                                   4 * (s % 8) + (d % 8) // 2])
+    offsets = layout.table().ravel()
+    assert sorted(offsets.tolist()) == list(range(4 * 16 * 8))
+
+
+def test_integer_helpers_match_python():
+    for a, b in [(7, 2), (-7, 2), (7, -2), (-7, -2)]:
+        assert T.floordiv(a, b) == a // b and T.floormod(a, b) == a % b
+        assert T.truncdiv(a, b) == int(a / b) and T.truncmod(a, b) == a - b * int(a / b)
+
+
+def _uses(name):
+    N = 8
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+        with T.Kernel(1, threads=32):
+            tx = getattr(T, name)()  # noqa: F841
+            B[0] = A[0]
+
+    return k
+
+
+@pytest.mark.parametrize("name, says", [
+    ("get_thread_binding", "T.Parallel"), ("alloc_barrier", "T.Pipelined"),
+    ("sync_threads", "inserts the barriers"), ("tma_copy", "T.copy"),
+    ("alloc_global", "kernel parameter"), ("no_such_primitive", "tilelab has no")])
+def test_tilelang_features_tilelab_lacks_are_named_at_the_users_line(name, says):
+    with pytest.raises(TileLabError) as info:
+        _uses(name)
+    message = str(info.value)
+    assert says in message and "has no attribute" not in message
+    assert "getattr(T, name)" in info.value.location.excerpt()
+    assert not hasattr(T, name)
+
+
+def test_atomic_add_memory_order():
+    N = 40
+
+    @T.prim_func
+    def total(A: T.Tensor((N,), T.float32), S: T.Tensor((1,), T.float32)):
+        with T.Kernel(T.ceildiv(N, 8), threads=32) as bx:
+            for i in T.Parallel(8):
+                if bx * 8 + i < N:
+                    T.atomic_add(S[0], A[bx * 8 + i], memory_order="relaxed")
+
+    a = _rand(N, seed=11)
+    s = torch.zeros(1)
+    tilelang.compile(total)(a, s)
+    torch.testing.assert_close(s, a.sum(0, keepdim=True), rtol=1e-5, atol=1e-5)
+
+    def seq_cst():
+        @T.prim_func
+        def k(A: T.Tensor((N,), T.float32), S: T.Tensor((1,), T.float32)):
+            with T.Kernel(1, threads=32):
+                T.atomic_add(S[0], A[0], memory_order="seq_cst")
+
+        return k
+
+    with pytest.raises(TileLabError, match="memory_order='seq_cst'"):
+        seq_cst()
+
+
+@tilelang.jit(out_idx=[1])
+def scale_rows(cols, block=16):
+    rows = T.dynamic("rows")
+
+    @T.prim_func
+    def scale(X: T.Tensor((rows, cols), T.float32), Y: T.Tensor((rows, cols), T.float32)):
+        with T.Kernel(T.ceildiv(rows, block), threads=32) as bx:
+            for i, j in T.Parallel(block, cols):
+                if bx * block + i < rows:
+                    Y[bx * block + i, j] = X[bx * block + i, j] * (bx * block + i)
+
+    return scale
+
+
+def test_dynamic_sizes_compile_for_each_call_shape():
+    kernel = scale_rows(12)
+    for rows in (5, 40, 17):
+        x = _rand(rows, 12, seed=rows)
+        torch.testing.assert_close(kernel(x), x * torch.arange(rows)[:, None].float())
+    cuda = tilelang.compile(scale_rows.fn(12), out_idx=[1], target="cuda:sm_90a")
+    assert "__global__" in cuda.specialize(_rand(33, 12)).get_kernel_source()
+    with pytest.raises(TileLabError, match="must have shape"):
+        kernel(_rand(5, 13))

@@ -1,0 +1,1 @@
+"""Run programs written for other tile languages: `tilelab.compat.tilelang.install()`."""

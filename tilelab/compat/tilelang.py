@@ -1,0 +1,182 @@
+"""TileLang's Python API on tilelab: `import tilelang; import tilelang.language as T`.
+
+A TileLang program runs here with one change: its imports. Either replace
+`import tilelang` by `import tilelab.compat.tilelang as tilelang`, or call
+`install()` once so that `import tilelang`, `import tilelang.language as T` and
+`from tilelang.autotuner import autotune` find tilelab (the examples runner,
+`scripts/tilelang_examples.py`, does this). What the package offers is tilelab's
+own: `tilelang.jit` is `tilelab.jit`, `tilelang.language` is `tilelab.language`.
+Names of TileLang's that tilelab does not have raise a `TileLabError` saying so.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+from .. import kernel as _kernel
+from ..compiler import PassConfigKey  # noqa: F401 - tilelang.PassConfigKey
+from ..errors import TileLabError
+from ..profiler import Profiler, TensorSupplyType, do_bench  # noqa: F401
+
+jit = _kernel.jit
+compile = _kernel.compile  # noqa: A001
+JITKernel = _kernel.Kernel
+
+
+def cdiv(a, b):
+    """ceil(a / b); with kernel values it builds the expression (as `T.ceildiv`)."""
+    from ..language import ceildiv
+
+    return ceildiv(a, b)
+
+
+def next_power_of_2(x: int) -> int:
+    """The smallest power of two that is >= x (1 for x <= 1)."""
+    return 1 << max(int(x) - 1, 0).bit_length()
+
+
+def autotune(configs=None, warmup=25, rep=100, timeout=None, **_options):
+    """`@autotune(configs=[{...}, ...])` above `@tilelang.jit`: try each configuration on
+    random inputs when the call leaves tuning parameters out, keep the fastest."""
+    def decorate(jit_function):
+        return _AutoTuned(jit_function, configs, warmup, rep)
+
+    return decorate
+
+
+class _AutoTuned:
+    def __init__(self, jit_function, configs, warmup, rep):
+        self.jit_function, self.warmup, self.rep = jit_function, warmup, rep
+        self.configs = list(configs() if callable(configs) else configs or [])
+        self.best: dict = {}
+
+    def __call__(self, *args, **kwargs):
+        tuned = {name for config in self.configs for name in config}
+        if not self.configs or tuned <= set(kwargs):
+            return self.jit_function(*args, **kwargs)
+        key = (args, tuple(sorted(kwargs.items())))
+        if key not in self.best:
+            timings = []
+            for config in self.configs:
+                try:
+                    kernel = self.jit_function(*args, **{**config, **kwargs})
+                except TileLabError:
+                    continue  # a configuration the program refuses (e.g. a block too large)
+                profiler = kernel.get_profiler()
+                timings.append((profiler.do_bench(warmup=self.warmup, rep=self.rep), config))
+            if not timings:
+                raise TileLabError("autotune: no configuration compiled")
+            self.best[key] = min(timings, key=lambda t: t[0])[1]
+        return self.jit_function(*args, **{**self.best[key], **kwargs})
+
+
+def set_random_seed(seed: int = 42) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def torch_assert_close(actual, expected, rtol=1e-2, atol=1e-2, max_mismatched_ratio=0.0,
+                       **_options):
+    """Like `torch.testing.assert_close`, allowing a fraction of elements to differ."""
+    import torch
+
+    actual, expected = actual.float().cpu(), expected.float().cpu()
+    bad = ~torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    ratio = bad.float().mean().item() if bad.numel() else 0.0
+    if ratio > max_mismatched_ratio:
+        raise AssertionError(f"{bad.sum().item()} of {bad.numel()} elements differ "
+                             f"(ratio {ratio:.4f} > {max_mismatched_ratio})")
+
+
+def _module(name: str, doc: str, **names) -> types.ModuleType:
+    module = types.ModuleType(name, doc)
+    module.__dict__.update(names)
+    return module
+
+
+def _submodules() -> dict[str, types.ModuleType]:
+    from .. import language
+    from ..language.tilelang_names import make_swizzled_layout
+
+    this = sys.modules[__name__]
+    return {
+        "tilelang": this,
+        "tilelang.language": language,
+        "tilelang.math": _module("tilelang.math", "Integer helpers.", cdiv=cdiv,
+                                 next_power_of_2=next_power_of_2),
+        "tilelang.layout": _module("tilelang.layout", "Layouts.",
+                                   make_swizzled_layout=make_swizzled_layout),
+        "tilelang.autotuner": _module("tilelang.autotuner", "Autotuning.", autotune=autotune,
+                                      __all__=["autotune"]),
+        "tilelang.profiler": _module("tilelang.profiler", "Timing.", do_bench=do_bench,
+                                     Profiler=Profiler),
+        "tilelang.transform": _module("tilelang.transform", "Pass settings.",
+                                      PassConfigKey=PassConfigKey),
+        "tilelang.utils": _module("tilelang.utils", "Utilities."),
+        "tilelang.utils.tensor": _module("tilelang.utils.tensor", "Tensor helpers.",
+                                         torch_assert_close=torch_assert_close,
+                                         TensorSupplyType=TensorSupplyType),
+        "tilelang.tileop": _module("tilelang.tileop", "Tile operators.",
+                                   GemmWarpPolicy=language.GemmWarpPolicy),
+        "tilelang.tileop.base": _module("tilelang.tileop.base", "Tile operators.",
+                                        GemmWarpPolicy=language.GemmWarpPolicy),
+        "tilelang.testing": _module("tilelang.testing", "Test helpers.",
+                                    set_random_seed=set_random_seed,
+                                    torch_assert_close=torch_assert_close),
+    }
+
+
+class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """`import tilelang.<something tilelab lacks>`: an ImportError that says so."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.startswith("tilelang.") and fullname not in sys.modules:
+            return importlib.machinery.ModuleSpec(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        raise ImportError(f"{spec.name} is part of TileLang that tilelab does not provide "
+                          "(tilelab has jit, compile, cdiv, language, math, layout, "
+                          "autotuner, profiler, transform, testing, tileop, utils.tensor)",
+                          name=spec.name)
+
+    def exec_module(self, module):  # never reached: create_module refuses
+        raise ImportError(module.__name__)
+
+
+def install() -> None:
+    """Make `import tilelang` (and its submodules above) import tilelab."""
+    for name, module in _submodules().items():
+        if not hasattr(module, "__path__"):  # a package to the import system: submodules
+            module.__path__ = []  # are looked up, and _Refuse explains the missing ones
+        sys.modules[name] = module
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
+    if not any(isinstance(f, _Refuse) for f in sys.meta_path):
+        sys.meta_path.append(_Refuse())
+
+
+_PROVIDED = {"language", "math", "layout", "autotuner", "profiler", "transform", "utils",
+             "testing", "tileop"}
+
+
+def __getattr__(name: str):
+    if name in _PROVIDED:
+        return _submodules()[f"tilelang.{name}"]
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from ..language.tilelang_names import TileLangFeatureError
+
+    raise TileLangFeatureError(f"tilelang.{name} is not provided by tilelab's TileLang "
+                               "compatibility", hint="tilelang.jit, tilelang.compile, "
+                               "tilelang.cdiv and `import tilelang.language as T` are")

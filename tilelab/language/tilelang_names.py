@@ -1,0 +1,199 @@
+"""TileLang's spellings that tilelab writes another way, and TileLang features tilelab lacks.
+
+tilelab's `T` namespace follows TileLang, whose programs should run here as written.
+TileLang also has other names for things tilelab already has (`T.float` for
+`T.float32`, `T.Serial` for `T.serial`, `T.floordiv(a, b)` for `a // b`); they live
+here, in one place, and `T` re-exports them. TileLang's explicit hardware
+programming (threads by index, barriers, TMA, warp specialization, tcgen05) has no
+place in a tile-level language that chooses those itself: naming one of those
+gives a `TileLangFeatureError` that says what the feature is and what to write
+instead, never a bare "has no attribute".
+"""
+
+from __future__ import annotations
+
+import builtins
+import difflib
+
+from tvm import tirx
+
+from ..errors import TileLabSyntaxError
+from ..ir import dtypes
+from ..ir.builder import SymbolicDim
+from . import expr as E
+from .primitives import alloc_fragment, alloc_local, alloc_shared, serial, unroll
+
+# ---------------------------------------------------------------- data types
+
+dtype = dtypes.as_dtype  # T.dtype("float16"), T.dtype(torch.float16); also an annotation
+float = dtypes.float32  # noqa: A001 - C's names, as TileLang spells them
+half = dtypes.float16
+double = dtypes.float64
+int = dtypes.int32  # noqa: A001
+uint = dtypes.uint32
+long = dtypes.int64
+short = dtypes.int16
+
+
+def cast(value, dtype):  # noqa: A002 - TileLang's argument order: T.cast(x, T.float32)
+    """Convert `value` to `dtype` (TileLang's order of `T.Cast(dtype, value)`)."""
+    return E.Cast(dtype, value)
+
+
+# ---------------------------------------------------------------- integer arithmetic
+
+
+def _int_op(python_op, tir_op, doc):
+    def op(a, b):
+        a, b = E.as_ir(a), E.as_ir(b)
+        if not E.is_expr(a) and not E.is_expr(b):
+            return python_op(a, b)
+        return tir_op(*E.unify(a, b))
+
+    op.__doc__ = doc
+    return op
+
+
+floordiv = _int_op(lambda a, b: a // b, tirx.floordiv, "`a // b`, rounding down.")
+floormod = _int_op(lambda a, b: a % b, tirx.floormod, "`a % b`, with the sign of `b`.")
+truncdiv = _int_op(lambda a, b: builtins.int(a / b), tirx.truncdiv,
+                   "`a / b` rounded toward zero, as in C.")
+truncmod = _int_op(lambda a, b: a - b * builtins.int(a / b), tirx.truncmod,
+                   "The remainder of `truncdiv`, with the sign of `a`, as in C.")
+shift_left = _int_op(lambda a, b: a << b, tirx.shift_left, "`a << b`.")
+shift_right = _int_op(lambda a, b: a >> b, tirx.shift_right, "`a >> b`.")
+
+
+def clamp(value, lo, hi):
+    """`value` limited to `[lo, hi]`."""
+    return E.max(E.min(value, hi), lo)
+
+
+# ---------------------------------------------------------------- loops, sizes, buffers
+
+Serial = serial
+Unroll = unroll
+
+
+def dynamic(name: str, dtype: str = "int32"):  # noqa: A002
+    """`M = T.dynamic("m")`: a size taken from the tensors of each call.
+
+    tilelab compiles one kernel per shape, so a dynamic size is known by the time the
+    kernel body is traced (like a `T.const` name of the eager style).
+    """
+    names = [n for n in name.replace(",", " ").split() if n]
+    values = tuple(SymbolicDim(n) for n in names)
+    return values[0] if len(values) == 1 else values
+
+
+symbolic = dynamic
+
+
+def alloc_buffer(shape, dtype, scope="shared.dyn"):  # noqa: A002
+    """TileLang's general allocation; the scope picks the tilelab primitive."""
+    if scope.startswith("shared"):
+        return alloc_shared(shape, dtype, scope)
+    if scope == "local.fragment":
+        return alloc_fragment(shape, dtype)
+    if scope == "local":
+        return alloc_local(shape, dtype)
+    raise TileLangFeatureError.of("alloc_buffer", f"memory scope {scope!r}",
+                               "T.alloc_shared, T.alloc_fragment or T.alloc_local")
+
+
+def make_swizzled_layout(buffer):
+    """The bank-conflict-free layout tilelab would pick for a shared tile, for
+    `T.annotate_layout({tile: make_swizzled_layout(tile)})`."""
+    from ..ir.layout import Layout
+    from ..ir.tile_ops import is_buffer
+
+    if not is_buffer(buffer):
+        raise TileLabSyntaxError("make_swizzled_layout takes a shared-memory buffer")
+    bits = dtypes.as_dtype(str(buffer.dtype)).bits
+    return Layout.swizzled([builtins.int(s) for s in buffer.shape], bits)
+
+
+def assume(condition):
+    """A promise to the optimizer that `condition` holds; tilelab does not use it."""
+    E.as_ir(condition)
+
+
+# ---------------------------------------------------------------- what tilelab does not have
+
+_THREADS = ("threads addressed by index", "a tile-level loop: `for i, j in T.Parallel(M, N)` "
+            "(layout inference gives each thread its elements)")
+_HARDWARE = ("explicit Hopper/Blackwell programming (barriers, TMA, wgmma, tcgen05, warp "
+             "specialization)", "T.copy, T.gemm and T.Pipelined: tilelab picks TMA, wgmma, "
+             "barriers and async copies for them itself")
+_SYNC = ("an explicit barrier", "nothing: tilelab inserts the barriers that shared memory needs")
+_VIEWS = ("a tensor view (reshape/reinterpret of a buffer)",
+          "a separate kernel parameter with the shape you need, or index arithmetic")
+
+MISSING: dict[str, tuple[str, str]] = {
+    **dict.fromkeys(("get_thread_binding", "thread_binding", "tvm_thread_allreduce",
+                     "tvm_warp_shuffle", "any_sync", "shfl_sync", "shfl_xor", "shfl_down",
+                     "shfl_up", "comm_reducer", "dp4a"), _THREADS),
+    **dict.fromkeys(("alloc_barrier", "alloc_cluster_barrier", "mbarrier_wait_parity",
+                     "mbarrier_arrive", "mbarrier_arrive_expect_tx", "barrier_arrive",
+                     "barrier_wait", "tma_copy", "alloc_tmem", "WSSync", "WSID", "WSPipeline",
+                     "WSScope", "WSRole", "WSSchedule", "ws", "ws_op", "annotate_ws_schedule",
+                     "tcgen05_gemm", "tcgen05_mma_arrive", "tcgen05_gemm_blockscaled",
+                     "tcgen05_sf_warp_transpose", "tcgen05_cp_warpx4", "wgmma_gemm",
+                     "wait_wgmma", "set_max_nreg", "no_set_max_nreg",
+                     "disable_warp_group_reg_alloc", "annotate_producer_reg_dealloc",
+                     "annotate_consumer_reg_alloc", "fence_proxy_async", "ClusterKernel",
+                     "block_rank_in_cluster", "cp_async_barrier_noinc", "ptx_cp_async",
+                     "ptx_commit_group", "ptx_wait_group", "mma_gemm_blockscaled",
+                     "clc_try_cancel_multicast", "clc_is_canceled", "clc_get_first_ctaid_x",
+                     "sync_grid"), _HARDWARE),
+    **dict.fromkeys(("sync_threads", "sync_warp"), _SYNC),
+    **dict.fromkeys(("view", "reshape", "reinterpret", "make_tensor", "access_ptr", "ptr"),
+                    _VIEWS),
+    "alloc_global": ("a global scratch tensor allocated inside the kernel",
+                     "a kernel parameter (an output with out_idx, or a T.empty in the eager "
+                     "style)"),
+    "alloc_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum/T.reduce_max, "
+                      "or T.atomic_add"),
+    "finalize_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum"),
+    "Persistent": ("persistent blocks that loop over tiles",
+                   "one block per tile: `with T.Kernel(T.ceildiv(N, block_N), ...)`"),
+    "PersistentTileScheduler": ("persistent blocks that loop over tiles",
+                                "one block per tile with T.Kernel"),
+    "im2col": ("T.im2col", "T.copy of the input rows with index arithmetic in a T.Parallel loop"),
+    "atomic_addx2": ("vector atomics", "T.atomic_add on a region"),
+    "atomic_addx4": ("vector atomics", "T.atomic_add on a region"),
+    "atomic_load": ("atomic loads and stores", "T.atomic_add, or separate kernels"),
+    "atomic_store": ("atomic loads and stores", "T.atomic_add, or separate kernels"),
+    "call_extern": ("calls into hand-written device code", "the T.* math functions"),
+    "import_source": ("calls into hand-written device code", "the T.* math functions"),
+    "device_assert": ("assertions on the device", "T.print, or check the result in Python"),
+    "rng_init": ("random numbers on the device", "random tensors made with torch and passed in"),
+    "rng_rand": ("random numbers on the device", "random tensors made with torch and passed in"),
+    "gemm_sp": ("sparse tensor-core GEMM", "T.gemm on dense tiles"),
+    "int4": ("the int4 data type", "uint8 storage with two values per byte, unpacked with "
+             "shifts"),
+    "float4_e2m1fn": ("fp4 data types", "uint8 storage, unpacked with shifts"),
+    "tfloat32": ("the tf32 data type", "T.float32 (tensor cores use tf32 for float32 GEMMs)"),
+}
+
+
+class TileLangFeatureError(TileLabSyntaxError, AttributeError):
+    """A TileLang name that tilelab does not have (an AttributeError, so `hasattr` works)."""
+
+    @classmethod
+    def of(cls, name: str, feature: str, instead: str) -> TileLangFeatureError:
+        return cls(f"T.{name} is {feature}, which tilelab does not have",
+                   hint=f"use {instead}")
+
+
+def missing(name: str) -> TileLangFeatureError:
+    """The error for `T.<name>` when `T` has no such name."""
+    if name in MISSING:
+        return TileLangFeatureError.of(name, *MISSING[name])
+    import sys
+
+    namespace = [n for n in vars(sys.modules[__package__]) if not n.startswith("_")]
+    close = difflib.get_close_matches(name, namespace, 3)
+    hint = f"did you mean {' or '.join(f'T.{c}' for c in close)}?" if close else \
+        "dir(tilelab.language) lists the primitives"
+    return TileLangFeatureError(f"tilelab has no T.{name}", hint=hint)
