@@ -175,7 +175,7 @@ def _compile_time_bool(value, tvm_answer):
         return tvm_answer(value)
     from tvm import sym
 
-    from .builder import _caller_location
+    from ..ir.builder import _caller_location
 
     decided = sym.Analyzer().simplify(as_ir(value))
     if isinstance(decided, tirx.IntImm):
