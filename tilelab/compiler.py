@@ -39,7 +39,7 @@ TILELANG_ONLY_CONFIGS = frozenset("""
     tl.enable_reducer_plan_verbose tl.layout_cost_model tl.reducer_force_baseline
     tl.disable_tma_lower tl.disable_safe_memory_legalize tl.disable_vectorize_256
     tl.enable_async_copy tl.enable_lower_ldgstg tl.enable_lower_ldgstg_predicated
-    tl.enable_vectorize_planner_verbose tl.disable_wgmma tl.debug_merge_shared_memory_allocations
+    tl.enable_vectorize_planner_verbose tl.debug_merge_shared_memory_allocations
     tl.enable_aggressive_shared_memory_merge tl.disable_shared_memory_reuse
     tl.disable_shuffle_elect tl.disable_loop_unswitching tl.loop_unswitching_allow_non_trivial_else
     tl.if_stmt_binding_inline_replayable_binds tl.disable_thread_storage_sync tl.force_let_inline

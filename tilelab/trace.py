@@ -45,6 +45,7 @@ class Trace:
     passes: list[PassRecord] = field(default_factory=list)
     layouts: dict = field(default_factory=dict)  # buffer -> Layout/Fragment as JSON
     pipelines: list = field(default_factory=list)  # plans of T.Pipelined loops
+    instructions: list = field(default_factory=list)  # each T.gemm: instruction path and why
     code: dict = field(default_factory=dict)  # "llvm", "cuda", "ptx", "sass", ...
     resources: dict = field(default_factory=dict)  # registers, spills, shared memory, ...
     bench: list = field(default_factory=list)

@@ -38,3 +38,5 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_VECTORIZE = "tl.disable_vectorize"
     # record %globaltimer in the first N blocks' pipelined loops (see tilelab/instrument.py)
     TL_INSTRUMENT_PIPELINE = "tl.instrument_pipeline"
+    # sm_90a: keep T.gemm on the Ampere path (mma.sync + ldmatrix) instead of warpgroup MMA
+    TL_DISABLE_WGMMA = "tl.disable_wgmma"

@@ -22,6 +22,10 @@ every 16-wide step along K, a warp
 
 Tiles that do not fit the tensor cores (fp32 inputs, K not a multiple of 16)
 fall back to per-thread multiply-adds over the thread's own C registers.
+
+On Hopper (sm_90a) a GEMM that warpgroup MMA can take goes there instead
+(`_gemm_wgmma.py`); which instruction each `T.gemm` got, and why, is in the
+Trace (`trace.instructions`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from ..ir.dtypes import as_dtype
 from ..ir.expr import to_expr
 from ..ir.layout import Fragment, Layout, thread_elements
 from ..ir.tile_ops import Region, config, regions, tile_call
-from . import Effects, TileOp, register
+from . import Effects, TileOp, _gemm_wgmma, register
 from ._lowering import address, extern, is_fragment, seq, simplify, unrolled_registers
 from ._operands import whole_2d
 from .fill import fill_loops
@@ -101,12 +105,33 @@ def warp_grid(policy: str, m: int, n: int, warps: int) -> tuple[int, int]:
     return min(candidates, key=lambda c: (abs(m / c[0] - n / c[1]), -c[0]))
 
 
+def _tensor_cores(a: Region, b: Region, c_dtype: str, k: int) -> bool:
+    """Can mma.sync take these tiles?"""
+    return (a.dtype in _TENSOR_CORE_TYPES and b.dtype == a.dtype and c_dtype == "float32"
+            and k % 16 == 0 and not is_fragment(b.buffer))
+
+
 def fix_layouts(call, ctx) -> None:
     a, b, c = regions(call)
     cfg = config(call)
     m, n = (int(s) for s in c.buffer.shape[-2:])
     if ctx.warps < 1:
         raise TileLabTypeError("T.gemm needs at least one warp (32 threads)")
+    loc = str(call.config.get("loc", ""))
+    choice = _gemm_wgmma.plan(call, ctx)
+    if isinstance(choice, _gemm_wgmma.WgmmaPlan):
+        ctx.plan.wgmma[call] = choice
+        ctx.plan.instructions.append({
+            "op": "gemm", "loc": loc, "instruction": "wgmma.mma_async",
+            "why": f"sm_90a: {choice.groups[0]}x{choice.groups[1]} warpgroups, "
+                   f"m64n{choice.n_instr}k16, A from "
+                   f"{'registers' if not choice.a.swizzle_bytes else 'shared memory'}"})
+        _gemm_wgmma.fix_layouts(call, ctx, choice)
+        return
+    k = int(a.extents[-2] if cfg["transpose_A"] else a.extents[-1])
+    ampere = "mma.sync" if _tensor_cores(a, b, str(c.buffer.dtype), k) else "fma"
+    ctx.plan.instructions.append({"op": "gemm", "loc": loc, "instruction": ampere,
+                                  "why": f"not wgmma: {choice}"})
     wm, wn = warp_grid(cfg["policy"], m, n, ctx.warps)
     ctx.plan.gemm_warps[call] = (wm, wn)
     if is_fragment(c.buffer):
@@ -168,6 +193,8 @@ def lower_threads(call, ctx):
     cfg = config(call)
     if not is_fragment(c.buffer):
         raise TileLabTypeError("T.gemm accumulates into a fragment (T.alloc_fragment)")
+    if call in ctx.plan.wgmma:
+        return _gemm_wgmma.lower(call, ctx, ctx.plan.wgmma[call])
     ta, tb = bool(cfg["transpose_A"]), bool(cfg["transpose_B"])
     m, n = _shape(c)
     k = _shape(a)[0] if ta else _shape(a)[1]
@@ -175,10 +202,7 @@ def lower_threads(call, ctx):
     stmts = []
     if cfg.get("clear_accum"):
         stmts.append(unrolled_registers(c_local, lambda reg: to_expr(0, str(c_local.dtype))))
-    tensor_cores = (a.dtype in _TENSOR_CORE_TYPES and b.dtype == a.dtype
-                    and str(c_local.dtype) == "float32" and k % 16 == 0
-                    and not is_fragment(b.buffer))
-    if not tensor_cores:
+    if not _tensor_cores(a, b, str(c_local.dtype), k):
         stmts.append(_gemm_fma(ctx, a, b, c, ta, tb, k))
         return seq(stmts)
 

@@ -71,6 +71,8 @@ class LayoutPlan:
     nests: list = field(default_factory=list)
     loop_layouts: dict = field(default_factory=dict)  # the outer T.Parallel loop -> Fragment
     shared_layouts: dict = field(default_factory=dict)  # shared tile name -> swizzled Layout
+    wgmma: dict = field(default_factory=dict)  # the gemm node -> its WgmmaPlan (sm_90a)
+    instructions: list = field(default_factory=list)  # per gemm: the instruction and why
 
     def to_json(self) -> dict:
         out = {name: frag.to_json() for name, frag in self.fragments.items()}
@@ -110,14 +112,18 @@ def default_fragment(shape, threads: int, dtype_bits: int) -> Fragment:
     return Fragment.row_spread(shape, threads, vector)
 
 
+NO_WGMMA = "no sm_90a target"
+
+
 class LayoutContext:
     """What an op's layout rule sees: the plan so far and how to add to it."""
 
-    def __init__(self, plan: LayoutPlan, threads: int):
+    def __init__(self, plan: LayoutPlan, threads: int, wgmma_off: str | None = NO_WGMMA):
         self.plan = plan
         self.layouts = plan.fragments  # fragment name -> Fragment
         self.threads = threads
         self.warps = threads // 32
+        self.wgmma_off = wgmma_off  # why warpgroup MMA is not available; None where it is
         self.reshaped = reshaped
 
     def assign(self, buffer, frag: Fragment, why: str) -> bool:
@@ -136,9 +142,10 @@ class LayoutContext:
         return True
 
 
-def infer_layouts(body, threads: int, annotated: dict | None = None, func=None) -> LayoutPlan:
+def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
+                  wgmma_off: str | None = NO_WGMMA) -> LayoutPlan:
     """The LayoutPlan of one kernel body; `func` (the PrimFunc) lets errors name the user's
-    line."""
+    line; `wgmma_off` says why T.gemm may not use warpgroup MMA (None: it may)."""
     plan = LayoutPlan()
     for name, layout in (annotated or {}).items():  # the user's word comes first
         if isinstance(layout, Fragment):
@@ -146,7 +153,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None) 
                 raise TileLabTypeError(f"the T.Fragment of {name!r} uses {layout.threads} "
                                        f"threads but the kernel has {threads}")
             plan.fragments[name] = layout
-        elif getattr(layout, "column", None) is not None:
+        elif getattr(layout, "place", None) is not None:
             plan.shared_layouts[name] = layout
         else:
             raise TileLabTypeError(
@@ -179,7 +186,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None) 
         return None
 
     walk(body, object, collect)
-    ctx = LayoutContext(plan, threads)
+    ctx = LayoutContext(plan, threads, wgmma_off)
 
     # 1. ops fix the layouts they insist on (GEMM accumulators, swizzled tiles).
     for call, op in calls:
@@ -296,7 +303,8 @@ def InferLayouts(plans: dict, on_plan=None):  # noqa: N802
         def visit(loop):
             if isinstance(loop, tirx.For) and KERNEL in loop.annotations:
                 threads = block_threads(loop)
-                plans["plan"] = infer_layouts(loop, threads, plans.get("annotated"), func)
+                plans["plan"] = infer_layouts(loop, threads, plans.get("annotated"), func,
+                                              plans.get("wgmma_off", NO_WGMMA))
                 if on_plan is not None:
                     on_plan(plans["plan"])
 

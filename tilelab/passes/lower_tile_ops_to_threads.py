@@ -44,6 +44,12 @@ def _is_register_tile(buffer) -> bool:
     return is_buffer(buffer) and buffer.scope() in ("local.fragment", "local.var")
 
 
+def _placed(layout, row, col) -> list:
+    """(row, col) of a shared tile moved where its layout stores it (simplified)."""
+    new_row, new_col = layout.place(row, col)
+    return [new_row if new_row is row else simplify(new_row), simplify(new_col)]
+
+
 class ThreadLowering:
     """State of the rewrite of one kernel body."""
 
@@ -81,14 +87,14 @@ class ThreadLowering:
         indices = list(indices)
         layout = self.plan.shared_layouts.get(buffer.name)
         if layout is not None:
-            indices[-1] = simplify(layout.column(indices[-2], indices[-1]))
+            indices[-2:] = _placed(layout, indices[-2], indices[-1])
         return address(buffer, indices, rw_mask)
 
     def swizzle_accesses(self, body):
         """Rewrite loads and stores of swizzled shared tiles to their permuted columns.
 
-        Inside a vectorized loop, column `base + v` becomes `swizzled(base) + v`: the
-        swizzle moves whole 16-byte chunks, so a vector stays one contiguous access.
+        Inside a vectorized loop, column `base + v` becomes `swizzled(base) + v`: a
+        layout moves whole 16-byte chunks, so a vector stays one contiguous access.
         """
         if not self.plan.shared_layouts:
             return body
@@ -107,8 +113,8 @@ class ThreadLowering:
                         last, lane = last.a, v
                     elif last.a.same_as(v):
                         last, lane = last.b, v
-            col = simplify(layout.column(indices[-2], last))
-            indices[-1] = col + lane if lane is not None else col
+            row, col = _placed(layout, indices[-2], last)
+            indices[-2:] = [row, col + lane if lane is not None else col]
             return indices
 
         def on_load(load):

@@ -32,12 +32,14 @@ from . import nvcc
 PIPELINE_NAME = "tilelab_cuda"
 
 
-def passes(program, on_plan, pipelines: list, vectorize: bool = True) -> list:
+def passes(program, on_plan, pipelines: list, vectorize: bool = True,
+           wgmma_off: str | None = "no sm_90a target") -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
-    plans: dict = {"swizzle": program.swizzle, "annotated": program.layouts}
+    plans: dict = {"swizzle": program.swizzle, "annotated": program.layouts,
+                   "wgmma_off": wgmma_off}
     return [
         CheckFragmentReads(program.buffer_locations),
         PipelineLoops(pipelines),              # T.Pipelined: load ahead with cp.async
@@ -66,6 +68,15 @@ def passes(program, on_plan, pipelines: list, vectorize: bool = True) -> list:
         T.MakePackedAPI(),
         T.BF16StorageLegalize(),
     ]
+
+
+def wgmma_unavailable(arch: str, configs: dict) -> str | None:
+    """Why T.gemm cannot use warpgroup MMA for this target and these settings (None: it can)."""
+    if arch != "sm_90a":
+        return f"the target is {arch}; wgmma needs sm_90a"
+    if configs.get(PassConfigKey.TL_DISABLE_WGMMA.value, False):
+        return "turned off by PassConfigKey.TL_DISABLE_WGMMA"
+    return None
 
 
 def cuda_target(arch: str):
@@ -255,8 +266,13 @@ class CUDABackend(Backend):
     def build(self, mod, program, target: str, configs: dict, trace):
         arch = target.partition(":")[2] or nvcc.default_arch()
         vectorize = not configs.get(PassConfigKey.TL_DISABLE_VECTORIZE.value, False)
-        pass_list = passes(program, lambda plan: trace.layouts.update(plan.to_json()),
-                           trace.pipelines, vectorize)
+
+        def on_plan(plan):
+            trace.layouts.update(plan.to_json())
+            trace.instructions.extend(plan.instructions)
+
+        pass_list = passes(program, on_plan, trace.pipelines, vectorize,
+                           wgmma_unavailable(arch, configs))
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
