@@ -509,14 +509,18 @@ class Fragment:
         """Rows of a `wgmma_accumulator`: row i on the four lanes of the warp that holds it,
         in every warpgroup along N."""
         gm = m // groups_m
+        pieces = gm // 64  # 64-row instructions per warpgroup
 
         def forward(i, rep):
-            within = fmod(i, gm)
-            group = fdiv(i, gm) * groups_n + fdiv(rep, 4)
-            row = fmod(within, 64)
+            # only the terms that vary: TVM inverts the map, and it cannot undo `i % 64`
+            # of an `i` already below 64
+            within = fmod(i, gm) if groups_m > 1 else i
+            row = fmod(within, 64) if pieces > 1 else within
+            group = (fdiv(i, gm) * groups_n if groups_m > 1 else 0) + \
+                (fdiv(rep, 4) if groups_n > 1 else 0)
             warp = group * 4 + fdiv(row, 16)
             return warp * 32 + fmod(row, 8) * 4 + fmod(rep, 4), \
-                fdiv(within, 64) * 2 + fdiv(fmod(row, 16), 8)
+                (fdiv(within, 64) * 2 if pieces > 1 else 0) + fdiv(fmod(row, 16), 8)
 
         return Fragment((m,), groups_m * groups_n * 128, 4 * groups_n, forward, gm // 32,
                         {"kind": "wgmma_rows", "m": m, "groups": [groups_m, groups_n]})
