@@ -59,6 +59,8 @@ class Operand:
 
 @dataclass(frozen=True)
 class WgmmaPlan:
+    """What layout inference decided for one T.gemm; the lowering follows it."""
+
     groups: tuple  # warpgroups along M and N
     n_instr: int  # N of each wgmma instruction
     a: Operand
