@@ -30,13 +30,14 @@ from tilelab import (
 )
 from tilelab.language.tilelang_names import TileLangFeatureError
 
-# The module behind the `tilelab.jit` export: its entry points re-raise user errors
-# (the only frames of tilelab a traceback may show) and it checks argument devices.
+# The module behind the `tilelab.jit` export (it checks argument devices), and the wrapper
+# its entry points use to re-raise user errors: the only frame of tilelab a traceback may show.
 _api = sys.modules[tilelab.jit.__module__]
+_entry = sys.modules[tilelab.errors.raised_at_the_caller.__module__]
 
 THIS_FILE = Path(__file__).resolve()
 SOURCE_LINES = THIS_FILE.read_text().splitlines()
-JIT_FILE = Path(_api.__file__).resolve()
+ENTRY_FILE = Path(_entry.__file__).resolve()
 INTERNALS = ("tilelab/", "tvm/", "site-packages", "Traceback")
 
 
@@ -99,7 +100,7 @@ def assert_clean_traceback(err: BaseException) -> None:
     assert frames, formatted
     for frame in frames:
         path = Path(frame.filename).resolve()
-        assert path == THIS_FILE or (path == JIT_FILE and frame.name == "wrapper"), \
+        assert path == THIS_FILE or (path == ENTRY_FILE and frame.name == "wrapper"), \
             f"internal frame {frame.filename}:{frame.lineno} ({frame.name}) in:\n{formatted}"
     assert "tvm" not in "".join(f.filename for f in frames)
     assert "site-packages" not in formatted

@@ -48,8 +48,25 @@ def exponentials(X):
     return Y
 
 
+@tilelab.jit
+def tile_product(A, B):
+    """One 64x64x32 tile product: warpgroup MMA on sm_90a unless the key says no."""
+    A: T.Tensor((64, 32), T.float16)
+    B: T.Tensor((32, 64), T.float16)
+    C = T.empty((64, 64), T.float32)
+    with T.Kernel(1, threads=128):
+        a, b = T.alloc_shared((64, 32), T.float16), T.alloc_shared((32, 64), T.float16)
+        acc = T.alloc_fragment((64, 64), T.float32)
+        T.copy(A, a)
+        T.copy(B, b)
+        T.gemm(a, b, acc, clear_accum=True)
+        T.copy(acc, C)
+    return C
+
+
 def test_every_key_is_tested_here():
-    tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE"}
+    tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
+              "TL_DISABLE_WGMMA"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -106,3 +123,21 @@ def test_tilelang_keys_warn_once_and_compile():
         staged_copy.compile(N=1001, pass_configs={"tl.disable_tma_lower": True})
     said = [str(w.message) for w in caught if "disable_tma_lower" in str(w.message)]
     assert len(said) == 1 and "no effect" in said[0]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("spelling", [PassConfigKey.TL_DISABLE_WGMMA, "tl.disable_wgmma"])
+def test_disable_wgmma_keeps_the_ampere_gemm(spelling):
+    a, b = torch.randn(64, 32).half(), torch.randn(32, 64).half()
+    hopper = tile_product.compile(a, b, target="cuda:sm_90a").trace
+    ampere = tile_product.compile(a, b, target="cuda:sm_90a", pass_configs={spelling: True}).trace
+    assert "wgmma.mma_async" in hopper.code["ptx"] and "mma.sync" not in hopper.code["ptx"]
+    assert "mma.sync" in ampere.code["ptx"] and "wgmma" not in ampere.code["ptx"]
+    assert ampere.instructions[0]["why"] == "not wgmma: turned off by " \
+        "PassConfigKey.TL_DISABLE_WGMMA"
+
+
+def test_disable_wgmma_on_the_cpu_computes_the_same():
+    a, b = torch.randn(64, 32).half(), torch.randn(32, 64).half()
+    out = tile_product(a, b, target="cpu", pass_configs={PassConfigKey.TL_DISABLE_WGMMA: True})
+    torch.testing.assert_close(out, a.float() @ b.float(), rtol=1e-3, atol=1e-3)

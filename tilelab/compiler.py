@@ -5,37 +5,26 @@ The steps, top to bottom:
 1. the front end has already produced a `TileProgram` (TIR with tile ops);
 2. `compile_program` looks the program up in the compile cache (keyed by its
    IR text, the target, the pass settings and the compiler's own source);
-3. on a miss, the target's pass list runs - tilelab's tile-level passes first,
-   then TVM's generic lowering - while an instrument records the IR after
-   every pass into the Trace;
-4. the backend generates code, and the artifact plus the Trace are cached.
+3. on a miss, the target's backend (`backends.backend_for`: cpu or cuda) runs
+   its pass list - tilelab's tile-level passes first, then TVM's generic
+   lowering - while an instrument records the IR after every pass into the
+   Trace;
+4. the backend finishes the generated code into a kernel (a shared library, a
+   cubin), and the artifact plus the Trace are cached.
 """
 
 from __future__ import annotations
 
-import enum
 import hashlib
-import json
-import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
 
+from .backends import CompiledArtifact, backend_for
 from .cache import cache_key, default_cache
 from .errors import TileLabCompileError, TileLabError
+from .ir.keys import PassConfigKey
 from .trace import PassRecord, Trace
-
-
-class PassConfigKey(str, enum.Enum):
-    """Settings that change how a kernel is compiled (`pass_configs={...}`)."""
-
-    # nvcc --use_fast_math: exp, log, division by the GPU's fast approximate instructions
-    TL_ENABLE_FAST_MATH = "tl.enable_fast_math"
-    # keep loops scalar: no 16-byte vector loads and stores (VectorizeLoop makes them serial)
-    TL_DISABLE_VECTORIZE = "tl.disable_vectorize"
-    # record %globaltimer in the first N blocks' pipelined loops (see tilelab/instrument.py)
-    TL_INSTRUMENT_PIPELINE = "tl.instrument_pipeline"
-
 
 # Other spellings of tilelab's keys (TileLang's and TVM's names for the same setting).
 CONFIG_ALIASES = {"tirx.disable_vectorize": PassConfigKey.TL_DISABLE_VECTORIZE.value,
@@ -50,7 +39,7 @@ TILELANG_ONLY_CONFIGS = frozenset("""
     tl.enable_reducer_plan_verbose tl.layout_cost_model tl.reducer_force_baseline
     tl.disable_tma_lower tl.disable_safe_memory_legalize tl.disable_vectorize_256
     tl.enable_async_copy tl.enable_lower_ldgstg tl.enable_lower_ldgstg_predicated
-    tl.enable_vectorize_planner_verbose tl.disable_wgmma tl.debug_merge_shared_memory_allocations
+    tl.enable_vectorize_planner_verbose tl.debug_merge_shared_memory_allocations
     tl.enable_aggressive_shared_memory_merge tl.disable_shared_memory_reuse
     tl.disable_shuffle_elect tl.disable_loop_unswitching tl.loop_unswitching_allow_non_trivial_else
     tl.if_stmt_binding_inline_replayable_binds tl.disable_thread_storage_sync tl.force_let_inline
@@ -87,13 +76,6 @@ def resolve_target(target: str | None, tensors=()) -> str:
     if target not in TARGETS:
         raise TileLabError(f"unknown target {target!r}; choose one of auto, cpu, cuda")
     return target
-
-
-@lru_cache(maxsize=1)
-def _host_cpu() -> str:
-    from tvm.target import codegen
-
-    return str(codegen.llvm_get_system_cpu())
 
 
 def _cuda_available() -> bool:
@@ -216,27 +198,9 @@ class PassRecorder:
 # ---------------------------------------------------------------- compiling
 
 
-class CompiledArtifact:
-    """What a backend produced: a runner for the kernel, its Trace, and (CUDA) launch data."""
-
-    def __init__(self, runner, trace: Trace, launch: dict | None = None,
-                 cubin: bytes | None = None):
-        self.runner = runner
-        self.trace = trace
-        self.launch = launch  # kernel_name, grid, block, dynamic_smem, arch, arg_order
-        self.cubin = cubin
-
-
 def program_key(program, target: str, configs: dict) -> str:
     layouts = {name: layout.to_json() for name, layout in sorted(program.layouts.items())}
-    if target == "cpu":  # CPU code is built for this machine's processor
-        import platform
-
-        target = f"cpu:{platform.machine()}:{_host_cpu()}"
-    else:  # the CUDA toolchain that will turn the source into a cubin
-        from .backends.cuda.nvcc import toolchain_version
-
-        target = f"{target}:{toolchain_version()}"
+    target = backend_for(target).cache_target(target)
     return cache_key("tilelab-kernel", program.script(), target, configs,
                      bool(program.has_atomics), list(program.swizzle or ()), layouts,
                      compiler_fingerprint())
@@ -255,7 +219,7 @@ def compile_program(program, target: str = "cpu", pass_configs=None) -> Compiled
     if entry is not None:
         try:
             trace = Trace.from_json((entry / "trace.json").read_text())
-            cached = _load_cached(target, entry, program, trace)
+            cached = backend_for(target).load(entry, program, trace)
         except Exception as err:  # noqa: BLE001 - a damaged entry is evicted and rebuilt
             # The manifest matched, yet the entry does not load (a bad trace.json, a library
             # the loader rejects): heal by compiling again, with one warning.
@@ -274,36 +238,6 @@ def compile_program(program, target: str = "cpu", pass_configs=None) -> Compiled
     return artifact
 
 
-def gpu_plans(program) -> tuple[dict, list]:
-    """Layouts and pipeline plans the CUDA backend would choose (analyses only, no code)."""
-    import math
-
-    import tvm
-    from tvm import tirx
-
-    from .passes._util import walk
-    from .passes.infer_layouts import infer_layouts
-    from .passes.pipeline_loops import PipelineLoops
-
-    pipelines: list = []
-    try:
-        mod = PipelineLoops(pipelines)(tvm.IRModule({program.name: program.func}))
-        layouts: dict = {}
-
-        def visit(loop):
-            if "tilelab.kernel" in loop.annotations:
-                threads = math.prod(int(t) for t in loop.annotations["tilelab.threads"])
-                layouts.update(infer_layouts(loop, threads, program.layouts).to_json())
-
-        walk(mod[program.name].body, tirx.For, visit)
-    except Exception:  # noqa: BLE001 - a CPU-only kernel need not fit the GPU's rules
-        from .passes._util import UserErrors
-
-        UserErrors.take()
-        return {}, pipelines
-    return layouts, pipelines
-
-
 def _source_of(program) -> dict:
     return {"filename": program.source.filename, "first_line": program.source.line_offset + 1,
             "text": program.source.text}
@@ -320,51 +254,14 @@ def _warn(program, messages) -> None:
                                program.source.line_offset + 1)
 
 
-def _load_cached(target: str, entry: Path, program, trace: Trace) -> CompiledArtifact:
-    if target == "cpu":
-        from .backends.cpu import CPURunner
-
-        return CompiledArtifact(CPURunner.load(entry / "kernel.so", program.name), trace)
-    # a CUDA kernel
-    launch = json.loads((entry / "launch.json").read_text())
-    cubin = (entry / "kernel.cubin").read_bytes()
-    return CompiledArtifact(cuda_runner(program, launch, cubin), trace, launch, cubin)
-
-
-def cuda_runner(program, launch: dict, cubin: bytes):
-    """A CudaLauncher called with the tensors in signature order."""
-    from .runtime.cuda import CudaLauncher
-
-    return CudaLauncher(cubin, launch["kernel_name"], launch["grid"], launch["block"],
-                        launch["dynamic_smem"], [p.dtype for p in program.params],
-                        arch=launch["arch"], arg_order=launch["arg_order"])
-
-
-def kernel_grid(program) -> tuple[int, int, int]:
-    """Grid dimensions of the program's T.Kernel, from its block loops."""
-    from tvm import tirx
-
-    from .passes._util import walk
-
-    grid = [1, 1, 1]
-
-    def visit(loop):
-        if loop.kind == tirx.ForKind.THREAD_BINDING and loop.thread_binding is not None:
-            tag = str(loop.thread_binding.thread_tag)
-            if tag.startswith("blockIdx."):
-                grid["xyz".index(tag[-1])] = int(loop.extent)
-
-    walk(program.func.body, tirx.For, visit)
-    return tuple(grid)
-
-
 def _compile_uncached(program, target: str, configs: dict):
+    import warnings
+
     import tvm
 
-    from .backends import cpu, cuda
-    from .backends.cuda import nvcc
-    from .ir.summary import summarize
+    from .passes.summarize import summarize
 
+    backend = backend_for(target)
     trace = Trace(kernel=program.name, target=target, source=_source_of(program),
                   params=[{"name": p.name, "shape": list(p.shape), "dtype": p.dtype,
                            "output": p.output} for p in program.params],
@@ -372,24 +269,15 @@ def _compile_uncached(program, target: str, configs: dict):
     recorder = PassRecorder()
     mod = tvm.IRModule({program.name: program.func})
     recorder.record("tilelab.FrontEnd", mod, 0.0, "tilelab", "input")
-    vectorize = not configs.get(PassConfigKey.TL_DISABLE_VECTORIZE.value, False)
-    import warnings
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             with tvm.transform.PassContext(opt_level=3, instruments=[recorder.instrument()]):
-                if target == "cpu":
-                    executable = cpu.build(mod, program, vectorize=vectorize)
-                else:
-                    arch = target.partition(":")[2] or nvcc.default_arch()
-                    executable = cuda.build(mod, program, arch, on_plan=lambda plan:
-                                            trace.layouts.update(plan.to_json()),
-                                            pipelines=trace.pipelines, vectorize=vectorize)
+                executable = backend.build(mod, program, target, configs, trace)
         except TileLabError:
             raise
         except Exception as err:  # a pass or LLVM rejected the program
-            from .passes._util import UserErrors
+            from .ir.visit import UserErrors
 
             user_error = UserErrors.take()
             if user_error is not None:
@@ -403,21 +291,7 @@ def _compile_uncached(program, target: str, configs: dict):
     trace.warnings = [str(w.message) for w in caught]
     _warn(program, trace.warnings)
     trace.passes = recorder.records
-    if target == "cpu":  # show what the GPU backend would choose, so CPU users see it too
-        trace.layouts, trace.pipelines = gpu_plans(program)
-    if target.startswith("cuda"):
-        try:
-            return _finish_cuda(program, trace, executable, recorder, arch, configs)
-        except TileLabError as err:  # nvcc's complaint, at the kernel the user wrote
-            raise err.with_location(program.source.location(program.source.node)) from None
-    trace.code["llvm"] = cpu.llvm_ir(executable)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.so"
-        cpu.export(executable, path)
-        files = {"kernel.so": path.read_bytes(),
-                 "meta.json": json.dumps({"name": program.name, "target": target}).encode()}
-    runner = cpu.CPURunner(executable, program.name)
-    return CompiledArtifact(runner, trace), files
+    return backend.finish(program, trace, executable, recorder, target, configs)
 
 
 def _last_words(err: Exception) -> str:
@@ -425,34 +299,3 @@ def _last_words(err: Exception) -> str:
     lines = [ln.strip() for ln in str(err).splitlines()]
     readable = [ln for ln in lines if ln and ln.isprintable()]
     return readable[-1] if readable else type(err).__name__
-
-
-def _finish_cuda(program, trace: Trace, executable, recorder, arch: str, configs: dict):
-    """nvcc the generated source; record code, resources and the launch configuration."""
-    import math
-
-    from .backends import cuda
-    from .backends.cuda import nvcc
-
-    source = cuda.cuda_source(executable)
-    fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
-    compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
-    config = cuda.launch_config(recorder.device_module)
-    names = [str(b.name) for b in program.func.params]
-    order = []
-    for pname in config["param_names"]:
-        base = pname.removesuffix("_ptr")
-        if base not in names:
-            raise TileLabCompileError(f"kernel parameter {pname} matches no tensor of "
-                                      f"{program.name}")
-        order.append(names.index(base))
-    launch = {"kernel_name": config["kernel_name"], "grid": list(kernel_grid(program)),
-              "block": [math.prod(program.threads or (1,)), 1, 1],
-              "dynamic_smem": config["dynamic_smem"], "arch": arch, "arg_order": order}
-    trace.code.update(cuda=source, ptx=compiled["ptx"], sass=compiled["sass"],
-                      ptxas=compiled["ptxas"])
-    trace.resources = dict(compiled["resources"], dynamic_smem_bytes=launch["dynamic_smem"],
-                           grid=launch["grid"], block=launch["block"], arch=arch)
-    files = {"kernel.cubin": compiled["cubin"], "launch.json": json.dumps(launch).encode()}
-    runner = cuda_runner(program, launch, compiled["cubin"])
-    return CompiledArtifact(runner, trace, launch, compiled["cubin"]), files

@@ -85,3 +85,17 @@ class TileLabCompileError(TileLabError):
 
 class TileLabWarning(UserWarning):
     """Something suspicious in a kernel that still compiles (e.g. reading an unwritten fragment)."""
+
+
+def raised_at_the_caller(fn):
+    """Wrap an entry point so that its TileLabErrors show no tilelab frames."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TileLabError as err:
+            raise err.with_traceback(None) from None
+
+    return wrapper

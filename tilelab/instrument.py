@@ -25,8 +25,8 @@ def instrument_program(program, blocks: int):
     from tvm import tirx
 
     from .errors import TileLabTypeError
-    from .language.builder import ParamInfo
-    from .passes._util import walk
+    from .ir.builder import ParamInfo
+    from .ir.visit import walk
 
     extents = []
 

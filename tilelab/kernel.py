@@ -18,7 +18,7 @@ import ast
 import functools
 import inspect
 
-from .errors import TileLabArgumentError, TileLabError, TileLabSyntaxError
+from .errors import TileLabArgumentError, TileLabError, TileLabSyntaxError, raised_at_the_caller
 
 
 def _is_tensor(value) -> bool:
@@ -33,18 +33,6 @@ def _dtype_name(value) -> str:
 
 def _device_of(value) -> str:
     return getattr(getattr(value, "device", None), "type", "cpu") or "cpu"
-
-
-def _user_error(fn):
-    """Re-raise TileLabErrors from the public entry point, hiding tilelab's frames."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except TileLabError as err:
-            raise err.with_traceback(None) from None
-
-    return wrapper
 
 
 class Kernel:
@@ -77,7 +65,7 @@ class Kernel:
         outs = ", ".join(f"{p.dtype}{list(p.shape)}" for p in self.outputs)
         return f"<tilelab.Kernel {self.name}({sig}) -> ({outs}) on {self.target}>"
 
-    @_user_error
+    @raised_at_the_caller
     def __call__(self, *args):
         fast = self._fast_path()
         if fast and len(args) == len(fast[0]):
@@ -172,7 +160,7 @@ class Kernel:
             return np.empty(param.shape, dtype=param.dtype)
         import torch
 
-        from .language.dtypes import as_dtype, torch_dtype
+        from .ir.dtypes import as_dtype, torch_dtype
 
         return torch.empty(param.shape, dtype=torch_dtype(as_dtype(param.dtype)))
 
@@ -245,14 +233,14 @@ class JITFunction:
     def __repr__(self) -> str:
         return f"<tilelab.jit {self.style} {self.fn.__name__}>"
 
-    @_user_error
+    @raised_at_the_caller
     def __call__(self, *args, **kwargs):
         if self.style == "factory":
             return self._factory_kernel(args, kwargs)
         kernel, tensors = self._eager_kernel(args, kwargs, need_tensors=True)
         return kernel(*tensors)
 
-    @_user_error
+    @raised_at_the_caller
     def compile(self, *args, target=None, pass_configs=None, **kwargs) -> Kernel:
         """Compile without running: with example tensors, or with sizes as keywords."""
         if self.style == "factory":
@@ -346,7 +334,7 @@ def jit(fn=None, *, out_idx=None, target="auto", pass_configs=None, **_ignored):
     return JITFunction(fn, out_idx=out_idx, target=target, pass_configs=pass_configs)
 
 
-@_user_error
+@raised_at_the_caller
 def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel:  # noqa: A001
     """Compile a `@T.prim_func` program into a Kernel."""
     from .compiler import PassConfigKey, compile_program, normalize_configs, resolve_target
@@ -409,7 +397,7 @@ class ShapedKernel:
                                          pass_configs=self.pass_configs)
         return self._kernels[key]
 
-    @_user_error
+    @raised_at_the_caller
     def __call__(self, *tensors):
         return self.specialize(*tensors)(*tensors)
 

@@ -84,7 +84,7 @@ class Profiler:
     def random_inputs(self, seed: int | None = None):
         import torch
 
-        from .language.dtypes import as_dtype, torch_dtype
+        from .ir.dtypes import as_dtype, torch_dtype
 
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
         device = "cuda" if self.kernel.target == "cuda" else "cpu"

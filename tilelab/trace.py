@@ -41,10 +41,11 @@ class Trace:
     target: str
     source: dict = field(default_factory=dict)  # filename, first_line, text
     params: list = field(default_factory=list)  # name, shape, dtype, output
-    program: dict = field(default_factory=dict)  # buffers and tile ops (ir/summary.py)
+    program: dict = field(default_factory=dict)  # buffers and tile ops (passes/summarize.py)
     passes: list[PassRecord] = field(default_factory=list)
     layouts: dict = field(default_factory=dict)  # buffer -> Layout/Fragment as JSON
     pipelines: list = field(default_factory=list)  # plans of T.Pipelined loops
+    instructions: list = field(default_factory=list)  # each T.gemm: instruction path and why
     code: dict = field(default_factory=dict)  # "llvm", "cuda", "ptx", "sass", ...
     resources: dict = field(default_factory=dict)  # registers, spills, shared memory, ...
     bench: list = field(default_factory=list)

@@ -112,7 +112,9 @@ class Layout:
                 off = off * extent + i
             return off
 
-        return Layout(shape, forward, {"kind": "row_major", "shape": list(shape)})
+        layout = Layout(shape, forward, {"kind": "row_major", "shape": list(shape)})
+        layout.place = lambda row, col: (row, col)  # where (row, col) of a 2-d tile is stored
+        return layout
 
     @staticmethod
     def swizzled(shape, dtype_bits: int) -> Layout:
@@ -148,6 +150,56 @@ class Layout:
         layout = Layout(shape, forward, {"kind": "swizzled", "shape": list(shape),
                                          "dtype_bits": dtype_bits})
         layout.column = column
+        layout.place = lambda row, col: (row, column(row, col))
+        return layout
+
+    @staticmethod
+    def wgmma_panels(shape, dtype_bits: int, swizzle_bytes: int) -> Layout:
+        """The shared-memory layout warpgroup MMA reads through a matrix descriptor.
+
+        `wgmma` finds its operands in *swizzle atoms*: 8 rows of `swizzle_bytes`
+        (128, 64 or 32) bytes, one after the other, in which the 16-byte chunk c
+        of a row is stored at c XOR (the row's bits of the byte address above
+        128). A wider tile is cut into column panels one atom wide; each panel
+        holds all rows of its columns, the next panel follows it. The hardware
+        applies the XOR itself, from the address, so a tile must start on a
+        multiple of 8 x `swizzle_bytes` bytes.
+        """
+        shape = tuple(int(s) for s in shape)
+        rows, cols = _product(shape[:-1]), shape[-1]
+        width = swizzle_bytes * 8 // dtype_bits  # elements of a row of one panel
+        per_chunk = 128 // dtype_bits
+        key_mask = swizzle_bytes // 16 - 1
+        row_shift = {128: 0, 64: 1, 32: 2}[swizzle_bytes]  # rows per 128 bytes, as a shift
+        if cols % width or rows % 8:
+            raise ValueError(f"a {rows}x{cols} tile does not split into {swizzle_bytes}-byte "
+                             "swizzle atoms")
+
+        def linear(row, col):
+            """Offset before the swizzle: panel by panel, rows of `width` elements."""
+            return fdiv(col, width) * (rows * width) + row * width + fmod(col, width)
+
+        def offset2(row, col):
+            chunk = fmod(fdiv(col, per_chunk), width // per_chunk)
+            key = fmod(fdiv(row, 1 << row_shift), key_mask + 1)
+            return linear(row, col) + (xor(chunk, key) - chunk) * per_chunk
+
+        def forward(*idx):
+            row = 0
+            for i, extent in zip(idx[:-1], shape[:-1]):
+                row = row * extent + i
+            return offset2(row, idx[-1])
+
+        def place(row, col):
+            """Where (row, col) lands, as an index of the same-shaped row-major tile."""
+            off = offset2(row, col)
+            return fdiv(off, cols), fmod(off, cols)
+
+        layout = Layout(shape, forward, {"kind": "wgmma_panels", "shape": list(shape),
+                                         "dtype_bits": dtype_bits,
+                                         "swizzle_bytes": swizzle_bytes})
+        layout.place = place
+        layout.linear = linear
         return layout
 
     def table(self):
@@ -175,6 +227,8 @@ class Layout:
             return Layout.row_major(data["shape"])
         if data["kind"] == "swizzled":
             return Layout.swizzled(data["shape"], data["dtype_bits"])
+        if data["kind"] == "wgmma_panels":
+            return Layout.wgmma_panels(data["shape"], data["dtype_bits"], data["swizzle_bytes"])
         raise ValueError(f"unknown layout kind {data['kind']!r}")
 
     def __repr__(self) -> str:
@@ -422,6 +476,56 @@ class Fragment:
         return frag
 
     @staticmethod
+    def wgmma_accumulator(m: int, n: int, groups_m: int, groups_n: int) -> Fragment:
+        """A GEMM's MxN accumulator under warpgroup MMA (`wgmma`, Hopper).
+
+        Warpgroups (128 threads each) form a groups_m x groups_n grid over the
+        tile. One `wgmma.m64nNk16` leaves a 64xN result in its warpgroup: warp w
+        keeps rows 16w..16w+15, each in the 16x8 pattern of `mma_c`, one such
+        tile per 8 columns. A warpgroup whose share is taller than 64 rows
+        issues one instruction per 64 rows, each into its own registers.
+        """
+        gm, gn = m // groups_m, n // groups_n
+        frag = Fragment.mma_c().repeat((1, gn // 8)).repeat_on_thread((4, 1))
+        frag = frag.repeat((gm // 64, 1)).repeat_on_thread((groups_m, groups_n))
+        frag.recipe = {"kind": "wgmma_accumulator", "m": m, "n": n,
+                       "groups": [groups_m, groups_n]}
+        return frag
+
+    @staticmethod
+    def wgmma_operand_a(m: int, k: int, groups_m: int, groups_n: int) -> Fragment:
+        """A warpgroup MMA's A operand in registers (MxK): per warp the `mma_a` pattern,
+        rows as in `wgmma_accumulator`; the warpgroups along N hold copies."""
+        frag = Fragment.mma_a().repeat((1, k // 16)).repeat_on_thread((4, 1))
+        frag = frag.repeat((m // groups_m // 64, 1)).repeat_on_thread((groups_m, 1))
+        if groups_n > 1:
+            frag = _interleave_warps(frag, groups_m, groups_n, warps_per_copy=4)
+        frag.recipe = {"kind": "wgmma_operand_a", "m": m, "k": k,
+                       "groups": [groups_m, groups_n]}
+        return frag
+
+    @staticmethod
+    def wgmma_rows(m: int, groups_m: int, groups_n: int) -> Fragment:
+        """Rows of a `wgmma_accumulator`: row i on the four lanes of the warp that holds it,
+        in every warpgroup along N."""
+        gm = m // groups_m
+        pieces = gm // 64  # 64-row instructions per warpgroup
+
+        def forward(i, rep):
+            # only the terms that vary: TVM inverts the map, and it cannot undo `i % 64`
+            # of an `i` already below 64
+            within = fmod(i, gm) if groups_m > 1 else i
+            row = fmod(within, 64) if pieces > 1 else within
+            group = (fdiv(i, gm) * groups_n if groups_m > 1 else 0) + \
+                (fdiv(rep, 4) if groups_n > 1 else 0)
+            warp = group * 4 + fdiv(row, 16)
+            return warp * 32 + fmod(row, 8) * 4 + fmod(rep, 4), \
+                (fdiv(within, 64) * 2 if pieces > 1 else 0) + fdiv(fmod(row, 16), 8)
+
+        return Fragment((m,), groups_m * groups_n * 128, 4 * groups_n, forward, gm // 32,
+                        {"kind": "wgmma_rows", "m": m, "groups": [groups_m, groups_n]})
+
+    @staticmethod
     def block_cyclic(shape, threads: int, vector: int) -> Fragment:
         """Elements in row-major order dealt to threads `vector` at a time, round-robin.
 
@@ -550,6 +654,8 @@ class Fragment:
         dim = dim + rank if dim < 0 else dim
         if kind == "accumulator" and dim == 1:
             return Fragment.accumulator_rows(self.recipe["m"], *self.recipe["warps"])
+        if kind == "wgmma_accumulator" and dim == 1:
+            return Fragment.wgmma_rows(self.recipe["m"], *self.recipe["groups"])
         if kind == "replicated":
             shape = self.shape[:dim] + self.shape[dim + 1:]
             return Fragment.replicated(shape or (1,), self.threads)
@@ -628,15 +734,18 @@ class Fragment:
                 f"threads x {self.local_size} registers, replicate {self.replicate})")
 
 
-def _interleave_warps(frag: Fragment, warps_m: int, warps_n: int) -> Fragment:
-    """Give each of the warps_n warps of a row a copy (threads warp_m*warps_n + n)."""
+def _interleave_warps(frag: Fragment, warps_m: int, warps_n: int,
+                      warps_per_copy: int = 1) -> Fragment:
+    """Give each of the warps_n warps (or warpgroups of `warps_per_copy` warps) of a row a
+    copy: the copy `rep` of group g lives in group g * warps_n + rep."""
     base = frag
+    size = 32 * warps_per_copy
 
     def forward(*args):
         *idx, rep = args
         t, loc = base.forward(*idx, 0)
-        warp, lane = fdiv(t, 32), fmod(t, 32)
-        return (warp * warps_n + rep) * 32 + lane, loc
+        group, inside = fdiv(t, size), fmod(t, size)
+        return (group * warps_n + rep) * size + inside, loc
 
     return Fragment(frag.shape, frag.threads * warps_n, warps_n, forward, frag.local_size,
                     dict(frag.recipe))
@@ -658,6 +767,12 @@ def _from_recipe(recipe: dict) -> Fragment:
         return Fragment.accumulator(recipe["m"], recipe["n"], *recipe["warps"])
     if kind == "operand_a":
         return Fragment.operand_a(recipe["m"], recipe["k"], *recipe["warps"])
+    if kind == "wgmma_accumulator":
+        return Fragment.wgmma_accumulator(recipe["m"], recipe["n"], *recipe["groups"])
+    if kind == "wgmma_operand_a":
+        return Fragment.wgmma_operand_a(recipe["m"], recipe["k"], *recipe["groups"])
+    if kind == "wgmma_rows":
+        return Fragment.wgmma_rows(recipe["m"], *recipe["groups"])
     if kind == "accumulator_rows":
         return Fragment.accumulator_rows(recipe["m"], *recipe["warps"])
     if kind == "block_cyclic":
@@ -673,3 +788,59 @@ def _from_recipe(recipe: dict) -> Fragment:
     if kind == "replicate":
         return _from_recipe(recipe["of"]).replicate_on(recipe["copies"])
     raise ValueError(f"unknown fragment kind {kind!r}")
+
+
+def reshaped(frag: Fragment, shape: tuple) -> Fragment:
+    """`frag` for a buffer of `shape`: a replicated layout takes the unit dimensions along."""
+    if tuple(frag.shape) == tuple(shape):
+        return frag
+    squeezed = tuple(s for s in shape if s != 1) or (1,)
+    if (tuple(s for s in frag.shape if s != 1) or (1,)) == squeezed and \
+            frag.recipe.get("kind") == "replicated":
+        return Fragment.replicated(shape, frag.threads)
+    return frag
+
+
+# ---------------------------------------------------------------- who holds what
+
+_TABLE_CACHE: dict = {}
+_KEEP_ALIVE: list = []
+
+
+def _key(kind: str, frag: Fragment):
+    """Fragments from a recipe are rebuilt identically; a custom one is only itself."""
+    if frag.recipe.get("kind") == "custom":
+        return (kind, "custom", id(frag.forward))
+    return (kind, repr(frag.recipe), frag.shape)
+
+
+def thread_elements(frag: Fragment) -> list[list[tuple]]:
+    """For each thread, the index held in each of its local registers."""
+    key = _key("elements", frag)
+    if key not in _TABLE_CACHE:
+        table = [[None] * frag.local_size for _ in range(frag.threads)]
+        thread, local = frag.tables()
+        import numpy as np
+
+        for flat in range(thread[0].size):
+            idx = np.unravel_index(flat, frag.shape)
+            for r in range(frag.replicate):
+                t, loc = int(thread[(r, *idx)]), int(local[(r, *idx)])
+                table[t][loc] = tuple(int(i) for i in idx)
+        _TABLE_CACHE[key] = table
+        _KEEP_ALIVE.append(frag.forward)  # so that id() keys stay unique
+    return _TABLE_CACHE[key]
+
+
+def owner_table(frag: Fragment) -> dict:
+    """element index -> {thread: local register} over all copies."""
+    key = _key("owners", frag)
+    if key not in _TABLE_CACHE:
+        owners: dict = {}
+        for t, elements in enumerate(thread_elements(frag)):
+            for loc, idx in enumerate(elements):
+                if idx is not None:
+                    owners.setdefault(idx, {})[t] = loc
+        _TABLE_CACHE[key] = owners
+    return _TABLE_CACHE[key]
+

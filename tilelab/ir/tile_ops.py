@@ -2,15 +2,18 @@
 
 A tile program is TVM TIR plus a handful of *tile operations*: statements that
 act on whole rectangular regions of buffers at once (`copy`, `gemm`, `fill`,
-`reduce`, `atomic_add`, `print`). Each one is a `TilePrimitiveCall` node whose
-arguments are `BufferRegion`s, so every pass can see exactly which elements an
-operation reads and writes, and the printed IR reads like the source:
+`reduce`, `atomic_add`, `print`, ...). Each one is a `TilePrimitiveCall` node
+whose arguments are `BufferRegion`s, so every pass can see exactly which
+elements an operation reads and writes, and the printed IR reads like the source:
 
-    T.tile.copy(A[by * 64:by * 64 + 64, k * 32:k * 32 + 32], A_shared[0:64, 0:32])
+    T.tile.copy(A[by * 64:by * 64 + 64, k * 32:k * 32 + 32], A_shared[0:64, 0:32], loc="12:8")
 
-Passes later replace each tile op by loops (CPU) or by thread-level code (CUDA).
-This module registers the ops with TVM and offers `Region`, a small view of a
-buffer region that the front end and the passes share.
+`loc` is the line and column of the user's statement, so that a pass that
+rejects the op can point there. Passes later replace each tile op by loops
+(CPU) or by thread-level code (CUDA); what each op means and how it is lowered
+lives in its module under `tilelab/ops/`. This module names the ops to TVM and
+offers `Region`, a small view of a buffer region that the front end and the
+passes share.
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-TILE_OPS = ("copy", "gemm", "fill", "reduce", "atomic_add", "print")
+OPS: dict = {}  # op name -> TVM Op, filled by register_tile_op (tilelab/ops/ calls it)
 
-for _name in TILE_OPS:
-    tvm.ir.register_op_attr(f"tilelab.{_name}", "TIRxOpCategory", "tile_primitive")
-    tvm.ir.register_op_attr(f"tilelab.{_name}", "TScriptPrinterName", _name)
 
-OPS = {name: tvm.ir.Op.get(f"tilelab.{name}") for name in TILE_OPS}
+def register_tile_op(name: str) -> None:
+    """Make `tilelab.<name>` a TVM op that prints as `T.tile.<name>(...)`."""
+    if name not in OPS:
+        tvm.ir.register_op_attr(f"tilelab.{name}", "TIRxOpCategory", "tile_primitive")
+        tvm.ir.register_op_attr(f"tilelab.{name}", "TScriptPrinterName", name)
+        OPS[name] = tvm.ir.Op.get(f"tilelab.{name}")
 
 
 def is_buffer(value) -> bool:
@@ -107,6 +112,32 @@ def regions(stmt: TilePrimitiveCall) -> list[Region]:
     return [Region.from_tir(a) for a in stmt.args if isinstance(a, tvm.ir.TensorRegion)]
 
 
+def scalars(stmt: TilePrimitiveCall) -> list:
+    """The arguments that are not buffer regions (a fill value, a printed scalar), in order."""
+    return [a for a in stmt.args if not isinstance(a, tvm.ir.TensorRegion)]
+
+
 def config(stmt: TilePrimitiveCall) -> dict:
-    """The op's settings (transpose flags, reduce kind, ...) as a plain dict."""
-    return {str(k): v for k, v in stmt.config.items()}
+    """The op's settings (transpose flags, reduce kind, ...) as a plain dict; no location."""
+    return {str(k): v for k, v in stmt.config.items() if str(k) != "loc"}
+
+
+def location_text(location, kernel_file: str | None) -> str:
+    """`loc` of a tile op: "line:col" in the kernel's own file, else "file:line:col"."""
+    where = f"{location.line}:{location.col}"
+    return where if location.filename == kernel_file else f"{location.filename}:{where}"
+
+
+def location_of(stmt: TilePrimitiveCall, kernel_file: str, lines=None):
+    """The SourceLocation a tile op was traced at (None for ops a pass made up)."""
+    from ..errors import SourceLocation
+
+    loc = stmt.config.get("loc") if stmt.config is not None else None
+    if loc is None:
+        return None
+    *file, line, col = str(loc).split(":")
+    filename = ":".join(file) if file else kernel_file
+    text = None
+    if lines is not None and filename == kernel_file and 0 < int(line) <= len(lines):
+        text = lines[int(line) - 1].rstrip("\n")
+    return SourceLocation(filename, int(line), int(col), text)

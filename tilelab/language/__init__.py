@@ -1,7 +1,6 @@
 """The `T` namespace of tile programs: `import tilelab.language as T`."""
 
-from ..ir import tile_ops as _tile_ops  # noqa: F401 - registers the tile ops with TVM
-from .dtypes import (  # noqa: F401
+from ..ir.dtypes import (  # noqa: F401
     DType,
     bfloat16,
     boolean,
@@ -19,6 +18,7 @@ from .dtypes import (  # noqa: F401
     uint32,
     uint64,
 )
+from ..ops.gemm import GemmWarpPolicy  # noqa: F401 - T.GemmWarpPolicy
 from .expr import (  # noqa: F401
     Cast,
     abs,
@@ -45,7 +45,6 @@ from .expr import (  # noqa: F401
 from .primitives import (  # noqa: F401
     Buffer,
     Fragment,
-    GemmWarpPolicy,
     Kernel,
     Layout,
     Parallel,
@@ -56,21 +55,10 @@ from .primitives import (  # noqa: F401
     alloc_shared,
     alloc_var,
     annotate_layout,
-    atomic_add,
-    clear,
     const,
-    copy,
     empty,
-    fill,
-    gemm,
     macro,
     prim_func,
-    print,
-    reduce_absmax,
-    reduce_abssum,
-    reduce_max,
-    reduce_min,
-    reduce_sum,
     serial,
     unroll,
     use_swizzle,
@@ -115,15 +103,21 @@ def __getattr__(name: str):
 
 
 def _report_at_the_users_line():
-    """Primitives called as plain Python (outside a kernel) raise from one entry frame."""
-    from ..kernel import _user_error
+    """Primitives called as plain Python (outside a kernel) raise from one entry frame.
+
+    The tile ops' primitives come from their modules in tilelab/ops/, each
+    exported under its own name (`T.copy`, `T.reduce_sum`, ...).
+    """
+    from .. import ops
+    from ..errors import raised_at_the_caller
     from . import primitives
 
-    for name in ("alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "atomic_add",
-                 "clear", "const", "copy", "empty", "fill", "gemm", "print", "reduce_abssum",
-                 "reduce_absmax", "reduce_max", "reduce_min", "reduce_sum", "use_swizzle",
-                 "annotate_layout", "prim_func"):
-        globals()[name] = _user_error(getattr(primitives, name))
+    for name in ("alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "const",
+                 "empty", "use_swizzle", "annotate_layout", "prim_func"):
+        globals()[name] = raised_at_the_caller(getattr(primitives, name))
+    for op in ops.all_ops():
+        for primitive in op.primitives:
+            globals()[primitive.__name__] = raised_at_the_caller(primitive)
 
 
 _report_at_the_users_line()

@@ -20,69 +20,16 @@ from tvm.ir import expr as _ir_expr
 from tvm.tirx.expr import EqualOp, NotEqualOp
 
 from ..errors import TileLabTypeError
-from ..ir.tile_ops import is_buffer
-from . import dtypes
-
-Expr = tirx.Expr
-
-
-def is_expr(value) -> bool:
-    return isinstance(value, (tirx.Expr, EqualOp, NotEqualOp)) and not is_buffer(value)
-
-
-def as_ir(value):
-    """TVM answers `a == b` on expressions with a deferred `EqualOp` (and `a != b` with a
-    `NotEqualOp`) that is either an IR comparison or, as a Python bool, object identity.
-    In a kernel it always means the comparison; this turns it into one."""
-    return value.asobject() if isinstance(value, (EqualOp, NotEqualOp)) else value
-
-
-def dtype_of(value) -> str:
-    value = as_ir(value)
-    if is_expr(value):
-        return str(value.ty)
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int32"
-    if isinstance(value, float):
-        return "float32"
-    raise TileLabTypeError(f"expected a number or a scalar expression, got {type(value).__name__}")
-
-
-def to_expr(value, dtype: str | None = None):
-    """A Python number or an expression as an expression (of `dtype` if given)."""
-    value = as_ir(value)
-    if is_expr(value):
-        if dtype is not None and str(value.ty) != dtype:
-            return tirx.Cast(dtype, value)
-        return value
-    if isinstance(value, (bool, int, float)):
-        if dtype is None:
-            dtype = dtype_of(value)
-        if isinstance(value, float) and not dtypes.as_dtype(dtype).is_float:
-            dtype = "float32"
-        return tirx.const(value, dtype)
-    raise TileLabTypeError(f"expected a number or a scalar expression, got {type(value).__name__}")
-
-
-def _rank(dtype: str) -> tuple[int, int]:
-    d = dtypes.as_dtype(dtype)
-    return (2 if d.is_float else (0 if dtype == "bool" else 1), d.bits)
-
-
-def common_dtype(a, b) -> str:
-    da, db = dtype_of(a), dtype_of(b)
-    if not is_expr(a):  # a Python number follows the expression's type
-        return db if not (isinstance(a, float) and not dtypes.as_dtype(db).is_float) else "float32"
-    if not is_expr(b):
-        return da if not (isinstance(b, float) and not dtypes.as_dtype(da).is_float) else "float32"
-    return builtins.max(da, db, key=_rank)
-
-
-def unify(a, b):
-    dtype = common_dtype(a, b)
-    return to_expr(a, dtype), to_expr(b, dtype)
+from ..ir import dtypes
+from ..ir.expr import (  # noqa: F401
+    Expr,
+    as_ir,
+    common_dtype,
+    dtype_of,
+    is_expr,
+    to_expr,
+    unify,
+)
 
 
 def _div(a, b):
@@ -228,7 +175,7 @@ def _compile_time_bool(value, tvm_answer):
         return tvm_answer(value)
     from tvm import sym
 
-    from .builder import _caller_location
+    from ..ir.builder import _caller_location
 
     decided = sym.Analyzer().simplify(as_ir(value))
     if isinstance(decided, tirx.IntImm):

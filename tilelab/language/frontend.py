@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from tvm import tirx
 
 from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
+from ..ir.builder import Builder, ParamInfo, SymbolicSize, activate, seq
+from ..ir.keys import KERNEL, SOURCE_FILE
 from ..ir.tile_ops import Region, _const_int, is_buffer
 from . import expr as E
-from .builder import Builder, ParamInfo, activate, seq
-from .primitives import Kernel, Loop, SymbolicSize, Tensor, serial
+from .primitives import Kernel, Loop, Tensor, serial
 
 _OPERATORS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -550,13 +551,14 @@ def call_macro(builder: Builder, fn, args, kwargs):
 
 
 def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
-    if not any(isinstance(s, tirx.For) and "tilelab.kernel" in s.annotations
+    if not any(isinstance(s, tirx.For) and KERNEL in s.annotations
                for s in builder.blocks[0]):
         raise TileLabSyntaxError(f"{name} launches no kernel",
                                  source.location(source.node),
                                  hint="put the computation inside `with T.Kernel(...)`")
     body = seq(builder.blocks[0])
-    func = tirx.PrimFunc(builder.param_buffers, body).with_attr("global_symbol", name)
+    func = tirx.PrimFunc(builder.param_buffers, body).with_attr("global_symbol", name) \
+        .with_attr(SOURCE_FILE, source.filename)
     return TileProgram(func, name, list(builder.params), source, builder.has_atomics,
                        builder.swizzle, dict(builder.buffer_locations),
                        getattr(builder, "threads", ()), dict(builder.annotated_layouts))
@@ -585,7 +587,7 @@ def trace_prim_func(fn, enclosing: dict | None = None, example_shapes: dict | No
     call: the result is then a `ShapedByCall`, traced with `example_shapes`.
     """
     source = FunctionSource.of(fn)
-    builder = Builder(example_shapes=dict(example_shapes or {}))
+    builder = Builder(example_shapes=dict(example_shapes or {}), source_file=source.filename)
     interp = Interpreter(builder, source, _function_env(fn, enclosing))
     with activate(builder), E.kernel_truth_values():
         args = source.node.args
@@ -624,7 +626,8 @@ def eager_tensor_params(source: FunctionSource) -> list[str]:
 def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
                 example_shapes: dict) -> TileProgram:
     """Eager style: trace the whole function with compile-time `values` for its parameters."""
-    builder = Builder(shape_constants=dict(shape_constants), example_shapes=example_shapes)
+    builder = Builder(shape_constants=dict(shape_constants), example_shapes=example_shapes,
+                      source_file=source.filename)
     interp = Interpreter(builder, source, _function_env(fn))
     interp.locals.update(values)
     returned = None
@@ -650,7 +653,7 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
                       if pb[0].output and all(pb[1] is not o[1] for o in outs)]
     ordered = inputs + outs + unused_outputs
     func = tirx.PrimFunc([b for _, b in ordered], program.func.body).with_attr(
-        "global_symbol", fn.__name__)
+        "global_symbol", fn.__name__).with_attr(SOURCE_FILE, source.filename)
     program.func = func
     program.params = [p for p, _ in ordered]
     program.returned = len(outs)

@@ -9,17 +9,17 @@ user's line while the kernel is traced.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import tvm
 from tvm import tirx
 
 from ..errors import TileLabSyntaxError, TileLabTypeError
-from ..ir.tile_ops import Region, _const_int, is_buffer, is_load, tile_call
-from . import dtypes
-from .builder import current
-from .expr import is_expr, to_expr
+from ..ir import dtypes
+from ..ir.builder import SymbolicDim, current
+from ..ir.expr import to_expr
+from ..ir.keys import KERNEL, THREADS
+from ..ir.tile_ops import _const_int, is_buffer
 
 # ---------------------------------------------------------------- signatures
 
@@ -44,91 +44,6 @@ class Tensor:
 
 
 Buffer = Tensor
-
-
-class SymbolicSize:
-    """A size known only once a tensor has it: a `T.const` name, or arithmetic on names.
-
-    `OH = (H + 2 * P - K) // S + 1` may be written before any tensor gives H; it stays
-    symbolic until then, and the front end resolves it whenever it is read.
-    """
-
-    def resolve(self, constants: dict):
-        """An int when every name is known, else the symbolic size itself."""
-        raise NotImplementedError
-
-    def _op(self, symbol, other, reflected=False):
-        if not isinstance(other, (int, SymbolicSize)):
-            return NotImplemented
-        return _SizeArithmetic(symbol, other, self) if reflected else \
-            _SizeArithmetic(symbol, self, other)
-
-    def __add__(self, other):
-        return self._op("+", other)
-
-    def __radd__(self, other):
-        return self._op("+", other, reflected=True)
-
-    def __sub__(self, other):
-        return self._op("-", other)
-
-    def __rsub__(self, other):
-        return self._op("-", other, reflected=True)
-
-    def __mul__(self, other):
-        return self._op("*", other)
-
-    def __rmul__(self, other):
-        return self._op("*", other, reflected=True)
-
-    def __floordiv__(self, other):
-        return self._op("//", other)
-
-    def __rfloordiv__(self, other):
-        return self._op("//", other, reflected=True)
-
-    def __mod__(self, other):
-        return self._op("%", other)
-
-    def __rmod__(self, other):
-        return self._op("%", other, reflected=True)
-
-    def __neg__(self):
-        return _SizeArithmetic("-", 0, self)
-
-
-_SIZE_OPS = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__floordiv__,
-             "%": int.__mod__}
-
-
-@dataclass(frozen=True, eq=False)
-class _SizeArithmetic(SymbolicSize):
-    symbol: str
-    left: object
-    right: object
-
-    def resolve(self, constants: dict):
-        a, b = (x.resolve(constants) if isinstance(x, SymbolicSize) else x
-                for x in (self.left, self.right))
-        if isinstance(a, int) and isinstance(b, int):
-            return _SIZE_OPS[self.symbol](a, b)
-        return _SizeArithmetic(self.symbol, a, b)
-
-    def __repr__(self) -> str:
-        return f"({self.left!r} {self.symbol} {self.right!r})"
-
-
-@dataclass(frozen=True, eq=False)
-class SymbolicDim(SymbolicSize):
-    """A `T.const` name whose value is learned from the first tensor that uses it."""
-
-    name: str
-
-    def resolve(self, constants: dict):
-        return constants.get(self.name, self)
-
-    def __repr__(self) -> str:
-        return self.name
 
 
 def const(names: str):
@@ -200,13 +115,13 @@ class Kernel:
                                     tirx.IterVar.ThreadIndex, f"blockIdx.{axis}")
             body = tirx.For(var, 0, to_expr(extent), tirx.ForKind.THREAD_BINDING, body,
                             thread_binding=iter_var)
-        annotations = {"tilelab.kernel": True, "tilelab.threads": list(self.threads)}
+        annotations = {KERNEL: True, THREADS: list(self.threads)}
         return tirx.For(body.loop_var, body.min, body.extent, body.kind, body.body,
                         thread_binding=body.thread_binding, annotations=annotations)
 
 
 def _seq(stmts):
-    from .builder import seq
+    from ..ir.builder import seq
 
     return seq(stmts)
 
@@ -330,194 +245,6 @@ def alloc_var(dtype, init=None):
     if init is not None:
         current("alloc_var").emit(tirx.BufferStore(buffer, to_expr(init, str(buffer.dtype)), [0]))
     return buffer
-
-
-# ---------------------------------------------------------------- regions
-
-
-def _region(value, primitive: str) -> Region | tirx.BufferLoad:
-    if isinstance(value, Region):
-        return value
-    if is_buffer(value):
-        return Region.whole(value)
-    if is_load(value):
-        return value  # a start point; extents come from the other operand
-    raise TileLabTypeError(
-        f"T.{primitive} expects buffers or buffer regions like A[i, 0] or A[0:64, k:k + 32], "
-        f"got {type(value).__name__}")
-
-
-def _point_to_region(point: tirx.BufferLoad, extents: list) -> Region:
-    buffer = point.source
-    rank = len(buffer.shape)
-    extents = [e for e in extents if _const_int(e) != 1] if len(extents) > rank else list(extents)
-    if len(extents) > rank:
-        raise TileLabTypeError(f"a {len(extents)}-d tile does not fit in {buffer.name}, which "
-                               f"has {rank} dimension(s)")
-    full = [1] * (rank - len(extents)) + list(extents)
-    return Region(buffer, tuple(point.indices), tuple(full))
-
-
-def _describe(region: Region) -> str:
-    dims = ", ".join(str(e) for e in region.extents)
-    return f"{region.buffer.name} ({dims})"
-
-
-def resolve_pair(src, dst, primitive: str) -> tuple[Region, Region]:
-    """Turn copy operands into two regions of matching extents, or explain why not."""
-    src, dst = _region(src, primitive), _region(dst, primitive)
-    if is_load(src) and is_load(dst):
-        raise TileLabTypeError(f"T.{primitive}: at least one side must be a whole buffer or a "
-                               "region with extents")
-    if is_load(src):
-        src = _point_to_region(src, list(dst.extents))
-    if is_load(dst):
-        dst = _point_to_region(dst, list(src.extents))
-    a, b = src.squeezed_extents(), dst.squeezed_extents()
-    same = len(a) == len(b) and all(
-        _const_int(x) is None or _const_int(y) is None or _const_int(x) == _const_int(y)
-        for x, y in zip(a, b))
-    if not same:
-        raise TileLabTypeError(
-            f"T.{primitive}: source {_describe(src)} and destination {_describe(dst)} have "
-            "different extents",
-            hint="the two sides must hold the same number of elements along each dimension")
-    return src, dst
-
-
-# ---------------------------------------------------------------- tile operations
-
-
-def copy(src, dst):
-    """Copy a tile between any two of global, shared and fragment memory.
-
-    Either side may be a whole buffer, a region `A[0:64, k:k + 32]`, or a start
-    point `A[by * 64, k * 32]` whose extents are taken from the other side.
-    Elements outside a global tensor are read as zero and never written.
-    """
-    builder = current("copy")
-    src, dst = resolve_pair(src, dst, "copy")
-    builder.emit(tile_call("copy", src, dst))
-
-
-class GemmWarpPolicy(enum.Enum):
-    """How `T.gemm` splits the output tile among warps."""
-
-    Square = "Square"
-    FullRow = "FullRow"
-    FullCol = "FullCol"
-
-
-def gemm(A, B, C, transpose_A=False, transpose_B=False,  # noqa: N803
-         policy=GemmWarpPolicy.Square, clear_accum=False, k_pack=1, wg_wait=0):
-    """`C += A @ B` on tiles (with optional transposes); C is a fragment accumulator."""
-    builder = current("gemm")
-    a, b, c = (_whole(x, "gemm") for x in (A, B, C))
-    m, k = (a[1], a[0]) if transpose_A else a
-    k2, n = (b[1], b[0]) if transpose_B else b
-    if len(c) != 2 or k != k2 or c[0] != m or c[1] != n:
-        raise TileLabTypeError(
-            f"T.gemm shapes do not agree: A{'ᵀ' if transpose_A else ''} is {m}×{k}, "
-            f"B{'ᵀ' if transpose_B else ''} is {k2}×{n}, C is {'×'.join(map(str, c))}",
-            hint="C must be M×N when A is M×K and B is K×N (after the transposes)")
-    if not isinstance(policy, GemmWarpPolicy):
-        raise TileLabTypeError("policy must be a T.GemmWarpPolicy member")
-    builder.emit(tile_call("gemm", Region.whole(A), Region.whole(B), Region.whole(C),
-                           transpose_A=bool(transpose_A), transpose_B=bool(transpose_B),
-                           policy=policy.value, clear_accum=bool(clear_accum)))
-
-
-def _whole(buffer, primitive):
-    if not is_buffer(buffer):
-        raise TileLabTypeError(f"T.{primitive} takes whole buffers (tiles), got "
-                               f"{type(buffer).__name__}")
-    shape = tuple(int(_const_int(e)) for e in buffer.shape)
-    if len(shape) != 2:
-        raise TileLabTypeError(f"T.{primitive} needs 2-d tiles; {buffer.name} has shape {shape}")
-    return shape
-
-
-def fill(buffer, value):
-    """Set every element of a buffer (or region) to `value`."""
-    builder = current("fill")
-    region = _region(buffer, "fill")
-    if is_load(region):
-        region = Region(region.source, tuple(region.indices), (1,) * len(region.indices))
-    builder.emit(tile_call("fill", region, to_expr(value, region.dtype)))
-
-
-def clear(buffer):
-    """Set every element to zero."""
-    fill(buffer, 0)
-
-
-def _reduce(kind):
-    def reduce(src, dst, dim=-1, clear=True):
-        builder = current(f"reduce_{kind}")
-        s, d = (_full_shape(x, f"reduce_{kind}") for x in (src, dst))
-        axis = dim + len(s) if dim < 0 else dim
-        if not 0 <= axis < len(s):
-            raise TileLabTypeError(f"T.reduce_{kind}: dim={dim} is out of range for "
-                                   f"{src.name} of shape {s}")
-        expected = s[:axis] + s[axis + 1:]
-        if tuple(x for x in d if x != 1) != tuple(x for x in expected if x != 1):
-            raise TileLabTypeError(
-                f"T.reduce_{kind}: reducing {src.name} {s} over dim {axis} gives "
-                f"{expected or (1,)}, but {dst.name} has shape {d}")
-        builder.emit(tile_call("reduce", Region.whole(src), Region.whole(dst), kind=kind,
-                               dim=axis, clear=bool(clear)))
-
-    reduce.__name__ = f"reduce_{kind}"
-    reduce.__doc__ = f"Reduce `src` over `dim` with {kind} into `dst` (`clear=False` folds " \
-                     "the old contents of `dst` in)."
-    return reduce
-
-
-def _full_shape(buffer, primitive):
-    if not is_buffer(buffer):
-        raise TileLabTypeError(f"T.{primitive} takes whole buffers, got {type(buffer).__name__}")
-    return tuple(int(_const_int(e)) for e in buffer.shape)
-
-
-reduce_sum = _reduce("sum")
-reduce_max = _reduce("max")
-reduce_min = _reduce("min")
-reduce_abssum = _reduce("abssum")
-reduce_absmax = _reduce("absmax")
-
-
-def atomic_add(dst, value, memory_order="relaxed", return_prev=False):
-    """`dst += value` safely when several blocks update the same elements.
-
-    `dst` is an element `C[i, j]` with a scalar value, or a buffer/region with a
-    tile of the same extents as `value`. The update is atomic and nothing more
-    (`memory_order="relaxed"`): it does not order other memory accesses.
-    """
-    builder = current("atomic_add")
-    if memory_order != "relaxed" or return_prev:
-        feature = f"memory_order={memory_order!r}" if memory_order != "relaxed" else \
-            "return_prev=True"
-        raise TileLabTypeError(f"T.atomic_add with {feature} is not supported",
-                               hint="tilelab's atomics are relaxed and return nothing; order "
-                                    "work between blocks with separate kernels")
-    builder.has_atomics = True
-    if is_load(dst) and (is_expr(value) or isinstance(value, (int, float))):
-        region = Region(dst.source, tuple(dst.indices), (1,) * len(dst.indices))
-        builder.emit(tile_call("atomic_add", region, to_expr(value, region.dtype)))
-        return
-    src, dst = resolve_pair(value, dst, "atomic_add")
-    builder.emit(tile_call("atomic_add", dst, src))
-
-
-def print(value, msg=""):  # noqa: A001 - T.print
-    """Print a scalar or a buffer from inside the kernel, prefixed by `msg`."""
-    builder = current("print")
-    if is_buffer(value):
-        builder.emit(tile_call("print", Region.whole(value), msg=str(msg)))
-    elif isinstance(value, Region):
-        builder.emit(tile_call("print", value, msg=str(msg)))
-    else:
-        builder.emit(tile_call("print", to_expr(value), msg=str(msg)))
 
 
 def use_swizzle(panel_size=8, order="row", enable=True):

@@ -18,9 +18,10 @@ import difflib
 from tvm import tirx
 
 from ..errors import TileLabSyntaxError
-from . import dtypes
+from ..ir import dtypes
+from ..ir.builder import SymbolicDim
 from . import expr as E
-from .primitives import SymbolicDim, alloc_fragment, alloc_local, alloc_shared, serial, unroll
+from .primitives import alloc_fragment, alloc_local, alloc_shared, serial, unroll
 
 # ---------------------------------------------------------------- data types
 

@@ -18,13 +18,8 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
 
 from ..errors import TileLabWarning
-from ..ir.tile_ops import config, op_name, regions
-from ._util import walk
-
-# tile ops and which of their regions they read, and write
-_READS = {"copy": [0], "gemm": [0, 1, 2], "reduce": [0], "atomic_add": [0, 1], "print": [0],
-          "fill": []}
-_WRITES = {"copy": [1], "gemm": [2], "reduce": [1], "atomic_add": [0], "fill": [0], "print": []}
+from ..ir.visit import walk
+from ..ops import effects
 
 
 def unwritten_fragment_reads(func) -> list[str]:
@@ -40,18 +35,12 @@ def unwritten_fragment_reads(func) -> list[str]:
             early.append(buffer.name)
 
     def visit(node):
-        if isinstance(node, TilePrimitiveCall):
-            name, regs = op_name(node), regions(node)
-            reads = list(_READS.get(name, []))
-            if name == "gemm" and config(node).get("clear_accum"):
-                reads = [0, 1]
-            if name == "reduce" and config(node).get("clear"):
-                reads = [0]
-            for i in reads:
-                if i < len(regs):
-                    read(regs[i].buffer)
-            for i in _WRITES.get(name, []):
-                written.add(regs[i].buffer.name)
+        if isinstance(node, TilePrimitiveCall):  # what the op's module declares
+            done = effects(node)
+            for region in done.reads:
+                read(region.buffer)
+            for region in done.writes:
+                written.add(region.buffer.name)
         elif isinstance(node, tirx.BufferStore):
             walk(node.value, tvm.ir.TensorLoad, lambda load: read(load.source))
             written.add(node.buffer.name)

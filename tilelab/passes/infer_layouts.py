@@ -31,30 +31,12 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
 
 from ..errors import TileLabTypeError
-from ..ir.layout import Fragment, Layout
-from ..ir.tile_ops import config, is_buffer, is_load, op_name, regions
-from ._util import walk
-
-
-def warp_grid(policy: str, m: int, n: int, warps: int) -> tuple[int, int]:
-    """Split `warps` into a warps_m x warps_n grid over an MxN tile (16x8 tensor-core tiles)."""
-    candidates = []
-    for wm in range(1, warps + 1):
-        if warps % wm:
-            continue
-        wn = warps // wm
-        if m % (16 * wm) or n % (8 * wn):
-            continue
-        candidates.append((wm, wn))
-    if not candidates:
-        raise TileLabTypeError(
-            f"a {m}x{n} GEMM tile cannot be split among {warps} warps in 16x8 pieces",
-            hint="use tile sizes that are multiples of 16 (M) and 8 (N) per warp")
-    if policy == "FullRow":
-        return max(candidates, key=lambda c: c[0])
-    if policy == "FullCol":
-        return max(candidates, key=lambda c: c[1])
-    return min(candidates, key=lambda c: (abs(m / c[0] - n / c[1]), -c[0]))
+from ..ir.dtypes import as_dtype
+from ..ir.keys import KERNEL, block_threads
+from ..ir.layout import Fragment, owner_table, reshaped, thread_elements
+from ..ir.tile_ops import is_buffer, is_load
+from ..ir.visit import keep_user_errors, walk
+from ..ops import at_user_line, lookup
 
 
 @dataclass
@@ -89,6 +71,8 @@ class LayoutPlan:
     nests: list = field(default_factory=list)
     loop_layouts: dict = field(default_factory=dict)  # the outer T.Parallel loop -> Fragment
     shared_layouts: dict = field(default_factory=dict)  # shared tile name -> swizzled Layout
+    wgmma: dict = field(default_factory=dict)  # the gemm node -> its WgmmaPlan (sm_90a)
+    instructions: list = field(default_factory=list)  # per gemm: the instruction and why
 
     def to_json(self) -> dict:
         out = {name: frag.to_json() for name, frag in self.fragments.items()}
@@ -97,7 +81,7 @@ class LayoutPlan:
         return out
 
 
-def _parallel_nest(loop) -> ParallelNest:
+def parallel_nest(loop) -> ParallelNest:
     loop_vars, extents, node = [], [], loop
     while isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
         loop_vars.append(node.loop_var)
@@ -128,7 +112,40 @@ def default_fragment(shape, threads: int, dtype_bits: int) -> Fragment:
     return Fragment.row_spread(shape, threads, vector)
 
 
-def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPlan:
+NO_WGMMA = "no sm_90a target"
+
+
+class LayoutContext:
+    """What an op's layout rule sees: the plan so far and how to add to it."""
+
+    def __init__(self, plan: LayoutPlan, threads: int, wgmma_off: str | None = NO_WGMMA):
+        self.plan = plan
+        self.layouts = plan.fragments  # fragment name -> Fragment
+        self.threads = threads
+        self.warps = threads // 32
+        self.wgmma_off = wgmma_off  # why warpgroup MMA is not available; None where it is
+        self.reshaped = reshaped
+
+    def assign(self, buffer, frag: Fragment, why: str) -> bool:
+        """Give `buffer` the layout `frag`; False if it had it already (or cannot take it)."""
+        known = self.layouts.get(buffer.name)
+        if known is not None:
+            if not known.same_as(frag):
+                raise TileLabTypeError(
+                    f"fragment {buffer.name!r} needs two different layouts: {known} and {frag} "
+                    f"(from {why})",
+                    hint="copy it into a second fragment, or change the GEMM warp policy")
+            return False
+        if tuple(frag.shape) != _shape(buffer):
+            return False
+        self.layouts[buffer.name] = frag
+        return True
+
+
+def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
+                  wgmma_off: str | None = NO_WGMMA) -> LayoutPlan:
+    """The LayoutPlan of one kernel body; `func` (the PrimFunc) lets errors name the user's
+    line; `wgmma_off` says why T.gemm may not use warpgroup MMA (None: it may)."""
     plan = LayoutPlan()
     for name, layout in (annotated or {}).items():  # the user's word comes first
         if isinstance(layout, Fragment):
@@ -136,28 +153,23 @@ def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPl
                 raise TileLabTypeError(f"the T.Fragment of {name!r} uses {layout.threads} "
                                        f"threads but the kernel has {threads}")
             plan.fragments[name] = layout
-        elif getattr(layout, "column", None) is not None:
+        elif getattr(layout, "place", None) is not None:
             plan.shared_layouts[name] = layout
         else:
             raise TileLabTypeError(
                 f"the layout annotated for {name!r} is not supported for shared memory yet",
                 hint="use a swizzle that permutes 16-byte chunks within rows (Layout.swizzled)")
     fragments: dict = {}  # name -> buffer, in order of allocation
-    gemms, reduces, copies = [], [], []
+    calls: list = []  # (tile-op node, its TileOp), in program order
 
     def collect(node):
         if isinstance(node, tirx.AllocBuffer) and _is_fragment(node.buffer):
             fragments[node.buffer.name] = node.buffer
         elif isinstance(node, TilePrimitiveCall):
-            name = op_name(node)
-            if name == "gemm":
-                gemms.append(node)
-            elif name == "reduce":
-                reduces.append(node)
-            elif name == "copy":
-                copies.append(node)
+            with at_user_line(node, func):
+                calls.append((node, lookup(node)))
         elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
-            nest = _parallel_nest(node)
+            nest = parallel_nest(node)
             innermost = node
             for _ in nest.loop_vars[1:]:
                 innermost = innermost.body
@@ -174,110 +186,35 @@ def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPl
         return None
 
     walk(body, object, collect)
-    layouts = plan.fragments
-    warps = threads // 32
+    ctx = LayoutContext(plan, threads, wgmma_off)
 
-    def assign(buffer, frag: Fragment, why: str):
-        known = layouts.get(buffer.name)
-        if known is not None:
-            if not known.same_as(frag):
-                raise TileLabTypeError(
-                    f"fragment {buffer.name!r} needs two different layouts: {known} and {frag} "
-                    f"(from {why})",
-                    hint="copy it into a second fragment, or change the GEMM warp policy")
-            return False
-        if tuple(frag.shape) != _shape(buffer):
-            return False
-        layouts[buffer.name] = frag
-        return True
-
-    # Shared tiles written from fragments (an epilogue staging its result) are swizzled
-    # too: each thread stores a few elements per row, which row-major would send to
-    # one bank from all eight rows a warp writes at once.
-    for c in copies:
-        src, dst = regions(c)
-        if _is_fragment(src.buffer) and dst.buffer.scope().startswith("shared") and \
-                tirx_dtype_bits(dst.buffer.dtype) == 16 and dst.buffer.name not in \
-                plan.shared_layouts and len(dst.buffer.shape) >= 2:
-            plan.shared_layouts[dst.buffer.name] = Layout.swizzled(_shape(dst.buffer)[-2:], 16)
-
-    # 1. GEMMs fix their accumulators and register operands.
-    for g in gemms:
-        a, b, c = regions(g)
-        cfg = config(g)
-        m, n = _shape(c.buffer)[-2:]
-        if warps < 1:
-            raise TileLabTypeError("T.gemm needs at least one warp (32 threads)")
-        wm, wn = warp_grid(cfg["policy"], m, n, warps)
-        plan.gemm_warps[g] = (wm, wn)
-        if _is_fragment(c.buffer):
-            assign(c.buffer, Fragment.accumulator(m, n, wm, wn), "T.gemm accumulator")
-        for operand in (a, b):  # tensor cores read 16-byte rows: swizzle against conflicts
-            buf = operand.buffer
-            if buf.scope().startswith("shared") and tirx_dtype_bits(buf.dtype) == 16 and \
-                    buf.name not in plan.shared_layouts:
-                tile = _shape(buf)[-2:]
-                plan.shared_layouts[buf.name] = Layout.swizzled(tile, 16)
-        if _is_fragment(a.buffer):
-            if cfg["transpose_A"]:
-                raise TileLabTypeError("a register A operand of T.gemm cannot be transposed")
-            k = _shape(a.buffer)[-1]
-            assign(a.buffer, Fragment.operand_a(m, k, wm, wn), "T.gemm A operand")
+    # 1. ops fix the layouts they insist on (GEMM accumulators, swizzled tiles).
+    for call, op in calls:
+        if op.fix_layouts is not None:
+            with at_user_line(call, func):
+                op.fix_layouts(call, ctx)
 
     def propagate():
         changed = True
         while changed:
             changed = False
-            for r in reduces:
-                src, dst = regions(r)
-                if src.buffer.name in layouts and _is_fragment(dst.buffer) and \
-                        dst.buffer.name not in layouts:
-                    dim = int(config(r)["dim"])
-                    try:
-                        reduced = layouts[src.buffer.name].reduce(dim)
-                    except NotImplementedError:
-                        raise TileLabTypeError(
-                            f"reducing fragment {src.buffer.name!r} over dimension {dim} is "
-                            f"not supported for its layout {layouts[src.buffer.name]}",
-                            hint="reduce over the last dimension, or annotate the fragment "
-                                 "with a layout that keeps the reduced dimension in a "
-                                 "thread group") from None
-                    changed |= assign(dst.buffer, _reshaped(reduced, _shape(dst.buffer)),
-                                      "T.reduce")
-            for c in copies:
-                src, dst = regions(c)
-                if _is_fragment(src.buffer) and _is_fragment(dst.buffer):
-                    for x, y in ((src, dst), (dst, src)):
-                        if x.buffer.name in layouts and y.buffer.name not in layouts:
-                            changed |= assign(y.buffer, layouts[x.buffer.name], "T.copy")
+            for call, op in calls:
+                if op.propagate_layouts is not None:
+                    with at_user_line(call, func):
+                        changed |= op.propagate_layouts(call, ctx)
             for nest in plan.nests:
-                changed |= _propagate_nest(nest, layouts, assign, plan)
+                changed |= _propagate_nest(nest, ctx.layouts, ctx.assign, plan)
 
+    # 2. known layouts spread to neighbours; 3. a fragment still free gets a default.
     propagate()
     for name, buffer in fragments.items():
-        if name not in layouts:
-            bits = tirx_dtype_bits(buffer.dtype)
-            layouts[name] = default_fragment(_shape(buffer), threads, bits)
+        if name not in ctx.layouts:
+            bits = as_dtype(str(buffer.dtype)).bits
+            ctx.layouts[name] = default_fragment(_shape(buffer), threads, bits)
             propagate()
     for nest in plan.nests:
-        _check_nest(nest, layouts, plan, threads)
+        _check_nest(nest, ctx.layouts, plan, threads)
     return plan
-
-
-def tirx_dtype_bits(dtype) -> int:
-    from ..language.dtypes import as_dtype
-
-    return as_dtype(str(dtype)).bits
-
-
-def _reshaped(frag: Fragment, shape: tuple) -> Fragment:
-    if tuple(frag.shape) == tuple(shape):
-        return frag
-    squeezed = tuple(s for s in shape if s != 1) or (1,)
-    if (tuple(s for s in frag.shape if s != 1) or (1,)) == squeezed and \
-            frag.recipe.get("kind") == "replicated":
-        return Fragment.replicated(shape, frag.threads)
-    return frag
 
 
 def _nest_layout(nest: ParallelNest, layouts: dict, plan: LayoutPlan):
@@ -322,7 +259,7 @@ def _propagate_nest(nest, layouts, assign, plan) -> bool:
                 reduced = layout.reduce(missing[0])
             except NotImplementedError:
                 continue
-            changed |= assign(buffer, _reshaped(reduced, _shape(buffer)), "a T.Parallel loop")
+            changed |= assign(buffer, reshaped(reduced, _shape(buffer)), "a T.Parallel loop")
     return changed
 
 
@@ -357,44 +294,22 @@ def _check_nest(nest, layouts, plan, threads):
                              "through shared memory")
 
 
-_TABLE_CACHE: dict = {}
-_KEEP_ALIVE: list = []
+def InferLayouts(plans: dict, on_plan=None):  # noqa: N802
+    """Runs layout inference on each kernel and keeps the plan for the lowering pass."""
 
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.InferLayouts")
+    @keep_user_errors
+    def _pass(func, _mod, _ctx):
+        def visit(loop):
+            if isinstance(loop, tirx.For) and KERNEL in loop.annotations:
+                threads = block_threads(loop)
+                plans["plan"] = infer_layouts(loop, threads, plans.get("annotated"), func,
+                                              plans.get("wgmma_off", NO_WGMMA))
+                if on_plan is not None:
+                    on_plan(plans["plan"])
 
-def _key(kind: str, frag: Fragment):
-    """Fragments from a recipe are rebuilt identically; a custom one is only itself."""
-    if frag.recipe.get("kind") == "custom":
-        return (kind, "custom", id(frag.forward))
-    return (kind, repr(frag.recipe), frag.shape)
+        walk(func.body, tirx.For, visit)
+        return func
 
-
-def thread_elements(frag: Fragment) -> list[list[tuple]]:
-    """For each thread, the index held in each of its local registers."""
-    key = _key("elements", frag)
-    if key not in _TABLE_CACHE:
-        table = [[None] * frag.local_size for _ in range(frag.threads)]
-        thread, local = frag.tables()
-        import numpy as np
-
-        for flat in range(thread[0].size):
-            idx = np.unravel_index(flat, frag.shape)
-            for r in range(frag.replicate):
-                t, loc = int(thread[(r, *idx)]), int(local[(r, *idx)])
-                table[t][loc] = tuple(int(i) for i in idx)
-        _TABLE_CACHE[key] = table
-        _KEEP_ALIVE.append(frag.forward)  # so that id() keys stay unique
-    return _TABLE_CACHE[key]
-
-
-def owner_table(frag: Fragment) -> dict:
-    """element index -> {thread: local register} over all copies."""
-    key = _key("owners", frag)
-    if key not in _TABLE_CACHE:
-        owners: dict = {}
-        for t, elements in enumerate(thread_elements(frag)):
-            for loc, idx in enumerate(elements):
-                if idx is not None:
-                    owners.setdefault(idx, {})[t] = loc
-        _TABLE_CACHE[key] = owners
-    return _TABLE_CACHE[key]
+    return _pass
 

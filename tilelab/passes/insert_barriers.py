@@ -17,10 +17,10 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from ..ir.tile_ops import config, is_buffer, is_load, op_name, regions
-from ._util import walk
-
-_WRITTEN_REGION = {"copy": 1, "fill": 0, "gemm": 2, "reduce": 1, "atomic_add": 0}
+from ..ir.keys import KERNEL
+from ..ir.tile_ops import config, is_buffer, is_load
+from ..ir.visit import walk
+from ..ops import effects
 
 
 def _shared(buffer) -> bool:
@@ -35,13 +35,9 @@ def accesses(stmt) -> tuple[set, set]:
         if isinstance(node, TilePrimitiveCall):
             if config(node).get("asynchronous"):
                 return  # the pipeline that issued it waits and synchronizes for it
-            regs = regions(node)
-            written = _WRITTEN_REGION.get(op_name(node))
-            for i, region in enumerate(regs):
-                if _shared(region.buffer):
-                    (writes if i == written else reads).add(region.buffer.name)
-            if op_name(node) == "gemm" and _shared(regs[2].buffer):
-                reads.add(regs[2].buffer.name)
+            done = effects(node)  # as the op's module declares them
+            reads.update(r.buffer.name for r in done.reads if _shared(r.buffer))
+            writes.update(w.buffer.name for w in done.writes if _shared(w.buffer))
         elif isinstance(node, tirx.BufferStore) and _shared(node.buffer):
             writes.add(node.buffer.name)
         elif is_load(node) and _shared(node.source):
@@ -140,10 +136,10 @@ def InsertBarriers():  # noqa: N802
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.InsertBarriers")
     def _pass(func, _mod, _ctx):
-        from ._util import rewrite_pre
+        from ..ir.visit import rewrite_pre
 
         def on_kernel(loop):
-            if "tilelab.kernel" not in loop.annotations:
+            if KERNEL not in loop.annotations:
                 return loop
             return _with_block_body(loop, insert_barriers)
 

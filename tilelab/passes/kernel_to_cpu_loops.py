@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from ._util import rewrite, rewrite_pre, substitute
+from ..ir.keys import KERNEL
+from ..ir.visit import rewrite, rewrite_pre, substitute
 
 
 def _block_loops(loop):
@@ -55,7 +56,7 @@ def kernel_to_cpu_loops(func, has_atomics: bool):
     body = rewrite(func.body, tirx.For, _serialize)
 
     def lower_kernel(loop):
-        if "tilelab.kernel" in loop.annotations:
+        if KERNEL in loop.annotations:
             return _flatten_blocks(loop, has_atomics)
         return loop
 

@@ -26,9 +26,10 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
+from ..ir.builder import seq
+from ..ir.keys import PIPELINED
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
-from ..language.builder import seq
-from ._util import keep_user_errors, rewrite, substitute
+from ..ir.visit import keep_user_errors, rewrite, substitute
 
 
 def _extern(name: str):
@@ -123,7 +124,7 @@ def buffer_uses(node) -> dict:
     """How many times each buffer is read or written (tile ops, loads, stores) in `node`."""
     import tvm
 
-    from ._util import walk
+    from ..ir.visit import walk
 
     counts: dict = {}
 
@@ -165,7 +166,9 @@ def pipeline_loop(loop, plans: list, timeline=None, block=None, uses=None):
             src, dst = regions(p)
             src = Region(src.buffer, tuple(substitute(s, {k: iteration}) if not isinstance(s, int)
                                            else s for s in src.starts), src.extents)
-            stmts.append(tile_call("copy", src, staging.region(dst, slot), asynchronous=True))
+            where = {"loc": p.config["loc"]} if "loc" in p.config else {}  # the user's line
+            stmts.append(tile_call("copy", src, staging.region(dst, slot), asynchronous=True,
+                                   **where))
         return seq(stmts)
 
     def guarded(iteration, stmt):
@@ -189,7 +192,7 @@ def pipeline_loop(loop, plans: list, timeline=None, block=None, uses=None):
             [_stamp(timeline, block, k, 1)] + new_body[2:4] + \
             [_stamp(timeline, block, k, 2)] + new_body[4:] + [_stamp(timeline, block, k, 3)]
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
-                        annotations={"num_stages": stages, "tilelab.pipelined": True})
+                        annotations={"num_stages": stages, PIPELINED: True})
     plan = {
         "loop": str(k.name), "num_stages": stages,
         "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
@@ -208,7 +211,7 @@ def pipeline_loop(loop, plans: list, timeline=None, block=None, uses=None):
 
 def _linear_block(body):
     """The block's number in launch order, from the kernel's block loops."""
-    from ._util import walk
+    from ..ir.visit import walk
 
     loops = []
     walk(body, tirx.For, lambda loop: loops.append(loop)
@@ -235,7 +238,7 @@ def PipelineLoops(plans: list):  # noqa: N802
             stmts, changed = [], False
             for stmt in seq_stmt:
                 if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
-                        "tilelab.pipelined" not in stmt.annotations:
+                        PIPELINED not in stmt.annotations:
                     new, staging = pipeline_loop(stmt, plans, timeline, block, uses)
                     if staging is not None:
                         stagings.append(staging)

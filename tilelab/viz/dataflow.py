@@ -2,7 +2,7 @@
 
 A tile kernel moves data down the memory hierarchy and back: global memory
 -> shared tiles -> register fragments -> global memory. The graph shows that
-path from the Trace's program summary (`ir/summary.py`): every buffer is a
+path from the Trace's program summary (`passes/summarize.py`): every buffer is a
 box colored by its memory scope, every tile op an ellipse, with an edge from
 each buffer an op reads and to each buffer it writes (a double-headed edge
 when it does both, as a GEMM does with its accumulator). Ops inside a loop

@@ -7,6 +7,8 @@ through DLPack (torch CPU tensors or numpy arrays).
 
 from __future__ import annotations
 
+import json
+import tempfile
 from pathlib import Path
 
 from tvm import tirx
@@ -14,6 +16,7 @@ from tvm import tirx
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
+from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
 
 PIPELINE_NAME = "tilelab_cpu"
 
@@ -39,19 +42,6 @@ def passes(program, vectorize: bool = True) -> list:
         T.MakePackedAPI(),                # the calling convention TVM's runtime uses
         T.BF16StorageLegalize(),
     ]
-
-
-def build(mod, program, vectorize: bool = True):
-    """Run the CPU pipeline on an IRModule and generate code with LLVM."""
-    import tvm
-    from tvm.tirx.compilation_pipeline import finalize_device_passes, finalize_host_passes
-
-    def factory():
-        return tvm.transform.Sequential(passes(program, vectorize), name="tilelab_cpu"), \
-            finalize_host_passes, finalize_device_passes
-
-    tirx.compilation_pipeline.register_tir_pipeline(PIPELINE_NAME, factory)
-    return tvm.tirx.build(mod, target=host_target(), pipeline=PIPELINE_NAME)
 
 
 def host_target():
@@ -90,3 +80,47 @@ class CPURunner:
         import tvm_ffi
 
         self.function(*(tvm_ffi.from_dlpack(a) for a in arrays))
+
+
+class CPUBackend(Backend):
+    """Loops built by LLVM for this machine; the reference semantics of every kernel."""
+
+    kind = "cpu"
+
+    def cache_target(self, target: str) -> str:
+        import platform
+
+        from tvm.target import codegen
+
+        # CPU code is built for this machine's processor
+        return f"cpu:{platform.machine()}:{codegen.llvm_get_system_cpu()}"
+
+    def build(self, mod, program, target: str, configs: dict, trace):
+        vectorize = not configs.get("tl.disable_vectorize", False)
+        return run_pipeline(PIPELINE_NAME, passes(program, vectorize), mod, host_target())
+
+    def finish(self, program, trace, executable, recorder, target: str, configs: dict):
+        from ..cuda import plans_without_code
+
+        # show what the GPU backend would choose, so CPU users see it too
+        trace.layouts, trace.pipelines = plans_without_code(program)
+        trace.code["llvm"] = llvm_ir(executable)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "kernel.so"
+            export(executable, path)
+            files = {"kernel.so": path.read_bytes(),
+                     "meta.json": json.dumps({"name": program.name, "target": target}).encode()}
+        return CompiledArtifact(CPURunner(executable, program.name), trace), files
+
+    def load(self, entry, program, trace) -> CompiledArtifact:
+        return CompiledArtifact(CPURunner.load(entry / "kernel.so", program.name), trace)
+
+
+def _register() -> CPUBackend:
+    from tvm.tirx.compilation_pipeline import finalize_device_passes, finalize_host_passes
+
+    register_pipeline(PIPELINE_NAME, finalize_host_passes, finalize_device_passes)
+    return CPUBackend()
+
+
+BACKEND = _register()

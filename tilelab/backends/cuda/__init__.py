@@ -12,25 +12,34 @@ runtime (`tilelab.runtime`, no TVM needed) launches.
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import threading
 
 from tvm import tirx
 
+from ...errors import TileLabCompileError, TileLabError
+from ...ir.keys import KERNEL, PassConfigKey, block_threads
 from ...passes.check_fragment_reads import CheckFragmentReads
+from ...passes.infer_layouts import InferLayouts
 from ...passes.insert_barriers import InsertBarriers
-from ...passes.lower_tile_ops_to_threads import InferLayouts, LowerTileOpsToThreads
+from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
+from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
+from . import nvcc
 
 PIPELINE_NAME = "tilelab_cuda"
 
 
-def passes(program, on_plan, pipelines: list, vectorize: bool = True) -> list:
+def passes(program, on_plan, pipelines: list, vectorize: bool = True,
+           wgmma_off: str | None = "no sm_90a target") -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
-    plans: dict = {"swizzle": program.swizzle, "annotated": program.layouts}
+    plans: dict = {"swizzle": program.swizzle, "annotated": program.layouts,
+                   "wgmma_off": wgmma_off}
     return [
         CheckFragmentReads(program.buffer_locations),
         PipelineLoops(pipelines),              # T.Pipelined: load ahead with cp.async
@@ -61,27 +70,19 @@ def passes(program, on_plan, pipelines: list, vectorize: bool = True) -> list:
     ]
 
 
-def target(arch: str):
+def wgmma_unavailable(arch: str, configs: dict) -> str | None:
+    """Why T.gemm cannot use warpgroup MMA for this target and these settings (None: it can)."""
+    if arch != "sm_90a":
+        return f"the target is {arch}; wgmma needs sm_90a"
+    if configs.get(PassConfigKey.TL_DISABLE_WGMMA.value, False):
+        return "turned off by PassConfigKey.TL_DISABLE_WGMMA"
+    return None
+
+
+def cuda_target(arch: str):
     import tvm
 
     return tvm.target.Target({"kind": "cuda", "arch": arch}, host="llvm")
-
-
-def build(mod, program, arch: str, on_plan=None, pipelines: list | None = None,
-          vectorize: bool = True):
-    """Run the CUDA pipeline and TVM's code generator; returns the executable."""
-    import tvm
-    from tvm.s_tir.pipeline import finalize_device_passes, finalize_host_passes
-
-    def factory():
-        plans = pipelines if pipelines is not None else []
-        return tvm.transform.Sequential(passes(program, on_plan, plans, vectorize),
-                                        name=PIPELINE_NAME), \
-            finalize_host_passes, finalize_device_passes
-
-    tirx.compilation_pipeline.register_tir_pipeline(PIPELINE_NAME, factory)
-    with source_only():
-        return tvm.tirx.build(mod, target=target(arch), pipeline=PIPELINE_NAME)
 
 
 # ---------------------------------------------------------------- who compiles the CUDA C
@@ -148,9 +149,9 @@ def launch_config(device_mod) -> dict:
     """Kernel symbol, dynamic shared memory and parameter names of the device function."""
     import math
 
+    from ...ir.dtypes import itemsize
     from ...ir.tile_ops import is_buffer
-    from ...language.dtypes import itemsize
-    from ...passes._util import walk
+    from ...ir.visit import walk
 
     kernels = [(gv, f) for gv, f in device_mod.functions.items()
                if f.attrs is not None and "calling_conv" in f.attrs]
@@ -168,3 +169,131 @@ def launch_config(device_mod) -> dict:
     walk(func.body, tirx.AllocBuffer, visit)  # after merging: the one dynamic allocation
     params = [str(p.name) for p in func.params if not is_buffer(p)]
     return {"kernel_name": name, "dynamic_smem": smem[0], "param_names": params}
+
+
+# ---------------------------------------------------------------- from the source to a kernel
+
+
+def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
+    """nvcc the generated source; record code, resources and the launch configuration."""
+    source = cuda_source(executable)
+    fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
+    compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
+    config = launch_config(recorder.device_module)
+    names = [str(b.name) for b in program.func.params]
+    order = []
+    for pname in config["param_names"]:
+        base = pname.removesuffix("_ptr")
+        if base not in names:
+            raise TileLabCompileError(f"kernel parameter {pname} matches no tensor of "
+                                      f"{program.name}")
+        order.append(names.index(base))
+    launch = {"kernel_name": config["kernel_name"], "grid": list(kernel_grid(program)),
+              "block": [math.prod(program.threads or (1,)), 1, 1],
+              "dynamic_smem": config["dynamic_smem"], "arch": arch, "arg_order": order}
+    trace.code.update(cuda=source, ptx=compiled["ptx"], sass=compiled["sass"],
+                      ptxas=compiled["ptxas"])
+    trace.resources = dict(compiled["resources"], dynamic_smem_bytes=launch["dynamic_smem"],
+                           grid=launch["grid"], block=launch["block"], arch=arch)
+    files = {"kernel.cubin": compiled["cubin"], "launch.json": json.dumps(launch).encode()}
+    runner = cuda_runner(program, launch, compiled["cubin"])
+    return CompiledArtifact(runner, trace, launch, compiled["cubin"]), files
+
+
+def kernel_grid(program) -> tuple[int, int, int]:
+    """Grid dimensions of the program's T.Kernel, from its block loops."""
+    from tvm import tirx
+
+    from ...ir.visit import walk
+
+    grid = [1, 1, 1]
+
+    def visit(loop):
+        if loop.kind == tirx.ForKind.THREAD_BINDING and loop.thread_binding is not None:
+            tag = str(loop.thread_binding.thread_tag)
+            if tag.startswith("blockIdx."):
+                grid["xyz".index(tag[-1])] = int(loop.extent)
+
+    walk(program.func.body, tirx.For, visit)
+    return tuple(grid)
+
+
+def cuda_runner(program, launch: dict, cubin: bytes):
+    """A CudaLauncher called with the tensors in signature order."""
+    from ...runtime.cuda import CudaLauncher
+
+    return CudaLauncher(cubin, launch["kernel_name"], launch["grid"], launch["block"],
+                        launch["dynamic_smem"], [p.dtype for p in program.params],
+                        arch=launch["arch"], arg_order=launch["arg_order"])
+
+
+def plans_without_code(program) -> tuple[dict, list]:
+    """Layouts and pipeline plans the CUDA backend would choose (analyses only, no code)."""
+    import tvm
+    from tvm import tirx
+
+    from ...ir.visit import walk
+    from ...passes.infer_layouts import infer_layouts
+    from ...passes.pipeline_loops import PipelineLoops
+
+    pipelines: list = []
+    try:
+        mod = PipelineLoops(pipelines)(tvm.IRModule({program.name: program.func}))
+        layouts: dict = {}
+
+        def visit(loop):
+            if KERNEL in loop.annotations:
+                threads = block_threads(loop)
+                layouts.update(infer_layouts(loop, threads, program.layouts).to_json())
+
+        walk(mod[program.name].body, tirx.For, visit)
+    except Exception:  # noqa: BLE001 - a CPU-only kernel need not fit the GPU's rules
+        from ...ir.visit import UserErrors
+
+        UserErrors.take()
+        return {}, pipelines
+    return layouts, pipelines
+
+
+class CUDABackend(Backend):
+    """CUDA C from TVM's code generator, compiled by tilelab's nvcc step into a cubin."""
+
+    kind = "cuda"
+
+    def cache_target(self, target: str) -> str:
+        return f"{target}:{nvcc.toolchain_version()}"  # the toolchain that makes the cubin
+
+    def build(self, mod, program, target: str, configs: dict, trace):
+        arch = target.partition(":")[2] or nvcc.default_arch()
+        vectorize = not configs.get(PassConfigKey.TL_DISABLE_VECTORIZE.value, False)
+
+        def on_plan(plan):
+            trace.layouts.update(plan.to_json())
+            trace.instructions.extend(plan.instructions)
+
+        pass_list = passes(program, on_plan, trace.pipelines, vectorize,
+                           wgmma_unavailable(arch, configs))
+        with source_only():
+            return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
+
+    def finish(self, program, trace, executable, recorder, target: str, configs: dict):
+        arch = target.partition(":")[2] or nvcc.default_arch()
+        try:
+            return finish_cuda(program, trace, executable, recorder, arch, configs)
+        except TileLabError as err:  # nvcc's complaint, at the kernel the user wrote
+            raise err.with_location(program.source.location(program.source.node)) from None
+
+    def load(self, entry, program, trace) -> CompiledArtifact:
+        launch = json.loads((entry / "launch.json").read_text())
+        cubin = (entry / "kernel.cubin").read_bytes()
+        return CompiledArtifact(cuda_runner(program, launch, cubin), trace, launch, cubin)
+
+
+def _register() -> CUDABackend:
+    from tvm.s_tir.pipeline import finalize_device_passes, finalize_host_passes
+
+    register_pipeline(PIPELINE_NAME, finalize_host_passes, finalize_device_passes)
+    return CUDABackend()
+
+
+BACKEND = _register()

@@ -63,6 +63,23 @@ __device__ __forceinline__ void mma_m16n8k16(float* c, const __nv_bfloat16* a,
       : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));
 }
 
+// ---- wgmma.mma_async (Hopper) runs asynchronously: its accumulators change without the
+// compiler seeing it. An empty asm that reads and writes each register keeps the compiler's
+// own reads and writes of them on the right side of wgmma.fence and wgmma.wait_group.
+template <int N>
+__device__ __forceinline__ void wgmma_fence_registers(float* regs) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(regs[i])::"memory");
+}
+
+// The tensor cores apply a descriptor's swizzle to the address bits, so a swizzled operand
+// tile must start on a multiple of its swizzle pattern (8 rows of the swizzle width);
+// anything else would be read permuted. Stop the kernel rather than compute garbage.
+template <int Bytes>
+__device__ __forceinline__ void wgmma_check_aligned(const void* tile) {
+  if (smem_addr(tile) % Bytes != 0) __trap();
+}
+
 // ---- cp.async: copy global -> shared without passing through registers.
 // When `in_bounds` is false the source is not read and the bytes become zero.
 template <int Bytes>

@@ -16,6 +16,91 @@ from tvm import tirx
 from ..errors import SourceLocation, TileLabSyntaxError
 
 
+class SymbolicSize:
+    """A size known only once a tensor has it: a `T.const` name, or arithmetic on names.
+
+    `OH = (H + 2 * P - K) // S + 1` may be written before any tensor gives H; it stays
+    symbolic until then, and the front end resolves it whenever it is read.
+    """
+
+    def resolve(self, constants: dict):
+        """An int when every name is known, else the symbolic size itself."""
+        raise NotImplementedError
+
+    def _op(self, symbol, other, reflected=False):
+        if not isinstance(other, (int, SymbolicSize)):
+            return NotImplemented
+        return _SizeArithmetic(symbol, other, self) if reflected else \
+            _SizeArithmetic(symbol, self, other)
+
+    def __add__(self, other):
+        return self._op("+", other)
+
+    def __radd__(self, other):
+        return self._op("+", other, reflected=True)
+
+    def __sub__(self, other):
+        return self._op("-", other)
+
+    def __rsub__(self, other):
+        return self._op("-", other, reflected=True)
+
+    def __mul__(self, other):
+        return self._op("*", other)
+
+    def __rmul__(self, other):
+        return self._op("*", other, reflected=True)
+
+    def __floordiv__(self, other):
+        return self._op("//", other)
+
+    def __rfloordiv__(self, other):
+        return self._op("//", other, reflected=True)
+
+    def __mod__(self, other):
+        return self._op("%", other)
+
+    def __rmod__(self, other):
+        return self._op("%", other, reflected=True)
+
+    def __neg__(self):
+        return _SizeArithmetic("-", 0, self)
+
+
+_SIZE_OPS = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__floordiv__,
+             "%": int.__mod__}
+
+
+@dataclass(frozen=True, eq=False)
+class _SizeArithmetic(SymbolicSize):
+    symbol: str
+    left: object
+    right: object
+
+    def resolve(self, constants: dict):
+        a, b = (x.resolve(constants) if isinstance(x, SymbolicSize) else x
+                for x in (self.left, self.right))
+        if isinstance(a, int) and isinstance(b, int):
+            return _SIZE_OPS[self.symbol](a, b)
+        return _SizeArithmetic(self.symbol, a, b)
+
+    def __repr__(self) -> str:
+        return f"({self.left!r} {self.symbol} {self.right!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class SymbolicDim(SymbolicSize):
+    """A `T.const` name whose value is learned from the first tensor that uses it."""
+
+    name: str
+
+    def resolve(self, constants: dict):
+        return constants.get(self.name, self)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
 @dataclass(frozen=True)
 class ParamInfo:
     """One global tensor of a kernel's signature, with the line that declared it."""
@@ -36,6 +121,7 @@ class Builder:
     in_kernel: int = 0
     pending_name: str | None = None  # name of the variable being assigned, for buffers
     location: SourceLocation | None = None  # the statement being traced
+    source_file: str | None = None  # the kernel's file (a tile op's `loc` is relative to it)
     param_buffers: list = field(default_factory=list)
     buffer_locations: dict = field(default_factory=dict)  # buffer name -> where allocated
     allocated_names: set = field(default_factory=set)
@@ -48,7 +134,6 @@ class Builder:
     def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
         """A global tensor of the signature; sizes given by `T.const` names are resolved here."""
         from ..errors import TileLabArgumentError, TileLabTypeError
-        from .primitives import SymbolicDim, SymbolicSize
 
         example = self.example_shapes.get(name)
         if example is not None and len(example) != len(shape):
@@ -85,6 +170,15 @@ class Builder:
         return self.declare_param(name, shape, dtype, output=True)
 
     def emit(self, stmt) -> None:
+        """Append a statement; a tile op gets the line and column it was written at."""
+        from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+        from .tile_ops import location_text
+
+        if isinstance(stmt, TilePrimitiveCall) and self.location is not None:
+            loc = location_text(self.location, self.source_file)
+            stmt = stmt.replace(config={**{str(k): v for k, v in stmt.config.items()},
+                                        "loc": loc})
         self.blocks[-1].append(stmt)
 
     @contextmanager

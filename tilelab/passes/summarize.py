@@ -11,9 +11,8 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from .tile_ops import config, is_buffer, is_load, op_name, regions
-
-_WRITTEN = {"copy": [1], "fill": [0], "gemm": [2], "reduce": [1], "atomic_add": [0], "print": []}
+from ..ir.tile_ops import config, is_buffer, is_load, op_name
+from ..ops import effects
 
 
 def _buffer(buffer) -> dict:
@@ -58,11 +57,10 @@ def summarize(func, params) -> dict:
             if node.else_case is not None:
                 visit(node.else_case, loop_stack)
         elif isinstance(node, TilePrimitiveCall):
+            done = effects(node)  # each op's module declares what it reads and writes
+            reads = list(dict.fromkeys(r.buffer.name for r in done.reads))
+            writes = list(dict.fromkeys(w.buffer.name for w in done.writes))
             name = op_name(node)
-            regs = regions(node)
-            writes = [regs[i].buffer.name for i in _WRITTEN.get(name, []) if i < len(regs)]
-            reads = [r.buffer.name for i, r in enumerate(regs) if r.buffer.name not in writes
-                     or (name == "gemm" and i == 2)]
             cfg = {k: v for k, v in config(node).items() if isinstance(v, (bool, int, str))}
             ops.append({"op": name, "reads": [str(r) for r in reads],
                         "writes": [str(w) for w in writes], "loops": list(loop_stack),
@@ -76,7 +74,7 @@ def summarize(func, params) -> dict:
 
 
 def _accesses(node):
-    from ..passes._util import walk
+    from ..ir.visit import walk
 
     reads, writes = [], []
 

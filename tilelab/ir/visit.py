@@ -1,4 +1,5 @@
-"""Small helpers the passes share: loop nests, rewriting statements and variables."""
+"""Visiting and rewriting TIR: walks, post-order rewrites, variable substitution, loop nests,
+and carrying user errors out of passes run by TVM's C++ pass manager."""
 
 from __future__ import annotations
 

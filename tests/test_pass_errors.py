@@ -1,0 +1,74 @@
+"""Errors raised inside a pass point at the tile op the user wrote (its line, a caret).
+
+Each tile op carries its source location (`loc` in the IR), so a pass that rejects
+an op - layout inference, the thread lowering - names that line rather than the
+kernel's `def`. Compiled for CUDA: nothing is launched, and the errors come before nvcc.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tilelab
+import tilelab.language as T
+
+THIS_FILE = Path(__file__).resolve()
+LINES = THIS_FILE.read_text().splitlines()
+
+
+def line_of(marker: str) -> int:
+    return next(n for n, text in enumerate(LINES, 1) if text.endswith(f"# @{marker}"))
+
+
+def unsplittable_gemm():
+    @T.prim_func
+    def kernel(A: T.Tensor((24, 32), T.float16), B: T.Tensor((32, 24), T.float16),
+               C: T.Tensor((24, 24), T.float32)):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((24, 32), T.float16)
+            b = T.alloc_shared((32, 24), T.float16)
+            acc = T.alloc_fragment((24, 24), T.float32)
+            T.copy(A, a)
+            T.copy(B, b)
+            T.clear(acc)
+            T.gemm(a, b, acc)  # @layout-error
+            T.copy(acc, C)
+
+    return kernel
+
+
+def reduce_of_a_shared_tile():
+    @T.prim_func
+    def kernel(X: T.Tensor((64, 64), T.float32), Y: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=128):
+            tile = T.alloc_shared((64, 64), T.float32)
+            sums = T.alloc_fragment((64,), T.float32)
+            T.copy(X, tile)
+            T.reduce_sum(tile, sums, dim=1)  # @lowering-error
+            T.copy(sums, Y)
+
+    return kernel
+
+
+@pytest.mark.parametrize("make, marker, words", [
+    (unsplittable_gemm, "layout-error", "cannot be split among 4 warps"),
+    (reduce_of_a_shared_tile, "lowering-error", "works on fragments"),
+], ids=["infer-layouts", "lower-to-threads"])
+def test_a_pass_error_points_at_the_tile_op(make, marker, words):
+    with pytest.raises(tilelab.TileLabError, match=words) as info:
+        tilelab.compile(make(), target="cuda:sm_90a")
+    where = info.value.location
+    assert Path(where.filename).resolve() == THIS_FILE
+    assert where.line == line_of(marker)
+    text = str(info.value)
+    assert f"test_pass_errors.py:{line_of(marker)}:" in text
+    source, caret = text.splitlines()[1:3]
+    assert source.strip() == LINES[where.line - 1].strip()
+    assert caret.strip() == "^" and source.index("T.") == caret.index("^")
+
+
+def test_the_ir_names_each_tile_op_line():
+    program = unsplittable_gemm()
+    assert f'loc="{line_of("layout-error")}:' in program.func.script()

@@ -1,0 +1,122 @@
+"""IR in, IR out: layout inference, software pipelining and barrier insertion, each run
+alone on a front-end program, and what each leaves in the IR (or records beside it)."""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+import tilelab.language as T
+from tilelab.ir.visit import walk
+from tilelab.passes.infer_layouts import InferLayouts
+from tilelab.passes.insert_barriers import InsertBarriers
+from tilelab.passes.pipeline_loops import PipelineLoops
+
+
+def module(program):
+    return tvm.IRModule({program.name: program.func})
+
+
+def make_gemm(stages: int = 3):
+    @T.prim_func
+    def gemm(A: T.Tensor((128, 256), T.float16), B: T.Tensor((256, 128), T.float16),
+             C: T.Tensor((128, 128), T.float32)):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((128, 32), T.float16)
+            b = T.alloc_shared((32, 128), T.float16)
+            acc = T.alloc_fragment((128, 128), T.float32)
+            T.clear(acc)
+            for k in T.Pipelined(8, num_stages=stages):
+                T.copy(A[0, k * 32], a)
+                T.copy(B[k * 32, 0], b)
+                T.gemm(a, b, acc)
+            T.copy(acc, C)
+
+    return gemm
+
+
+def make_shared_round_trip():
+    @T.prim_func
+    def round_trip(X: T.Tensor((64,), T.float32), Y: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=64):
+            tile = T.alloc_shared((64,), T.float32)
+            T.copy(X, tile)
+            for i in T.Parallel(64):
+                tile[i] = tile[63 - i] * 2.0
+            T.copy(tile, Y)
+
+    return round_trip
+
+
+def barriers(mod) -> list[str]:
+    """The statement kinds of the kernel body's top level, barriers by name."""
+    names = []
+
+    def visit(node):
+        if isinstance(node, tirx.Evaluate) and "tvm_storage_sync" in str(node):
+            names.append("barrier")
+        elif isinstance(node, TilePrimitiveCall):
+            names.append(str(node.op.name).removeprefix("tilelab."))
+        elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
+            names.append("parallel")
+
+    walk(next(iter(mod.functions.values())).body, object, visit)
+    return [n for i, n in enumerate(names) if not (n == "parallel" and names[i - 1] == "parallel")]
+
+
+def test_insert_barriers_between_a_write_and_other_threads_reads():
+    out = InsertBarriers()(module(make_shared_round_trip()))
+    # a barrier after the tile is filled (others read it) and after the loop rewrote it
+    assert barriers(out) == ["copy", "barrier", "parallel", "barrier", "copy"]
+
+
+def test_insert_barriers_leaves_a_race_free_program_alone():
+    @T.prim_func
+    def no_sharing(X: T.Tensor((64,), T.float32), Y: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=64):
+            values = T.alloc_fragment((64,), T.float32)
+            T.copy(X, values)
+            T.copy(values, Y)
+
+    mod = module(no_sharing)
+    assert tvm_ffi.structural_equal(InsertBarriers()(mod), mod)
+
+
+def test_pipeline_loops_stages_the_tiles_and_records_the_plan():
+    plans: list = []
+    out = PipelineLoops(plans)(module(make_gemm(stages=3)))
+    (plan,) = plans
+    assert plan["num_stages"] == 3 and plan["loop"] == "k"
+    assert plan["slots"] == {"a": 3, "b": 3}
+    staged = {}
+
+    def on_alloc(node):
+        staged[str(node.buffer.name)] = [int(s) for s in node.buffer.shape]
+
+    walk(next(iter(out.functions.values())).body, tirx.AllocBuffer, on_alloc)
+    assert staged["a"] == [3, 128, 32] and staged["b"] == [3, 32, 128]
+    text = out.script()
+    assert "cp_async_commit" in text and "cp_async_wait" in text
+    assert text.count("asynchronous=True") >= 2  # the prologue and steady-state copies
+
+
+def test_pipeline_loops_leaves_one_stage_loops_alone():
+    mod = module(make_gemm(stages=1))
+    plans: list = []
+    assert tvm_ffi.structural_equal(PipelineLoops(plans)(mod), mod)
+
+
+def test_infer_layouts_records_a_plan_and_changes_no_ir():
+    plans: dict = {"annotated": {}}
+    seen: list = []
+    mod = module(make_gemm())
+    out = InferLayouts(plans, seen.append)(mod)
+    assert tvm_ffi.structural_equal(out, mod)
+    plan = plans["plan"]
+    assert seen == [plan]
+    accumulator = plan.fragments["acc"]
+    assert accumulator.recipe["kind"] == "accumulator" and accumulator.threads == 128
+    assert set(plan.shared_layouts) == {"a", "b"}  # 16-bit tensor-core operands: swizzled
+    assert list(plan.gemm_warps.values()) == [(2, 2)]

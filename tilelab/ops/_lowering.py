@@ -1,0 +1,178 @@
+"""Helpers the op modules share when they build loops (CPU) and per-thread code (CUDA).
+
+Edges are guarded the same way everywhere: an element outside a global tensor
+(past its end, or before its start) reads as zero and is never written
+(`in_bounds`, `guard`). That is how partial tiles at a tensor's borders and
+halos stay correct on every backend.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import sym, tirx
+
+from ..ir.expr import to_expr
+from ..ir.tile_ops import Region, _const_int, is_buffer
+
+_ANALYZER = sym.Analyzer()
+
+
+def simplify(expr):
+    return _ANALYZER.simplify(expr) if not isinstance(expr, int) else expr
+
+
+# ---------------------------------------------------------------- edges and indices
+
+
+def in_bounds(region: Region, indices) -> list:
+    """Bounds conditions for a global tensor (the simplifier later drops the provable ones).
+
+    Both sides of every dimension: a tile may start before the tensor (a left halo,
+    `A[bx * 64 - 1]`) as well as run past its end. Unit dimensions too: a 64-row tile
+    copied into a 1-row tensor must stop at 1.
+    """
+    if region.scope != "global":
+        return []
+    conds = []
+    for index, extent in zip(indices, region.buffer.shape):
+        index = to_expr(index)
+        conds += [tirx.LE(tirx.const(0, str(index.ty)), index), tirx.LT(index, extent)]
+    return conds
+
+
+def all_of(conds):
+    result = None
+    for c in conds:
+        result = c if result is None else tirx.And(result, c)
+    return result
+
+
+def guard(conds, stmt):
+    cond = all_of(conds)
+    return stmt if cond is None else tirx.IfThenElse(cond, stmt, None)
+
+
+def index_map(region: Region):
+    """Map loop indices (one per dimension of extent > 1, in order) to the region's indices.
+
+    Dimensions of extent 1 stay at their start. The two sides of a copy have the same
+    number of such dimensions (checked when the copy was traced), so one loop nest
+    serves both.
+    """
+    free = [d for d, e in enumerate(region.extents) if _const_int(e) != 1]
+
+    def indices(loop_vars):
+        at = dict(zip(free, loop_vars))
+        return [(at[d] if _const_int(start) == 0 else start + at[d]) if d in at else start
+                for d, start in enumerate(region.starts)]
+
+    return indices
+
+
+def squeezed_map(frag_shape, region: Region):
+    """Map a fragment element's index to the memory region it is copied to or from.
+
+    Unit dimensions on either side do not count: a (1, N) fragment matches
+    `Y[row, 0:N]`, and a (64, 64) tile matches `Q[b, h, 0:64, 0:64]`.
+    """
+    free = [d for d, s in enumerate(frag_shape) if s != 1]
+    region_at = index_map(region)
+    return lambda element: region_at([element[d] for d in free])
+
+
+def unravel(flat, extents):
+    index, rest = [], flat
+    for d, extent in enumerate(reversed(extents)):
+        last = d == len(extents) - 1
+        index.append(rest if last else tirx.floormod(rest, extent))
+        rest = tirx.floordiv(rest, extent)
+    return [simplify(i) for i in reversed(index)]
+
+
+def flatten(index, shape):
+    flat = 0
+    for i, extent in zip(index, shape):
+        flat = flat * extent + i
+    return flat
+
+
+# ---------------------------------------------------------------- statements
+
+
+def seq(stmts):
+    stmts = [s for s in stmts if s is not None]
+    if not stmts:
+        return tirx.Evaluate(0)
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def extern(name: str, *args):
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
+def sync():
+    return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
+
+
+def printf(fmt: str, *values):
+    """`printf(fmt, values...)`; a str value is passed as a string (for a `%s`)."""
+    args = []
+    for v in values:
+        if isinstance(v, str):
+            args.append(tvm.ir.StringImm(v))
+            continue
+        dtype = str(v.ty)
+        args.append(tirx.Cast("float64", v) if dtype.startswith(("float", "bfloat"))
+                    else tirx.Cast("int32", v))  # %d: TVM narrows 64-bit indices anyway
+    return tirx.Evaluate(tirx.call_extern("int32", "printf", fmt, *args))
+
+
+def format_spec(value) -> str:
+    return "%g" if str(value.ty).startswith(("float", "bfloat")) else "%d"
+
+
+# ---------------------------------------------------------------- GPU memory
+
+
+def is_fragment(buffer) -> bool:
+    return is_buffer(buffer) and buffer.scope() == "local.fragment"
+
+
+def address(buffer, indices, rw_mask: int = 1):
+    """A pointer to an element, for instructions that take addresses (ldmatrix, mma).
+
+    Shared tiles are addressed with `tvm_access_ptr`, which tells TVM's later passes
+    that the tile is read (mask 1) or written (2) here; with a bare `&A[i]` they would
+    think the tile dead and let another tile reuse its memory.
+    """
+    if not buffer.scope().startswith("shared"):
+        return tirx.address_of(tirx.BufferLoad(buffer, list(indices)))
+    shape = [int(s) for s in buffer.shape]
+    offset = 0
+    for index, extent in zip(indices, shape):
+        offset = offset * extent + index
+    return tirx.tvm_access_ptr(str(buffer.dtype), buffer, simplify(offset), 8, rw_mask)
+
+
+def vector_width(nbytes: int, *limits) -> int:
+    """Largest power of two <= 16 bytes of elements dividing every limit."""
+    v = max(16 // nbytes, 1)
+    while v > 1 and any(lim % v for lim in limits):
+        v //= 2
+    return v
+
+
+def aligned(start, v: int) -> bool:
+    """Is a region's first column a multiple of the vector width (so vectors stay aligned)?"""
+    if v == 1:
+        return True
+    if _const_int(start) is not None:
+        return _const_int(start) % v == 0
+    return _ANALYZER.can_prove(tirx.EQ(tirx.floormod(start, v), 0))
+
+
+def unrolled_registers(local, value_fn):
+    """`for reg in 0..size: local[reg] = value_fn(reg)`, unrolled."""
+    reg = tirx.Var("reg", "int32")
+    return tirx.For(reg, 0, int(local.shape[0]), tirx.ForKind.UNROLLED,
+                    tirx.BufferStore(local, value_fn(reg), [reg]))

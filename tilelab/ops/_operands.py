@@ -1,0 +1,74 @@
+"""Turning what users pass to tile primitives into regions, or explaining why not."""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from ..errors import TileLabTypeError
+from ..ir.tile_ops import Region, _const_int, is_buffer, is_load
+
+
+def operand(value, primitive: str) -> Region | tirx.BufferLoad:
+    if isinstance(value, Region):
+        return value
+    if is_buffer(value):
+        return Region.whole(value)
+    if is_load(value):
+        return value  # a start point; extents come from the other operand
+    raise TileLabTypeError(
+        f"T.{primitive} expects buffers or buffer regions like A[i, 0] or A[0:64, k:k + 32], "
+        f"got {type(value).__name__}")
+
+
+def point_to_region(point: tirx.BufferLoad, extents: list) -> Region:
+    buffer = point.source
+    rank = len(buffer.shape)
+    extents = [e for e in extents if _const_int(e) != 1] if len(extents) > rank else list(extents)
+    if len(extents) > rank:
+        raise TileLabTypeError(f"a {len(extents)}-d tile does not fit in {buffer.name}, which "
+                               f"has {rank} dimension(s)")
+    full = [1] * (rank - len(extents)) + list(extents)
+    return Region(buffer, tuple(point.indices), tuple(full))
+
+
+def _describe(region: Region) -> str:
+    dims = ", ".join(str(e) for e in region.extents)
+    return f"{region.buffer.name} ({dims})"
+
+
+def resolve_pair(src, dst, primitive: str) -> tuple[Region, Region]:
+    """Turn copy operands into two regions of matching extents, or explain why not."""
+    src, dst = operand(src, primitive), operand(dst, primitive)
+    if is_load(src) and is_load(dst):
+        raise TileLabTypeError(f"T.{primitive}: at least one side must be a whole buffer or a "
+                               "region with extents")
+    if is_load(src):
+        src = point_to_region(src, list(dst.extents))
+    if is_load(dst):
+        dst = point_to_region(dst, list(src.extents))
+    a, b = src.squeezed_extents(), dst.squeezed_extents()
+    same = len(a) == len(b) and all(
+        _const_int(x) is None or _const_int(y) is None or _const_int(x) == _const_int(y)
+        for x, y in zip(a, b))
+    if not same:
+        raise TileLabTypeError(
+            f"T.{primitive}: source {_describe(src)} and destination {_describe(dst)} have "
+            "different extents",
+            hint="the two sides must hold the same number of elements along each dimension")
+    return src, dst
+
+
+def whole_2d(buffer, primitive):
+    if not is_buffer(buffer):
+        raise TileLabTypeError(f"T.{primitive} takes whole buffers (tiles), got "
+                               f"{type(buffer).__name__}")
+    shape = tuple(int(_const_int(e)) for e in buffer.shape)
+    if len(shape) != 2:
+        raise TileLabTypeError(f"T.{primitive} needs 2-d tiles; {buffer.name} has shape {shape}")
+    return shape
+
+
+def whole_shape(buffer, primitive):
+    if not is_buffer(buffer):
+        raise TileLabTypeError(f"T.{primitive} takes whole buffers, got {type(buffer).__name__}")
+    return tuple(int(_const_int(e)) for e in buffer.shape)

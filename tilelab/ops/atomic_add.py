@@ -1,0 +1,144 @@
+"""`T.atomic_add`: `dst += value` safely when several blocks update the same elements.
+
+Loop semantics: `dst[i, j] += src[i, j]` (or `dst[i] += scalar`); the CPU backend
+runs the blocks of a kernel with atomics one after another, so plain adds suffice.
+
+Thread lowering: `atomicAdd` on each element, by the thread that holds it (a
+fragment) or dealt to the threads (shared or global memory). The only tile op
+allowed inside `T.Parallel`: there each iteration adds its own scalar.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm import tirx
+
+from ..errors import TileLabTypeError
+from ..ir.builder import current
+from ..ir.expr import is_expr, to_expr
+from ..ir.layout import thread_elements
+from ..ir.tile_ops import Region, _const_int, is_load, regions, scalars, tile_call
+from ..ir.visit import loop_nest
+from . import Effects, TileOp, register
+from ._lowering import (
+    address,
+    extern,
+    guard,
+    in_bounds,
+    index_map,
+    is_fragment,
+    seq,
+    squeezed_map,
+    unravel,
+)
+from ._operands import resolve_pair
+
+
+def atomic_add(dst, value, memory_order="relaxed", return_prev=False):
+    """`dst += value` safely when several blocks update the same elements.
+
+    `dst` is an element `C[i, j]` with a scalar value, or a buffer/region with a
+    tile of the same extents as `value`. The update is atomic and nothing more
+    (`memory_order="relaxed"`): it does not order other memory accesses.
+    """
+    builder = current("atomic_add")
+    if memory_order != "relaxed" or return_prev:
+        feature = f"memory_order={memory_order!r}" if memory_order != "relaxed" else \
+            "return_prev=True"
+        raise TileLabTypeError(f"T.atomic_add with {feature} is not supported",
+                               hint="tilelab's atomics are relaxed and return nothing; order "
+                                    "work between blocks with separate kernels")
+    builder.has_atomics = True
+    if is_load(dst) and (is_expr(value) or isinstance(value, (int, float))):
+        region = Region(dst.source, tuple(dst.indices), (1,) * len(dst.indices))
+        builder.emit(tile_call("atomic_add", region, to_expr(value, region.dtype)))
+        return
+    src, dst = resolve_pair(value, dst, "atomic_add")
+    builder.emit(tile_call("atomic_add", dst, src))
+
+
+def _operands(call):
+    regs = regions(call)
+    return regs[0], regs[1] if len(regs) > 1 else scalars(call)[0]
+
+
+def effects(call) -> Effects:
+    dst, src = _operands(call)
+    reads = (dst, src) if isinstance(src, Region) else (dst,)
+    return Effects(reads=reads, writes=(dst,))
+
+
+# ---------------------------------------------------------------- loop semantics (CPU)
+
+
+def atomic_loops(dst: Region, src):
+    if not isinstance(src, Region):  # a scalar added to one element
+        idx = list(dst.starts)
+        old = tirx.BufferLoad(dst.buffer, idx)
+        return guard(in_bounds(dst, idx), tirx.BufferStore(dst.buffer, old + to_expr(
+            src, dst.dtype), idx))
+    extents = dst.squeezed_extents() or [1]
+    src_at, dst_at = index_map(src), index_map(dst)
+
+    def body(loop_vars):
+        si, di = src_at(loop_vars), dst_at(loop_vars)
+        old = tirx.BufferLoad(dst.buffer, di)
+        value = to_expr(tirx.BufferLoad(src.buffer, si), dst.dtype)
+        return guard(in_bounds(dst, di) + in_bounds(src, si),
+                      tirx.BufferStore(dst.buffer, old + value, di))
+
+    return loop_nest(extents, body)
+
+
+def lower_loops(call):
+    return atomic_loops(*_operands(call))
+
+
+# ---------------------------------------------------------------- thread lowering (CUDA)
+
+
+def lower_threads(call, ctx):
+    return atomic_threads(ctx, *_operands(call))
+
+
+def atomic_threads(ctx, dst: Region, src):
+    if not isinstance(src, Region):
+        idx = list(dst.starts)
+        stmt = extern("atomicAdd", address(dst.buffer, idx), to_expr(src, dst.dtype))
+        stmt = guard(in_bounds(dst, idx), stmt)
+        if not ctx.in_parallel:
+            stmt = tirx.IfThenElse(tirx.EQ(ctx.tx, 0), stmt, None)
+        return stmt
+    if is_fragment(src.buffer):
+        frag = ctx.layout_of(src.buffer)
+        elements = thread_elements(frag)
+        rank = len(frag.shape)
+        dst_at = squeezed_map(frag.shape, dst)
+        stmts = []
+        for reg in range(frag.local_size):
+            if all(elements[t][reg] is None for t in range(frag.threads)):
+                continue
+            index = ctx.inverse(frag, reg)
+            di = dst_at(index[:rank])
+            value = to_expr(tirx.BufferLoad(ctx.local(src.buffer), [reg]), dst.dtype)
+            conds = in_bounds(dst, di)
+            if frag.replicate > 1:
+                conds.append(tirx.EQ(index[rank], 0))
+            stmts.append(ctx.only_if_valid(frag, reg, guard(conds, extern(
+                "atomicAdd", address(dst.buffer, di), value))))
+        return seq(stmts)
+    extents = [int(_const_int(e)) for e in dst.squeezed_extents()] or [1]
+
+    def add_one(flat):
+        idx = unravel(flat, extents)
+        si, di = index_map(src)(idx), index_map(dst)(idx)
+        value = to_expr(tirx.BufferLoad(src.buffer, si), dst.dtype)
+        return guard(in_bounds(dst, di) + in_bounds(src, si),
+                      extern("atomicAdd", address(dst.buffer, di), value))
+
+    return ctx.deal(math.prod(extents), add_one)
+
+
+register(TileOp("atomic_add", primitives=(atomic_add,), effects=effects, in_parallel=True,
+                lowerings={"cpu": lower_loops, "cuda": lower_threads}))

@@ -1,0 +1,258 @@
+"""`T.copy`: move a tile between any two of global, shared and fragment memory.
+
+Loop semantics: `dst[i, j] = src[i, j]` over the tile; elements past the edge of a
+global tensor read as 0 and are never written.
+
+Thread lowering: between global and shared memory every thread of the block takes
+16-byte vectors in turn (`cp.async` when a software pipeline issued the copy); to or
+from a fragment each thread moves the elements it keeps; between fragments of
+different layouts the tile passes through a shared scratch tile.
+
+Layouts: a fragment-to-fragment copy passes a known layout to the other side; a
+half-precision shared tile written from a fragment is swizzled, because each thread
+stores a few elements per row, which row-major would send to one bank from all
+eight rows a warp writes at once.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm import tirx
+
+from ..ir.builder import current
+from ..ir.dtypes import as_dtype, itemsize
+from ..ir.expr import to_expr
+from ..ir.layout import Layout, thread_elements
+from ..ir.tile_ops import Region, _const_int, config, regions, tile_call
+from ..ir.visit import loop_nest
+from . import Effects, TileOp, register
+from ._lowering import (
+    address,
+    aligned,
+    all_of,
+    extern,
+    guard,
+    in_bounds,
+    index_map,
+    is_fragment,
+    seq,
+    simplify,
+    squeezed_map,
+    unravel,
+    vector_width,
+)
+from ._operands import resolve_pair
+
+
+def copy(src, dst):
+    """Copy a tile between any two of global, shared and fragment memory.
+
+    Either side may be a whole buffer, a region `A[0:64, k:k + 32]`, or a start
+    point `A[by * 64, k * 32]` whose extents are taken from the other side.
+    Elements outside a global tensor are read as zero and never written.
+    """
+    builder = current("copy")
+    src, dst = resolve_pair(src, dst, "copy")
+    builder.emit(tile_call("copy", src, dst))
+
+
+def effects(call) -> Effects:
+    src, dst = regions(call)
+    return Effects(reads=(src,), writes=(dst,))
+
+
+# ---------------------------------------------------------------- layout rule
+
+
+def fix_layouts(call, ctx) -> None:
+    src, dst = regions(call)
+    if is_fragment(src.buffer) and dst.buffer.scope().startswith("shared") and \
+            as_dtype(str(dst.buffer.dtype)).bits == 16 and dst.buffer.name not in \
+            ctx.plan.shared_layouts and len(dst.buffer.shape) >= 2:
+        shape = tuple(int(s) for s in dst.buffer.shape)
+        ctx.plan.shared_layouts[dst.buffer.name] = Layout.swizzled(shape[-2:], 16)
+
+
+def propagate_layouts(call, ctx) -> bool:
+    src, dst = regions(call)
+    changed = False
+    if is_fragment(src.buffer) and is_fragment(dst.buffer):
+        for x, y in ((src, dst), (dst, src)):
+            if x.buffer.name in ctx.layouts and y.buffer.name not in ctx.layouts:
+                changed |= ctx.assign(y.buffer, ctx.layouts[x.buffer.name], "T.copy")
+    return changed
+
+
+# ---------------------------------------------------------------- loop semantics (CPU)
+
+
+def copy_loops(src: Region, dst: Region):
+    extents = dst.squeezed_extents() or [1]
+    src_at, dst_at = index_map(src), index_map(dst)
+
+    def body(loop_vars):
+        si, di = src_at(loop_vars), dst_at(loop_vars)
+        value = to_expr(tirx.BufferLoad(src.buffer, si), dst.dtype)
+        src_ok = all_of(in_bounds(src, si))
+        if src_ok is not None:
+            value = tirx.if_then_else(src_ok, value, to_expr(0, dst.dtype))
+        return guard(in_bounds(dst, di), tirx.BufferStore(dst.buffer, value, di))
+
+    return loop_nest(extents, body)
+
+
+def lower_loops(call):
+    return copy_loops(*regions(call))
+
+
+# ---------------------------------------------------------------- thread lowering (CUDA)
+
+
+def lower_threads(call, ctx):
+    src, dst = regions(call)
+    fs, fd = is_fragment(src.buffer), is_fragment(dst.buffer)
+    if fs and fd:
+        return fragment_to_fragment(ctx, src.buffer, dst.buffer)
+    if fs or fd:
+        return fragment_memory(ctx, src, dst)
+    return cooperative(ctx, src, dst, bool(config(call).get("asynchronous")))
+
+
+def fragment_to_fragment(ctx, src, dst):
+    """Same layout: each thread copies its registers. Different layouts: the tile goes
+    through a shared-memory scratch tile (TVM's ThreadSync adds the barrier)."""
+    a, b = ctx.layout_of(src), ctx.layout_of(dst)
+    reg = tirx.Var("reg", "int32")
+    if a.same_as(b):
+        value = to_expr(tirx.BufferLoad(ctx.local(src), [reg]), str(dst.dtype))
+        return tirx.For(reg, 0, a.local_size, tirx.ForKind.UNROLLED,
+                        tirx.BufferStore(ctx.local(dst), value, [reg]))
+    scratch = tirx.decl_buffer(a.shape, dst.dtype, name=f"{src.name}_to_{dst.name}",
+                               scope="shared.dyn")
+    ctx.scratch.append(scratch)
+    rank = len(a.shape)
+    stmts = []
+    for frag, is_src in ((a, True), (b, False)):
+        for r in range(frag.local_size):
+            index = ctx.inverse(frag, r)
+            if is_src:
+                value = to_expr(tirx.BufferLoad(ctx.local(src), [r]), str(dst.dtype))
+                stmt = tirx.BufferStore(scratch, value, index[:rank])
+                if frag.replicate > 1:
+                    stmt = tirx.IfThenElse(tirx.EQ(index[rank], 0), stmt, None)
+            else:
+                stmt = tirx.BufferStore(ctx.local(dst),
+                                        tirx.BufferLoad(scratch, index[:rank]), [r])
+            stmts.append(ctx.only_if_valid(frag, r, stmt))
+    return seq(stmts)
+
+
+def _consecutive(elements, v: int) -> bool:
+    for per_thread in elements:
+        for reg in range(0, len(per_thread), v):
+            first = per_thread[reg]
+            for k in range(1, v):
+                e = per_thread[reg + k] if reg + k < len(per_thread) else None
+                if first is None or e is None or e[:-1] != first[:-1] or e[-1] != first[-1] + k:
+                    if not (first is None and e is None):
+                        return False
+    return True
+
+
+def fragment_memory(ctx, src: Region, dst: Region):
+    to_memory = is_fragment(src.buffer)
+    frag_region, mem = (src, dst) if to_memory else (dst, src)
+    frag = ctx.layout_of(frag_region.buffer)
+    local = ctx.local(frag_region.buffer)
+    elements = thread_elements(frag)
+    rank = len(frag.shape)
+    mem_at = squeezed_map(frag.shape, mem)
+    # registers reg..reg+v-1 hold consecutive elements of the last dimension?
+    nbytes = max(itemsize(src.dtype), itemsize(dst.dtype))
+    v = vector_width(nbytes, frag.local_size, frag.shape[-1])
+    if mem.scope == "global":
+        v = vector_width(nbytes, v, int(mem.buffer.shape[-1]))
+    if not aligned(mem.starts[-1], v):
+        v = 1
+    while v > 1 and not _consecutive(elements, v):
+        v //= 2
+    stmts = []
+    vv = tirx.Var("v", "int32")
+    for reg in range(0, frag.local_size, v):
+        if all(elements[t][reg] is None for t in range(frag.threads)):
+            continue
+        index = ctx.inverse(frag, reg)
+        element, rep = index[:rank], index[rank]
+        last = list(element)
+        last[-1] = last[-1] + vv if v > 1 else last[-1]
+        mem_index = [simplify(e) for e in mem_at(last)]
+        loc = tirx.const(reg, "int32") + vv if v > 1 else tirx.const(reg, "int32")
+        if to_memory:
+            value = to_expr(tirx.BufferLoad(local, [loc]), mem.dtype)
+            stmt = tirx.BufferStore(mem.buffer, value, mem_index)
+            conds = in_bounds(mem, mem_at(element))
+            if frag.replicate > 1:
+                conds.append(tirx.EQ(rep, 0))
+            stmt = guard(conds, stmt)
+        else:
+            value = to_expr(tirx.BufferLoad(mem.buffer, mem_index), str(local.dtype))
+            ok = all_of(in_bounds(mem, mem_at(element)))
+            if ok is not None:
+                value = tirx.if_then_else(ok, value, to_expr(0, str(local.dtype)))
+            stmt = tirx.BufferStore(local, value, [loc])
+        if v > 1:
+            stmt = tirx.For(vv, 0, v, tirx.ForKind.VECTORIZED, stmt)
+        stmts.append(ctx.only_if_valid(frag, reg, stmt))
+    return seq(stmts)
+
+
+def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False):
+    """All threads copy a tile between global and shared memory, 16 bytes at a time.
+
+    `asynchronous` copies (issued by a software pipeline) use `cp.async`, which
+    writes shared memory straight from global memory, zero-filling past the edge.
+    """
+    extents = [int(_const_int(e)) for e in dst.squeezed_extents()] or [1]
+    total = math.prod(extents)
+    nbytes = max(itemsize(src.dtype), itemsize(dst.dtype))
+    limits = [extents[-1]]
+    for region in (src, dst):
+        if region.scope == "global":
+            limits.append(int(region.buffer.shape[-1]))
+        if _const_int(region.extents[-1]) == 1:
+            limits.append(1)
+    v = vector_width(nbytes, *limits)
+    if not (aligned(src.starts[-1], v) and aligned(dst.starts[-1], v)):
+        v = 1
+    vv = tirx.Var("v", "int32")
+    src_at, dst_at = index_map(src), index_map(dst)
+    nbytes_vector = v * itemsize(dst.dtype)
+    use_cp_async = asynchronous and src.dtype == dst.dtype and \
+        nbytes_vector in (4, 8, 16) and dst.scope.startswith("shared")
+
+    def chunk_copy(chunk):
+        base = unravel(chunk * v, extents)
+        full = list(base)
+        full[-1] = full[-1] + vv if v > 1 else full[-1]
+        src_ok = all_of(in_bounds(src, src_at(base)))
+        if use_cp_async:
+            stmt = extern(f"tl::cp_async<{nbytes_vector}>",
+                          ctx.address(dst.buffer, dst_at(base), rw_mask=2),
+                          address(src.buffer, src_at(base)),
+                          src_ok if src_ok is not None else tirx.const(True, "bool"))
+        else:
+            value = to_expr(tirx.BufferLoad(src.buffer, src_at(full)), dst.dtype)
+            if src_ok is not None:
+                value = tirx.if_then_else(src_ok, value, to_expr(0, dst.dtype))
+            stmt = tirx.BufferStore(dst.buffer, value, dst_at(full))
+            if v > 1:
+                stmt = tirx.For(vv, 0, v, tirx.ForKind.VECTORIZED, stmt)
+        return guard(in_bounds(dst, dst_at(base)), stmt)
+
+    return ctx.deal(total // v, chunk_copy, unroll_up_to=16)
+
+
+register(TileOp("copy", primitives=(copy,), effects=effects, fix_layouts=fix_layouts,
+                propagate_layouts=propagate_layouts,
+                lowerings={"cpu": lower_loops, "cuda": lower_threads}))

@@ -1,0 +1,298 @@
+"""`T.reduce_sum`, `_max`, `_min`, `_abssum`, `_absmax`: fold one dimension of a tile.
+
+Loop semantics: `dst[row] = op(dst[row] or the identity, src[row, k] for every k)`,
+the reduced dimension innermost.
+
+Layouts: the result lives where its rows lived (the source fragment's layout with
+the reduced dimension folded away).
+
+Thread lowering: each thread folds its own registers into one partial per result
+register; threads holding parts of the same row combine with warp shuffles
+(`shfl.xor`) and, across warps, through a shared scratch tile.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tvm import tirx
+
+from ..errors import TileLabTypeError
+from ..ir.builder import current
+from ..ir.expr import to_expr
+from ..ir.layout import Fragment, owner_table, thread_elements
+from ..ir.tile_ops import Region, _const_int, config, regions, tile_call
+from . import Effects, TileOp, register
+from ._lowering import flatten, is_fragment, seq, simplify, sync
+from ._operands import whole_shape
+from .fill import fill_loops
+
+_INIT = {"sum": 0.0, "abssum": 0.0, "absmax": 0.0}
+
+
+def _reduce(kind):
+    def reduce(src, dst, dim=-1, clear=True):
+        builder = current(f"reduce_{kind}")
+        s, d = (whole_shape(x, f"reduce_{kind}") for x in (src, dst))
+        axis = dim + len(s) if dim < 0 else dim
+        if not 0 <= axis < len(s):
+            raise TileLabTypeError(f"T.reduce_{kind}: dim={dim} is out of range for "
+                                   f"{src.name} of shape {s}")
+        expected = s[:axis] + s[axis + 1:]
+        if tuple(x for x in d if x != 1) != tuple(x for x in expected if x != 1):
+            raise TileLabTypeError(
+                f"T.reduce_{kind}: reducing {src.name} {s} over dim {axis} gives "
+                f"{expected or (1,)}, but {dst.name} has shape {d}")
+        builder.emit(tile_call("reduce", Region.whole(src), Region.whole(dst), kind=kind,
+                               dim=axis, clear=bool(clear)))
+
+    reduce.__name__ = f"reduce_{kind}"
+    reduce.__doc__ = f"Reduce `src` over `dim` with {kind} into `dst` (`clear=False` folds " \
+                     "the old contents of `dst` in)."
+    return reduce
+
+
+reduce_sum = _reduce("sum")
+reduce_max = _reduce("max")
+reduce_min = _reduce("min")
+reduce_abssum = _reduce("abssum")
+reduce_absmax = _reduce("absmax")
+
+
+def effects(call) -> Effects:
+    src, dst = regions(call)
+    folded_in = () if config(call)["clear"] else (dst,)  # clear=False folds dst's old values in
+    return Effects(reads=(src, *folded_in), writes=(dst,))
+
+
+# ---------------------------------------------------------------- layout rule
+
+
+def propagate_layouts(call, ctx) -> bool:
+    src, dst = regions(call)
+    if src.buffer.name not in ctx.layouts or not is_fragment(dst.buffer) or \
+            dst.buffer.name in ctx.layouts:
+        return False
+    dim = int(config(call)["dim"])
+    try:
+        reduced = ctx.layouts[src.buffer.name].reduce(dim)
+    except NotImplementedError:
+        raise TileLabTypeError(
+            f"reducing fragment {src.buffer.name!r} over dimension {dim} is "
+            f"not supported for its layout {ctx.layouts[src.buffer.name]}",
+            hint="reduce over the last dimension, or annotate the fragment "
+                 "with a layout that keeps the reduced dimension in a "
+                 "thread group") from None
+    shape = tuple(int(s) for s in dst.buffer.shape)
+    return ctx.assign(dst.buffer, ctx.reshaped(reduced, shape), "T.reduce")
+
+
+# ---------------------------------------------------------------- loop semantics (CPU)
+
+
+def combine(kind, acc, value):
+    if kind in ("abssum", "absmax"):
+        value = tirx.abs(value)
+    if kind in ("sum", "abssum"):
+        return acc + value
+    if kind in ("max", "absmax"):
+        return tirx.max(acc, value)
+    return tirx.min(acc, value)
+
+
+def identity(kind, dtype):
+    if kind == "max":
+        return -tirx.infinity(dtype) if dtype.startswith(("float", "bfloat")) else \
+            tirx.min_value(dtype)
+    if kind == "min":
+        return tirx.infinity(dtype) if dtype.startswith(("float", "bfloat")) else \
+            tirx.max_value(dtype)
+    return to_expr(_INIT[kind], dtype) if dtype.startswith(("float", "bfloat")) else \
+        to_expr(0, dtype)
+
+
+def reduce_loops(src: Region, dst: Region, kind, dim, clear):
+    src_shape = [int(_const_int(e)) for e in src.extents]
+    kept = [d for d in range(len(src_shape)) if d != dim]
+    dst_free = [d for d, e in enumerate(dst.extents) if _const_int(e) != 1]
+    src_free = [d for d in kept if src_shape[d] != 1]
+
+    def dst_indices(src_idx):
+        idx = [0] * len(dst.extents)
+        for d_dst, d_src in zip(dst_free, src_free):
+            idx[d_dst] = src_idx[d_src]
+        return idx
+
+    stmts = []
+    if clear:
+        stmts.append(fill_loops(dst, identity(kind, dst.dtype)))
+    loop_vars = [tirx.Var(f"i{d}", "int32") for d in range(len(src_shape))]
+    di = dst_indices(loop_vars)
+    value = to_expr(tirx.BufferLoad(src.buffer, loop_vars), dst.dtype)
+    update = tirx.BufferStore(dst.buffer, combine(kind, tirx.BufferLoad(dst.buffer, di), value),
+                              di)
+    for d in reversed(kept + [dim]):  # reduced dimension innermost
+        update = tirx.For(loop_vars[d], 0, src_shape[d], tirx.ForKind.SERIAL, update)
+    stmts.append(update)
+    return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+
+
+def lower_loops(call):
+    cfg = config(call)
+    return reduce_loops(*regions(call), kind=cfg["kind"], dim=int(cfg["dim"]), clear=cfg["clear"])
+
+
+# ---------------------------------------------------------------- thread lowering (CUDA)
+
+
+def lower_threads(call, ctx):
+    cfg = config(call)
+    return reduce_threads(ctx, *regions(call), kind=cfg["kind"], dim=int(cfg["dim"]),
+                          clear=bool(cfg["clear"]))
+
+
+def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bool):
+    if not (is_fragment(src.buffer) and is_fragment(dst.buffer)):
+        raise TileLabTypeError("on the GPU, T.reduce_* works on fragments; copy the tile "
+                               "into a fragment first")
+    sf, df = ctx.layout_of(src.buffer), ctx.layout_of(dst.buffer)
+    s_local, d_local = ctx.local(src.buffer), ctx.local(dst.buffer)
+    dtype = str(d_local.dtype)
+    s_elems, d_owners = thread_elements(sf), owner_table(df)
+    d_elems = thread_elements(df)
+
+    def dst_element(element):
+        kept = tuple(e for d, e in enumerate(element) if d != dim)
+        kept = tuple(k for k, s in zip(kept, [x for d, x in enumerate(sf.shape) if d != dim])
+                     if s != 1)
+        shape = [s for s in df.shape if s != 1]
+        full, it = [], iter(kept)
+        for s in df.shape:
+            full.append(next(it) if s != 1 and shape else 0)
+        return tuple(full)
+
+    # 1. each thread folds its own registers into one partial per result register
+    acc = tirx.decl_buffer((df.local_size,), dtype, name=f"{dst.buffer.name}_partial",
+                           scope="local")
+    stmts = [tirx.AllocBuffer(acc)]
+    reg = tirx.Var("reg", "int32")
+    stmts.append(tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED,
+                          tirx.BufferStore(acc, identity(kind, dtype), [reg])))
+    for ls in range(sf.local_size):
+        slots = set()
+        for t in range(sf.threads):
+            element = s_elems[t][ls]
+            if element is None:
+                continue
+            owners = d_owners.get(dst_element(element), {})
+            if t not in owners:
+                raise TileLabTypeError(
+                    f"T.reduce_{kind}: {dst.buffer.name!r} does not keep row "
+                    f"{dst_element(element)} on thread {t}, which holds part of it")
+            slots.add(owners[t])
+        if not slots:
+            continue
+        if len(slots) != 1:
+            raise TileLabTypeError(f"T.reduce_{kind}: layouts of {src.buffer.name!r} and "
+                                   f"{dst.buffer.name!r} do not line up")
+        slot = slots.pop()
+        value = to_expr(tirx.BufferLoad(s_local, [ls]), dtype)
+        stmts.append(ctx.only_if_valid(sf, ls, tirx.BufferStore(
+            acc, combine(kind, tirx.BufferLoad(acc, [slot]), value), [slot])))
+    # 2. threads holding parts of the same row combine: shuffles, then shared memory
+    masks = _xor_masks(sf, dst_element, df)
+    warp_masks = [m for m in masks if m < 32]
+    block_masks = [m for m in masks if m >= 32]
+    combine_kind = "sum" if kind in ("sum", "abssum") else "max" if kind in (
+        "max", "absmax") else "min"
+    for m in warp_masks:
+        stmts.append(tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED, tirx.BufferStore(
+            acc, combine(combine_kind, tirx.BufferLoad(acc, [reg]), tirx.call_extern(
+                dtype, "tl::shfl_xor", tirx.BufferLoad(acc, [reg]), m)), [reg])))
+    if block_masks:
+        stmts.append(combine_across_warps(ctx, acc, df, d_elems, block_masks, combine_kind))
+    # 3. the result lands in the destination fragment
+    final = tirx.BufferLoad(acc, [reg])
+    if not clear:
+        final = combine(combine_kind, tirx.BufferLoad(d_local, [reg]), final)
+    stmts.append(tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED,
+                          tirx.BufferStore(d_local, final, [reg])))
+    return seq(stmts)
+
+def combine_across_warps(ctx, acc, df, d_elems, block_masks, kind):
+    warps = ctx.threads // 32
+    rows = math.prod(df.shape)
+    dtype = str(acc.dtype)
+    scratch = tirx.decl_buffer((warps * rows,), dtype, name="reduce_scratch",
+                               scope="shared.dyn")
+    ctx.scratch.append(scratch)
+    warp = tirx.floordiv(ctx.tx, 32)
+    # Each reduction has its own scratch tile. The barrier between writing and reading
+    # it is placed here; one before the next write, when the reduction runs again in a
+    # loop, is left to TVM's ThreadSync pass, which sees these plain shared accesses.
+    stmts = []
+    for slot in range(df.local_size):
+        index = ctx.inverse(df, slot)[: len(df.shape)]
+        row = flatten(index, df.shape)
+        stmts.append(tirx.BufferStore(scratch, tirx.BufferLoad(acc, [slot]),
+                                      [simplify(warp * rows + row)]))
+    stmts.append(sync())
+    group = [0]
+    for m in block_masks:
+        group += [g ^ (m // 32) for g in group]
+    for slot in range(df.local_size):
+        index = ctx.inverse(df, slot)[: len(df.shape)]
+        row = flatten(index, df.shape)
+        total = None
+        for g in sorted(group):
+            partner = tirx.bitwise_xor(warp, g) if g else warp
+            value = tirx.BufferLoad(scratch, [simplify(partner * rows + row)])
+            total = value if total is None else combine(kind, total, value)
+        stmts.append(tirx.BufferStore(acc, total, [slot]))
+    return seq(stmts)
+
+
+def _xor_masks(sf: Fragment, dst_element, df: Fragment) -> list[int]:
+    """Thread-index XOR masks that connect the threads holding parts of one result row.
+
+    Only the first copy of each element counts: replicas of a replicated
+    fragment already hold whole rows and must not be added twice. A shuffle
+    with mask m combines register d of thread t with register d of thread t^m,
+    so for every mask both threads must keep the same result row in register d
+    (a thread with nothing of that row contributes the identity).
+    """
+    import itertools
+
+    holders: dict = {}
+    for element in itertools.product(*(range(s) for s in sf.shape)):
+        holders.setdefault(dst_element(element), set()).add(sf.thread_of(*element))
+    basis: list[int] = []
+    for group in holders.values():
+        t0 = min(group)
+        for t in sorted(group):
+            x = t ^ t0
+            for b in basis:
+                x = min(x, x ^ b)
+            if x:
+                basis.append(x)
+                basis.sort(reverse=True)
+    masks = sorted(basis)
+    d_elems = thread_elements(df)
+    for m in masks:
+        for t in range(df.threads):
+            partner = t ^ m
+            if partner >= df.threads:
+                raise TileLabTypeError("this reduction's threads do not form a shuffle pattern",
+                                       hint="use a power-of-two number of threads")
+            for a, b in zip(d_elems[t], d_elems[partner]):
+                if a is not None and b is not None and a != b:
+                    raise TileLabTypeError(
+                        "this reduction's threads do not form a shuffle pattern",
+                        hint="use a power-of-two number of threads per row")
+    return masks
+
+
+register(TileOp("reduce", primitives=(reduce_sum, reduce_max, reduce_min, reduce_abssum,
+                                      reduce_absmax),
+                effects=effects, propagate_layouts=propagate_layouts,
+                lowerings={"cpu": lower_loops, "cuda": lower_threads}))
