@@ -128,6 +128,14 @@ def default_fragment(shape, threads: int, dtype_bits: int) -> Fragment:
     return Fragment.row_spread(shape, threads, vector)
 
 
+def _swizzle(plan: LayoutPlan, buffer) -> None:
+    """Swizzle a 16-bit shared tile, unless its rows are too narrow to have chunks to
+    permute (then `Layout.swizzled` gives plain row-major, and nothing is recorded)."""
+    layout = Layout.swizzled(_shape(buffer)[-2:], 16)
+    if getattr(layout, "column", None) is not None:
+        plan.shared_layouts[buffer.name] = layout
+
+
 def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPlan:
     plan = LayoutPlan()
     for name, layout in (annotated or {}).items():  # the user's word comes first
@@ -199,7 +207,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPl
         if _is_fragment(src.buffer) and dst.buffer.scope().startswith("shared") and \
                 tirx_dtype_bits(dst.buffer.dtype) == 16 and dst.buffer.name not in \
                 plan.shared_layouts and len(dst.buffer.shape) >= 2:
-            plan.shared_layouts[dst.buffer.name] = Layout.swizzled(_shape(dst.buffer)[-2:], 16)
+            _swizzle(plan, dst.buffer)
 
     # 1. GEMMs fix their accumulators and register operands.
     for g in gemms:
@@ -216,8 +224,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None) -> LayoutPl
             buf = operand.buffer
             if buf.scope().startswith("shared") and tirx_dtype_bits(buf.dtype) == 16 and \
                     buf.name not in plan.shared_layouts:
-                tile = _shape(buf)[-2:]
-                plan.shared_layouts[buf.name] = Layout.swizzled(tile, 16)
+                _swizzle(plan, buf)
         if _is_fragment(a.buffer):
             if cfg["transpose_A"]:
                 raise TileLabTypeError("a register A operand of T.gemm cannot be transposed")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
 import sys
 import tempfile
 import time
@@ -96,8 +97,12 @@ class Outcome:
 
     @property
     def signature(self) -> tuple:
-        """What a shrunk program must keep: the kind of failure and where it showed."""
-        return self.status, self.where
+        """What a shrunk program must keep: the kind of failure, where it showed and, for
+        an error, its message without paths and numbers (another error is another bug)."""
+        if self.status == "mismatch":
+            return self.status, self.where, self.message.startswith("crashed")
+        text = re.sub(r"\S+\.py:\d+:\d+: ", "", self.message)
+        return self.status, self.where, re.sub(r"\d+", "#", text)[:120]
 
     def __repr__(self) -> str:
         return f"Outcome({self.status}, {self.where}: {self.message})"
@@ -184,6 +189,12 @@ def _expr_edits(expr):
                 yield expr[:i] + [smaller] + expr[i + 1:]
 
 
+# the options of each kind of step, and their plainest value (None: leave the option out)
+_PLAIN = {"load": (("shift", None),), "ew": (("guard", None), ("tmp", None)),
+          "gemm": (("stages", 1), ("clear_accum", None), ("a_frag", None), ("policy", "Square")),
+          "ksum": (("stages", 1),), "atomic": (("sliced", None),)}
+
+
 def candidates(p: Program):
     """Smaller variants of `p`, the biggest cuts first (delta debugging)."""
     steps = p.steps
@@ -215,9 +226,8 @@ def candidates(p: Program):
                 q = p.clone()
                 q.threads = threads
                 yield q
-    for i, step in enumerate(steps):  # plainer steps
-        for key, plain in (("stages", 1), ("shift", None), ("guard", None), ("tmp", None),
-                           ("clear_accum", None), ("a_frag", None), ("policy", "Square")):
+    for i, step in enumerate(steps):  # plainer steps: options back to their defaults
+        for key, plain in _PLAIN.get(step["op"], ()):
             if key in step and step[key] != plain:
                 q = p.clone()
                 if plain is None:
@@ -244,7 +254,10 @@ def shrink(p: Program, failure: Outcome, check, budget_s: float = 180.0) -> tupl
             if not validate(q):
                 continue
             q = _without_unused(q)
-            result = check(q)
+            try:
+                result = check(q)
+            except Exception:  # noqa: BLE001 - a variant the harness cannot run is no lead
+                continue
             if result.signature == failure.signature:
                 best, outcome, improved = q, result, True
                 break

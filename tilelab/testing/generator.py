@@ -580,6 +580,10 @@ class _Gen:
         self.count = {"X": 0, "Y": 0, "s": 0, "f": 0, "l": 0}
         self.defined: list[dict] = []  # buffers written so far
         self.exact: set[str] = set()  # buffers holding loaded input values (safe to compare)
+        # fragment vector -> the fragment tile it was reduced from (None: loaded or mixed).
+        # Its elements live on the threads that held that tile's rows, so a T.Parallel
+        # loop may broadcast it only while walking that tile (the softmax pattern).
+        self.origin: dict = {}
 
     def tensor(self, kind, dtype, output=False, prefix=None):
         prefix = prefix or ("Y" if output else "X")
@@ -645,7 +649,22 @@ class _Gen:
         return ["sel", rng.choice(("<", ">")), left, right,
                 self.expr(operands, depth - 1, is_int), self.expr(operands, depth - 1, is_int)]
 
-    def operands_for(self, kind: str, dst_scope: str) -> list:
+    def loop_operands(self, kind: str, dst: dict | None) -> list:
+        """`operands_for`, less the fragment reads that would need another thread's data."""
+        anchor = self.origin.get(dst["name"]) if dst and len(kind) == 1 else None
+        out = []
+        for name, access in self.operands_for(kind, None):
+            buf = self.p.buffer(name)
+            if buf["scope"] != "fragment" or access == "ij":
+                out.append((name, access))
+            elif len(kind) == 2:  # a broadcast vector: only over the tile it came from
+                if dst and dst["scope"] == "fragment" and self.origin.get(name) == dst["name"]:
+                    out.append((name, access))
+            elif self.origin.get(name) == anchor:  # 1-d loops: vectors of one origin
+                out.append((name, access))
+        return out
+
+    def operands_for(self, kind: str, dst_scope) -> list:
         """What a T.Parallel loop over a `kind` buffer may read, and how."""
         rows, cols = {"mn": ("m", "n"), "nm": ("n", "m"), "m": ("m", None),
                       "n": ("n", None)}[kind]
@@ -736,30 +755,38 @@ def _random_step(g: _Gen, dtype: str, acc: str, is_int: bool):
         dim = rng.randint(0, 1)
         kind = src["kind"][1 - dim]
         existing = [b for b in g.defined if b["kind"] == kind and b["scope"] == "fragment"
-                    and b["dtype"] == acc]
+                    and b["dtype"] == acc and g.origin.get(b["name"]) == src["name"]]
         if existing and rng.random() < 0.3:
-            g.step(op="reduce", dst=rng.choice(existing)["name"], src=src["name"],
+            dst = rng.choice(existing)
+            g.step(op="reduce", dst=dst["name"], src=src["name"],
                    kind=rng.choice(REDUCE_KINDS), dim=dim, clear=False)
         else:
             dst = g.buffer("fragment", kind, acc)
             g.step(op="reduce", dst=dst["name"], src=src["name"],
                    kind=rng.choice(REDUCE_KINDS), dim=dim, clear=True)
+            g.origin[dst["name"]] = src["name"]
     else:  # an elementwise loop: permuted, transposed and broadcast reads
         kind = rng.choice(["mn", "mn", "nm", "m", "n"])
         scope = g.scope()
-        operands = g.operands_for(kind, scope)
-        if not operands:
+        if not g.operands_for(kind, scope):
             kind = "mn"
-            operands = g.operands_for(kind, scope)
         in_place = [b for b in g.defined if b["kind"] == kind and b["scope"] == scope]
+        reduced = [g.p.buffer(t) for t in g.origin.values() if t and g.p.buffer(t)["kind"] ==
+                   kind]
         guard = 0
-        if in_place and rng.random() < 0.3:
+        if reduced and rng.random() < 0.5:  # softmax-like: a tile updated with its own rows'
+            dst = rng.choice(reduced)        # (or columns') reductions
+        elif in_place and rng.random() < 0.3:
             dst = rng.choice(in_place)
             if rng.random() < 0.5:
                 guard = rng.randint(1, 2)
         else:
             out_dtype = dtype if rng.random() < 0.8 else acc
             dst = g.buffer(scope, kind, out_dtype)
+        operands = g.loop_operands(kind, dst if dst in g.defined else None)
+        if dst not in g.defined and dst["scope"] == "fragment" and len(kind) == 1:
+            vectors = [n for n, a in operands if g.p.buffer(n)["scope"] == "fragment"]
+            g.origin[dst["name"]] = g.origin.get(vectors[0]) if vectors else None
         tmp = None
         if rng.random() < 0.15:
             tmp = g.buffer("local", "local", dst["dtype"])["name"]
@@ -795,7 +822,7 @@ def _outputs(g: _Gen, dtype: str, acc: str):
         out = g.tensor("hist", acc, output=True)
         g.step(op="scatter", dst=out, src=rng.choice(tiles)["name"])
     if tiles and rng.random() < 0.2:
-        operands = g.operands_for("mn", "global")
+        operands = g.loop_operands("mn", None)
         out = g.tensor("mn", dtype, output=True)
         g.step(op="gstore", dst=out, expr=g.expr(operands, 2, dtype == "int32"))
 
@@ -830,7 +857,9 @@ def _gemm_program(rng, seed, index) -> Program:
     g.exact.discard(c["name"])
     if rng.random() < 0.4:  # an epilogue: bias and scale, in a second buffer
         bias = g.tensor("vn", dtype)
-        vec = g.buffer(g.scope(), "n", dtype)
+        # in shared memory: a fragment vector cannot follow the accumulator's layout along
+        # columns (reported as a limitation, TileLabTypeError, see docs/RELIABILITY.md)
+        vec = g.buffer("shared", "n", dtype)
         g.step(op="load", dst=vec["name"], src=bias, shift=[0])
         dst = g.buffer(g.scope(), "mn", rng.choice(("float32", dtype)))
         g.step(op="ew", dst=dst["name"], expr=["bin", "+", ["bin", "*", ["ld", c["name"], "ij"],
