@@ -7,7 +7,6 @@ import tilelab.language as T
 
 SPEC = '{"K": 0, "M": 70, "N": 50, "bk": 16, "bm": 32, "bn": 32, "buffers": [{"dtype": "float32", "kind": "mn", "name": "s0", "scope": "shared"}, {"dtype": "float32", "kind": "nm", "name": "s1", "scope": "shared"}], "index": 9001, "seed": 0, "steps": [{"dst": "s0", "op": "load", "shift": [0, 0], "src": "X0"}, {"dst": "s1", "expr": ["ld", "s0", "ji"], "op": "ew"}, {"dst": "Y0", "op": "store", "src": "s1"}], "tensors": [{"dtype": "float32", "kind": "mn", "name": "X0", "output": false}, {"dtype": "float32", "kind": "nm", "name": "Y0", "output": true}], "threads": 256}'
 
-KNOWN_BUG = {'cuda': 'both shared tiles are placed at the same offset of dynamic shared memory (issue 11; the lead is fixing shared-memory planning)'}
 
 
 def make():
