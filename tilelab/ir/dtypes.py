@@ -88,4 +88,10 @@ def torch_dtype(dtype: DType):
 
 
 def itemsize(dtype: str) -> int:
-    return max(_BITS[str(dtype)] // 8, 1)
+    """Bytes of one value; a vector type such as `int32x2` (TVM may give a merged shared
+    allocation one) counts all its lanes."""
+    name, lanes = str(dtype), 1
+    if "x" in name and name.rpartition("x")[2].isdigit():
+        name, _, count = name.rpartition("x")
+        lanes = int(count)
+    return max(_BITS[name] // 8, 1) * lanes

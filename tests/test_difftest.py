@@ -1,0 +1,126 @@
+"""Differential testing: generated programs, the regression files it saved, and its parts.
+
+* `test_difftest_cpu_batch` runs the CI-sized command: generated programs compiled for
+  both backends (CUDA compile-only without a GPU) and run on the CPU against torch.
+* `test_regression_*` runs every program in tests/difftest_regressions/ (each a shrunk
+  failure, with its symptom in its header): on the CPU, and on CUDA when a GPU is present.
+  A file may name a bug not fixed yet in `KNOWN_BUG = {"cuda": "why"}`; its test is then
+  an expected failure, strict, so that the fix shows up as a test to update.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from tilelab.testing import difftest
+from tilelab.testing.generator import Program, generate, validate
+
+REGRESSIONS = sorted((Path(__file__).parent / "difftest_regressions").glob("*.py"))
+CI_COUNT, CI_SEED = 24, 0
+
+
+def test_generation_is_reproducible_and_valid():
+    for index in range(150):
+        p = generate(5, index)
+        assert validate(p), p.to_json()
+        assert p.source() == generate(5, index).source()
+        ast.parse(p.source())
+        assert Program.from_json(p.to_json()) == p
+    assert generate(5, 0).source() != generate(5, 1).source()
+    assert generate(5, 0).source() != generate(6, 0).source()
+
+
+def test_generator_covers_the_language():
+    """Over a few hundred programs every feature the brief lists appears."""
+    text = "\n".join(generate(0, i).source() for i in range(300))
+    for needle in ("T.float32", "T.float16", "T.bfloat16", "T.int32", "T.alloc_shared",
+                   "T.alloc_fragment", "T.alloc_local", "[j, i]", "T.reduce_sum",
+                   "T.reduce_max", "T.reduce_min", "T.reduce_abssum", "T.reduce_absmax",
+                   "dim=0", "dim=1", "transpose_A=True", "transpose_B=True", "FullRow",
+                   "FullCol", "clear_accum=True", "T.atomic_add", "if bx % 2 ==",
+                   "T.if_then_else", "T.exp"):
+        assert needle in text, needle
+    for stages in range(1, 5):
+        assert f"num_stages={stages}" in text
+    assert re.search(r"T\.copy\(\w+\[\d+:\d+, \d+:\d+\], \w+\[\d+:\d+, \d+:\d+\]\)", text)
+    assert re.search(r"\[by \* \d+ \+ [1-9]", text)  # a copy at a shifted region
+
+
+def test_reference_reads_programs_as_the_cpu_backend_runs_them(tmp_path):
+    """A dozen programs of another seed agree with the torch reading (CUDA not compiled)."""
+    for index in range(12):
+        p = generate(11, index)
+        path = tmp_path / f"p{index}.py"
+        path.write_text(p.source())
+        import tilelab
+
+        kernel = tilelab.compile(difftest.load_module(path).make(), target="cpu")
+        inputs = difftest.make_inputs(p)
+        expected = p.reference(inputs)
+        kernel(*inputs.values())
+        assert difftest.compare(p, inputs, expected, "cpu") is None, p.source()
+
+
+def test_compare_reports_a_wrong_element():
+    p = generate(3, 2)
+    inputs = difftest.make_inputs(p)
+    expected = p.reference(inputs)
+    wrong = {name: value.clone() for name, value in expected.items()}
+    name = next(iter(wrong))
+    wrong[name].view(-1)[-1] += 1 + 10 * wrong[name].abs().max()
+    message = difftest.compare(p, wrong, expected, "CUDA vs CPU backend")
+    assert message and message.startswith(f"CUDA vs CPU backend: {name}[")
+    assert difftest.compare(p, expected, expected, "same") is None
+
+
+def test_shrink_keeps_the_symptom_and_drops_the_rest():
+    """With a stand-in check that fails whenever a reduction is present, the shrunk
+    program keeps one reduction, what it needs, and one output."""
+    p = next(q for q in (generate(0, i) for i in range(200))
+             if any(s["op"] == "reduce" for s in q.steps) and len(q.steps) > 7)
+
+    def check(q):
+        failing = any(s["op"] == "reduce" for s in q.steps)
+        return difftest.Outcome("mismatch" if failing else "ok", "stand-in", "cpu")
+
+    small, outcome = difftest.shrink(p, check(p), check, budget_s=60)
+    assert outcome.status == "mismatch" and validate(small)
+    assert sum(s["op"] == "reduce" for s in small.steps) == 1
+    assert len(small.steps) < len(p.steps) and len(small.steps) <= 4
+    assert small.M <= p.M and small.N <= p.N
+
+
+def test_difftest_cpu_batch(capsys):
+    """The CI size: every program compiles for both backends and agrees with torch."""
+    code = difftest.main(["--count", str(CI_COUNT), "--seed", str(CI_SEED), "--jobs", "2",
+                          "--shrink-seconds", "0"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == f"difftest: {CI_COUNT} programs, 0 mismatches, 0 compile errors", \
+        "\n".join(lines)
+    assert code == 0
+
+
+def _check_regression(path: Path, target: str, tmp_path: Path):
+    module = difftest.load_module(path)
+    program = Program.from_json(module.SPEC)
+    known = getattr(module, "KNOWN_BUG", {}).get(target)
+    outcome = difftest.check_program(program, target, tmp_path, module_path=path)
+    if known:
+        assert outcome.status != "ok", f"fixed? remove KNOWN_BUG[{target!r}] from {path.name}"
+        pytest.xfail(known)
+    assert outcome.status == "ok", outcome
+
+
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
+def test_regression_cpu(path, tmp_path):
+    _check_regression(path, "cpu", tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
+def test_regression_cuda(path, tmp_path):
+    _check_regression(path, "cuda", tmp_path)

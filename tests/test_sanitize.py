@@ -1,0 +1,143 @@
+"""The sanitizer driver's parts that need no GPU: kernels, command lines, parsing.
+
+The sample outputs follow the record format of NVIDIA's compute-sanitizer
+documentation (memcheck, racecheck, initcheck and synccheck examples), with
+the driver's own marker lines between kernels as its child prints them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tilelab.testing import sanitize
+
+MEMCHECK = """\
+========= COMPUTE-SANITIZER
+@@tilelab-sanitize kernel vector_add
+vector_add: check passed
+@@tilelab-sanitize kernel gemm
+========= Invalid __global__ write of size 4 bytes
+=========     at unaligned_kernel()+0x20 in memcheck_demo.cu:6
+=========     by thread (0,0,0) in block (0,0,0)
+=========     Address 0x7f6510c00001 is misaligned
+=========
+========= Invalid __global__ read of size 4 bytes
+=========     at out_of_bounds_kernel()+0x60 in memcheck_demo.cu:11
+=========     by thread (7,0,0) in block (0,0,0)
+=========     Address 0x87654320 is out of bounds
+=========
+@@tilelab-sanitize failed gemm CudaError: an illegal memory access was encountered
+@@tilelab-sanitize kernel softmax
+========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on CUDA API call to cudaDeviceSynchronize.
+=========     Saved host backtrace up to driver entry point at error
+=========     Host Frame: [0x2d3d6a] in libcuda.so.1
+=========
+@@tilelab-sanitize done
+========= ERROR SUMMARY: 3 errors
+"""
+
+RACECHECK = """\
+========= COMPUTE-SANITIZER
+@@tilelab-sanitize kernel transpose_two_tiles
+========= Error: Race reported between Write access at 0x1b0 in transpose.cu:27:transpose(float *, float *)
+=========     and Read access at 0x220 in transpose.cu:31:transpose(float *, float *) [790528 hazards]
+=========
+========= Warning: Race reported between Read access at 0x30 in k.cu:5:k(int *)
+=========     and Write access at 0x50 in k.cu:6:k(int *) [32 hazards]
+=========
+@@tilelab-sanitize kernel row_sum
+@@tilelab-sanitize done
+========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)
+"""
+
+INITCHECK = """\
+========= COMPUTE-SANITIZER
+@@tilelab-sanitize kernel 0_3
+========= Uninitialized __global__ memory read of size 4 bytes
+=========     at 0x70 in /tmp/k.cu:12:kernel
+=========     by thread (3,0,0) in block (0,0,0)
+=========     Address 0x7f0f3e000c00
+=========
+@@tilelab-sanitize done
+========= ERROR SUMMARY: 1 error
+"""
+
+CLEAN = """\
+========= COMPUTE-SANITIZER
+@@tilelab-sanitize kernel layer_norm
+layer_norm: check passed
+@@tilelab-sanitize kernel rms_norm
+@@tilelab-sanitize done
+========= ERROR SUMMARY: 0 errors
+"""
+
+
+def test_parse_memcheck_charges_each_record_to_its_kernel():
+    run = sanitize.parse(MEMCHECK, "memcheck")
+    assert run.count == 3 and run.summary_total == 3
+    assert run.by_kernel() == {"gemm": 2, "softmax": 1}
+    assert run.reports[0].title == "Invalid __global__ write of size 4 bytes"
+    assert run.reports[0].where == "at unaligned_kernel()+0x20 in memcheck_demo.cu:6"
+    assert run.reports[2].title.startswith("Program hit cudaErrorLaunchFailure")
+    assert run.started == ["vector_add", "gemm", "softmax"]
+    assert run.failed == {"gemm": "CudaError: an illegal memory access was encountered"}
+    assert run.finished
+
+
+def test_parse_racecheck_initcheck_and_a_clean_run():
+    race = sanitize.parse(RACECHECK, "racecheck")
+    assert race.count == 2 and race.by_kernel() == {"transpose_two_tiles": 2}
+    assert "[790528 hazards]" in race.reports[0].text[1]
+    init = sanitize.parse(INITCHECK, "initcheck")
+    assert init.count == 1 and init.by_kernel() == {"0_3": 1}
+    assert init.reports[0].where == "at 0x70 in /tmp/k.cu:12:kernel"
+    clean = sanitize.parse(CLEAN, "synccheck")
+    assert clean.count == 0 and clean.finished and clean.started == ["layer_norm", "rms_norm"]
+
+
+def test_parse_counts_records_past_the_print_limit_from_the_summary():
+    shown = "@@tilelab-sanitize kernel k\n========= Invalid __shared__ read of size 4 bytes\n" \
+            "=========     at k+0x10 in k.cu:3\n=========\n========= ERROR SUMMARY: 500 errors\n"
+    run = sanitize.parse(shown, "memcheck")
+    assert len(run.reports) == 1 and run.count == 500
+
+
+def test_a_child_that_stops_early_is_not_finished():
+    run = sanitize.parse("@@tilelab-sanitize kernel gemm\nSegmentation fault\n", "memcheck")
+    assert not run.finished and run.started == ["gemm"] and run.count == 0
+
+
+def test_kernel_lists():
+    kernels = sanitize.list_kernels(seed=3, programs=4)
+    assert {"vector_add", "gemm", "softmax", "flash_attention", "layer_norm"} <= \
+        set(kernels["examples"])
+    assert "common" not in kernels["examples"]
+    assert {"vector_add", "gemm_bf16", "atomic_column_sum", "softmax_tail"} <= \
+        set(kernels["suite"])
+    assert kernels["generated"] == ["3_0", "3_1", "3_2", "3_3"]
+
+
+def test_command_lines():
+    command = sanitize.sanitizer_command("racecheck", "suite", ["gemm_fp16", "softmax"],
+                                         sanitizer="/cs", python="/py")
+    assert command[:3] == ["/cs", "--tool", "racecheck"]
+    assert command[-7:] == ["/py", "-m", "tilelab.testing.sanitize", "--child", "suite",
+                            "--names", "gemm_fp16,softmax"]
+    with pytest.raises(ValueError, match="unknown tool"):
+        sanitize.sanitizer_command("leakcheck", "suite", ["x"])
+
+
+def test_list_mode_prints_every_command(capsys):
+    assert sanitize.main(["--list", "--tools", "memcheck,initcheck", "--programs", "2",
+                          "--sanitizer", "/cs"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("/cs --tool memcheck") == 3 and out.count("/cs --tool initcheck") == 3
+    assert f"{sys.executable} -m tilelab.testing.sanitize --child generated --names 0_0,0_1" \
+        in out
+
+
+def test_missing_sanitizer_is_reported(capsys):
+    assert sanitize.main(["--tools", "memcheck", "--sanitizer", "/nonexistent/cs"]) == 2
+    assert "compute-sanitizer not found" in capsys.readouterr().out

@@ -1,0 +1,375 @@
+"""Differential testing: generated programs on the CPU backend against CUDA.
+
+    python -m tilelab.testing.difftest --count N --seed S [--target cpu|cuda] [--jobs J]
+                                       [--save DIR]
+
+Each program `i` of seed `S` (see `generator`) is written as a Python module,
+compiled through `tilelab.compile` for both backends, and checked twice:
+
+1. the CPU backend (the reference semantics) against the generator's own
+   torch reading of the program: this catches CPU bugs;
+2. with `--target cuda` (on a GPU machine), the CUDA kernel against the CPU
+   backend on the same inputs, element by element, within a tolerance set by
+   the least precise type the program uses. With `--target cpu` the CUDA
+   kernel is only compiled (nvcc, sm_90a), which still catches compile errors.
+
+A program the generator deems valid that fails to compile on either backend
+is a bug too. Every failure is shrunk (delta debugging over steps, sizes,
+types and expressions) to a small program with the same symptom, printed,
+and with `--save DIR` written as a regression test module. The last line is
+always `difftest: N programs, M mismatches, E compile errors`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+from .generator import FLOATS, Program, generate, validate
+
+COMPILE_ONLY_ARCH = "cuda:sm_90a"
+
+
+# ---------------------------------------------------------------- one program
+
+
+def load_module(path: Path):
+    """Import a program module from its file (the front end reads kernels' source there)."""
+    name = f"_tilelab_difftest_{path.stem}_{abs(hash(str(path)))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_inputs(p: Program):
+    """Fresh random inputs for every tensor (outputs start at zero), fixed by the seed."""
+    import torch
+
+    gen = torch.Generator().manual_seed(p.seed * 1_000_003 + p.index)
+    tensors = {}
+    for t in p.tensors:
+        shape, dtype = p.tensor_shape(t["kind"]), getattr(torch, t["dtype"])
+        if t["output"]:
+            tensors[t["name"]] = torch.zeros(shape, dtype=dtype)
+        elif t["dtype"] in FLOATS:
+            tensors[t["name"]] = torch.randn(shape, generator=gen).to(dtype)
+        else:
+            tensors[t["name"]] = torch.randint(-4, 5, shape, generator=gen, dtype=dtype)
+    return tensors
+
+
+def compare(p: Program, actual: dict, expected: dict, what: str) -> str | None:
+    """None when every output agrees within the program's tolerance, else what differs."""
+    import torch
+
+    tol = p.tolerance()
+    for name, want in expected.items():
+        got = actual[name].detach().cpu().double()
+        want = want.detach().cpu().double()
+        if torch.isnan(got).any() and not torch.isnan(want).any():
+            return f"{what}: {name} holds NaN"
+        err = (got - want).abs()
+        limit = tol * (1 + want.abs().max().item())
+        worst = err.max().item() if err.numel() else 0.0
+        if not worst <= limit:
+            flat = int(err.reshape(-1).argmax())
+            index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), err.shape))
+            return (f"{what}: {name}{list(index)} is {got.reshape(-1)[flat].item():.6g}, "
+                    f"expected {want.reshape(-1)[flat].item():.6g} (max |err| {worst:.3g} > "
+                    f"{limit:.3g}; {int((err > limit).sum())} of {err.numel()} elements)")
+    return None
+
+
+class Outcome:
+    """What checking one program found: status ok | mismatch | compile_error."""
+
+    def __init__(self, status: str, message: str = "", where: str = ""):
+        self.status, self.message, self.where = status, message, where
+
+    @property
+    def signature(self) -> tuple:
+        """What a shrunk program must keep: the kind of failure, where it showed and, for
+        an error, its message without paths and numbers (another error is another bug)."""
+        if self.status == "mismatch":
+            return self.status, self.where, self.message.startswith("crashed")
+        text = re.sub(r"\S+\.py:\d+:\d+: ", "", self.message)
+        return self.status, self.where, re.sub(r"\d+", "#", text)[:120]
+
+    def __repr__(self) -> str:
+        return f"Outcome({self.status}, {self.where}: {self.message})"
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+def check_program(p: Program, target: str, workdir: Path, module_path: Path | None = None,
+                  attempt: int = 0) -> Outcome:
+    """Compile `p` for both backends, run what this machine can, compare."""
+    import tilelab
+
+    if module_path is None:
+        module_path = workdir / f"{p.name}_{attempt}.py"
+        module_path.write_text(p.source())
+    cuda_target = "cuda" if target == "cuda" else COMPILE_ONLY_ARCH
+    kernels = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for backend, name in (("cpu", "cpu"), ("cuda", cuda_target)):
+            try:
+                kernels[backend] = tilelab.compile(load_module(module_path).make(), target=name)
+            except Exception as err:  # noqa: BLE001 - every failure is a finding
+                return Outcome("compile_error", _first_line(err), backend)
+    inputs = make_inputs(p)
+    expected = p.reference(inputs)
+    cpu = {k: v.clone() for k, v in inputs.items()}
+    try:
+        kernels["cpu"](*cpu.values())
+    except Exception as err:  # noqa: BLE001
+        return Outcome("mismatch", "crashed: " + _first_line(err), "cpu")
+    message = compare(p, cpu, expected, "CPU backend vs torch")
+    if message:
+        return Outcome("mismatch", message, "cpu")
+    if target == "cuda":
+        import torch
+
+        gpu = {k: v.cuda() for k, v in inputs.items()}
+        try:
+            kernels["cuda"](*gpu.values())
+            torch.cuda.synchronize()
+        except Exception as err:  # noqa: BLE001
+            return Outcome("mismatch", "crashed: " + _first_line(err), "cuda")
+        message = compare(p, gpu, {k: cpu[k] for k in expected}, "CUDA vs CPU backend")
+        if message:
+            return Outcome("mismatch", message, "cuda")
+    return Outcome("ok")
+
+
+# ---------------------------------------------------------------- shrinking
+
+
+def _without_unused(p: Program) -> Program:
+    """Drop tensors and buffers that no step mentions."""
+    from .generator import _used_buffers
+
+    q = p.clone()
+    used = _used_buffers(q)
+    named = set()
+    for step in q.steps:
+        for key in ("src", "dst", "A", "B"):
+            if isinstance(step.get(key), str):
+                named.add(step[key])
+    q.buffers = [b for b in q.buffers if b["name"] in used]
+    q.tensors = [t for t in q.tensors if t["name"] in named]
+    return q
+
+
+def _subexpressions(expr):
+    if expr is None or expr[0] in ("ld", "c", "ix"):
+        return []
+    return [part for part in expr[2:] if isinstance(part, list)]
+
+
+def _expr_edits(expr):
+    """Expressions one step simpler: a subexpression in place of the whole, recursively."""
+    yield from _subexpressions(expr)
+    for i, part in enumerate(expr or []):
+        if isinstance(part, list) and part[0] not in ("ld", "c", "ix"):
+            for smaller in _expr_edits(part):
+                yield expr[:i] + [smaller] + expr[i + 1:]
+
+
+# the options of each kind of step, and their plainest value (None: leave the option out)
+_PLAIN = {"load": (("shift", None),), "ew": (("guard", None), ("tmp", None)),
+          "gemm": (("stages", 1), ("clear_accum", None), ("a_frag", None), ("policy", "Square")),
+          "ksum": (("stages", 1),), "atomic": (("sliced", None),)}
+
+
+def candidates(p: Program):
+    """Smaller variants of `p`, the biggest cuts first (delta debugging)."""
+    steps = p.steps
+    n = len(steps)
+    chunk = n // 2
+    while chunk >= 1:  # remove runs of steps
+        for start in range(0, n, chunk):
+            q = p.clone()
+            q.steps = steps[:start] + steps[start + chunk:]
+            yield q
+        chunk //= 2
+    for attr, block in (("M", p.bm), ("N", p.bn), ("K", p.bk)):  # smaller tensors
+        value = getattr(p, attr)
+        for smaller in sorted({1, block, block + 1, value // 2}):
+            if 0 < smaller < value:
+                q = p.clone()
+                setattr(q, attr, smaller)
+                yield q
+    if not any(s["op"] == "gemm" for s in steps):
+        for dtype in sorted(p.dtypes() - {"float32"}):  # a plainer type
+            q = p.clone()
+            for item in q.tensors + q.buffers:
+                if item["dtype"] == dtype:
+                    item["dtype"] = "int32" if dtype == "int32" else "float32"
+            if q.dtypes() != p.dtypes():
+                yield q
+        for threads in (32, 64, 128):
+            if threads < p.threads:
+                q = p.clone()
+                q.threads = threads
+                yield q
+    for i, step in enumerate(steps):  # plainer steps: options back to their defaults
+        for key, plain in _PLAIN.get(step["op"], ()):
+            if key in step and step[key] != plain:
+                q = p.clone()
+                if plain is None:
+                    del q.steps[i][key]
+                else:
+                    q.steps[i][key] = plain
+                yield q
+        for smaller in _expr_edits(step.get("expr")):
+            q = p.clone()
+            q.steps[i]["expr"] = smaller
+            yield q
+
+
+def shrink(p: Program, failure: Outcome, check, budget_s: float = 180.0) -> tuple:
+    """Delta debugging: keep any smaller valid variant that fails the same way."""
+    deadline = time.monotonic() + budget_s
+    best, outcome = _without_unused(p), failure
+    improved = True
+    while improved and time.monotonic() < deadline:
+        improved = False
+        for q in candidates(best):
+            if time.monotonic() > deadline:
+                break
+            if not validate(q):
+                continue
+            q = _without_unused(q)
+            try:
+                result = check(q)
+            except Exception:  # noqa: BLE001 - a variant the harness cannot run is no lead
+                continue
+            if result.signature == failure.signature:
+                best, outcome, improved = q, result, True
+                break
+    return best, outcome
+
+
+# ---------------------------------------------------------------- saving
+
+
+def regression_source(p: Program, outcome: Outcome) -> str:
+    """A regression test module: the program, its symptom, and how it was found."""
+    header = (f"# Found by: python -m tilelab.testing.difftest --seed {p.seed} "
+              f"(program {p.index}), then shrunk.\n"
+              f"# Symptom ({outcome.status} on {outcome.where}): {outcome.message}\n"
+              "# tests/test_difftest.py runs it on the CPU, and on CUDA when a GPU is present.\n")
+    return header + p.source()
+
+
+def save(p: Program, outcome: Outcome, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"seed{p.seed}_{p.index}.py"
+    path.write_text(regression_source(p, outcome))
+    return path
+
+
+# ---------------------------------------------------------------- driver
+
+
+def _init_worker(cache_dir: str):
+    os.environ["TILELAB_CACHE_DIR"] = cache_dir
+    warnings.simplefilter("ignore")
+
+
+def run_one(args: tuple) -> dict:
+    """Generate, check and (on failure) shrink program `index`: what a worker does."""
+    seed, index, target, shrink_budget = args
+    p = generate(seed, index)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tilelab-difftest-") as tmp:
+        workdir = Path(tmp)
+        try:
+            outcome = check_program(p, target, workdir)
+        except Exception:  # noqa: BLE001 - a harness bug must not stop the run
+            return {"index": index, "status": "harness_error",
+                    "message": traceback.format_exc(), "seconds": 0.0}
+        result = {"index": index, "status": outcome.status, "message": outcome.message,
+                  "where": outcome.where, "seconds": time.perf_counter() - started}
+        if outcome.status != "ok" and shrink_budget > 0:
+            attempts = iter(range(1, 10**6))
+            small, small_outcome = shrink(
+                p, outcome, lambda q: check_program(q, target, workdir, attempt=next(attempts)),
+                shrink_budget)
+            result.update(program=small.to_json(), shrunk_message=small_outcome.message,
+                          steps=(len(p.steps), len(small.steps)))
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--start", type=int, default=0, help="first program index")
+    parser.add_argument("--target", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--save", type=Path, help="write shrunk failures here as regression tests")
+    parser.add_argument("--shrink-seconds", type=float, default=180.0,
+                        help="time allowed to shrink each failure (0: do not shrink)")
+    args = parser.parse_args(argv)
+
+    cache = tempfile.TemporaryDirectory(prefix="tilelab-difftest-cache-")
+    _init_worker(cache.name)
+    work = [(args.seed, i, args.target, args.shrink_seconds)
+            for i in range(args.start, args.start + args.count)]
+    started = time.perf_counter()
+    if args.jobs > 1:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(args.jobs, initializer=_init_worker, initargs=(cache.name,)) as pool:
+            results = list(_report(pool.imap_unordered(run_one, work), args))
+    else:
+        results = list(_report(map(run_one, work), args))
+    seconds = time.perf_counter() - started
+    cache.cleanup()
+    mismatches = sum(r["status"] in ("mismatch", "harness_error") for r in results)
+    errors = sum(r["status"] == "compile_error" for r in results)
+    print(f"seed {args.seed}, programs {args.start}..{args.start + args.count - 1}, "
+          f"target {args.target}: {len(results) / seconds:.2f} programs/s with {args.jobs} "
+          f"job(s) ({seconds:.0f} s)")
+    print(f"difftest: {len(results)} programs, {mismatches} mismatches, {errors} compile errors")
+    return 1 if mismatches or errors else 0
+
+
+def _report(results, args):
+    """Print each failure as it arrives (with its shrunk program), and pass results on."""
+    for r in results:
+        if r["status"] != "ok":
+            label = r["status"].upper().replace("_", " ")
+            print(f"{label} seed={args.seed} index={r['index']} on {r.get('where', '?')}: "
+                  f"{r['message']}", flush=True)
+            if "program" in r:
+                p = Program.from_json(r["program"])
+                print(f"  shrunk from {r['steps'][0]} to {r['steps'][1]} steps: "
+                      f"{r['shrunk_message']}")
+                if args.save:
+                    outcome = Outcome(r["status"], r["shrunk_message"], r["where"])
+                    print(f"  saved {save(p, outcome, args.save)}")
+                else:
+                    print("  " + p.source().split("def make():")[1].strip().replace(
+                        "\n", "\n  "))
+        yield r
+
+
+if __name__ == "__main__":
+    sys.exit(main())

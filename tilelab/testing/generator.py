@@ -1,0 +1,879 @@
+"""Random, well-formed tile programs, each with a reference computed by torch.
+
+A generated program is a small recipe (`Program`): sizes, a list of tensors,
+a list of on-chip buffers and a list of steps. Every step is a plain dict
+such as `{"op": "load", "dst": "s0", "src": "X0", "shift": [0, 3]}`, and each
+kind of step knows two things, kept side by side in this file:
+
+* how to **write** itself as kernel source (`_emit_<op>`), so that a
+  program is real Python text in the factory style that a person can read
+  and that goes through the public API (`tilelab.compile`);
+* what it **means**, evaluated block by block with torch in float64
+  (`_run_<op>`). This independent reading of the program checks the CPU
+  backend, which in turn is the reference for the CUDA backend.
+
+Programs are reproducible: program `index` of seed `seed` comes from a
+`random.Random` seeded with both, so it is the same on every machine.
+Validity is the generator's job: a buffer is read only after a step wrote
+all of it, a `T.Parallel` loop reads a fragment only at the iteration's own
+element (or a row/column vector of it), and transposed reads come from
+shared memory, as the tile language asks. The shrinker (in `difftest`)
+edits recipes and keeps only those that `validate` accepts.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import json
+import random
+from dataclasses import asdict, dataclass, field
+
+FLOATS = ("float32", "float16", "bfloat16")
+DTYPES = FLOATS + ("int32",)
+REDUCE_KINDS = ("sum", "max", "min", "abssum", "absmax")
+POLICIES = ("Square", "FullRow", "FullCol")
+
+# Largest accepted |CUDA - CPU| (and |CPU - torch|), as a fraction of 1 + max|expected|,
+# by the least precise type a program computes in. Integers must agree exactly.
+TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2, "int32": 0.0}
+
+
+@dataclass
+class Program:
+    """A generated tile program: sizes, tensors, on-chip buffers and steps."""
+
+    seed: int
+    index: int
+    M: int
+    N: int
+    K: int
+    bm: int
+    bn: int
+    bk: int
+    threads: int
+    tensors: list = field(default_factory=list)  # {"name", "kind", "dtype", "output"}
+    buffers: list = field(default_factory=list)  # {"name", "scope", "kind", "dtype"}
+    steps: list = field(default_factory=list)
+
+    # -- identity and (de)serialization
+
+    @property
+    def name(self) -> str:
+        return f"difftest_{self.seed}_{self.index}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> Program:
+        return Program(**json.loads(text))
+
+    def clone(self) -> Program:
+        return _copy.deepcopy(self)
+
+    # -- shapes
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(blocks along N, blocks along M): bx walks columns, by walks rows."""
+        return -(-self.N // self.bn), -(-self.M // self.bm)
+
+    def tensor(self, name: str) -> dict:
+        return next(t for t in self.tensors if t["name"] == name)
+
+    def buffer(self, name: str) -> dict:
+        return next(b for b in self.buffers if b["name"] == name)
+
+    def tensor_shape(self, kind: str) -> tuple:
+        gx, gy = self.grid
+        M, N, K = self.M, self.N, self.K  # noqa: N806
+        return {"mn": (M, N), "nm": (N, M), "vm": (M,), "vn": (N,), "a": (M, K),
+                "at": (K, M), "b": (K, N), "bt": (N, K), "om": (gx, M), "on": (gy, N),
+                "hist": (8,)}[kind]
+
+    def buffer_shape(self, kind: str) -> tuple:
+        bm, bn, bk = self.bm, self.bn, self.bk
+        return {"mn": (bm, bn), "nm": (bn, bm), "m": (bm,), "n": (bn,), "mk": (bm, bk),
+                "km": (bk, bm), "kn": (bk, bn), "nk": (bn, bk), "local": (1,)}[kind]
+
+    def dtypes(self) -> set[str]:
+        """Every type the program stores or computes in."""
+        return {t["dtype"] for t in self.tensors} | {b["dtype"] for b in self.buffers}
+
+    def tolerance(self) -> float:
+        return max(TOLERANCE[d] for d in self.dtypes())
+
+    # -- source text
+
+    def source(self) -> str:
+        """The program as a Python module whose `make()` returns the `@T.prim_func`."""
+        gx, gy = self.grid
+        params = ", ".join(f"{t['name']}: T.Tensor({self.tensor_shape(t['kind'])}, "
+                           f"T.{t['dtype']})" for t in self.tensors)
+        used = _used_buffers(self)
+        lines = [
+            f'"""difftest program {self.index} of seed {self.seed} '
+            '(tilelab.testing.generator)."""',
+            "",
+            "import tilelab.language as T",
+            "",
+            f"SPEC = {self.to_json()!r}",
+            "",
+            "",
+            "def make():",
+            "    @T.prim_func",
+            f"    def {self.name}({params}):",
+            f"        with T.Kernel({gx}, {gy}, threads={self.threads}) as (bx, by):",
+        ]
+        body = []
+        for b in self.buffers:
+            if b["name"] not in used:
+                continue
+            alloc = {"shared": "alloc_shared", "fragment": "alloc_fragment",
+                     "local": "alloc_local"}[b["scope"]]
+            body.append(f"{b['name']} = T.{alloc}({self.buffer_shape(b['kind'])}, "
+                        f"T.{b['dtype']})")
+        for step in self.steps:
+            body.extend(_EMIT[step["op"]](self, step))
+        if not body:
+            body = ["pass"]
+        lines.extend("            " + line for line in body)
+        lines += [f"    return {self.name}", ""]
+        return "\n".join(lines)
+
+    # -- the torch reading
+
+    def reference(self, inputs: dict) -> dict:
+        """Every output tensor, computed from `inputs` (name -> torch tensor) in float64."""
+        import torch
+
+        full = {t["name"]: inputs[t["name"]].double().clone() for t in self.tensors}
+        gx, gy = self.grid
+        for by in range(gy):
+            for bx in range(gx):
+                block = _Block(self, full, bx, by, torch)
+                for step in self.steps:
+                    _RUN[step["op"]](block, step)
+        return {t["name"]: full[t["name"]] for t in self.tensors if t["output"]}
+
+
+def _used_buffers(p: Program) -> set[str]:
+    names = set()
+    for step in p.steps:
+        for key in ("dst", "src", "a", "b", "a_frag", "stage", "tmp"):
+            if isinstance(step.get(key), str):
+                names.add(step[key])
+        names.update(leaf[1] for leaf in _leaves(step.get("expr")) if leaf[0] == "ld")
+    return {n for n in names if any(b["name"] == n for b in p.buffers)}
+
+
+def _leaves(expr):
+    if expr is None:
+        return
+    if expr[0] in ("ld", "c", "ix"):
+        yield expr
+        return
+    for part in expr[2:]:
+        if isinstance(part, list):
+            yield from _leaves(part)
+
+
+# ---------------------------------------------------------------- block origins
+
+
+def _origin(p: Program, kind: str, shift=(0, 0)) -> list[str]:
+    """Start indices (source text) of a block's tile in a tensor of `kind`."""
+    dr, dc = (list(shift) + [0, 0])[:2]
+
+    def plus(base, d):
+        return f"{base} + {d}" if d else base
+
+    rows, cols = f"by * {p.bm}", f"bx * {p.bn}"
+    return {"mn": [plus(rows, dr), plus(cols, dc)], "nm": [plus(cols, dr), plus(rows, dc)],
+            "vm": [plus(rows, dr)], "vn": [plus(cols, dr)], "om": ["bx", rows],
+            "on": ["by", cols]}[kind]
+
+
+def _origin_values(p: Program, kind: str, bx: int, by: int, shift=(0, 0)) -> list[int]:
+    dr, dc = (list(shift) + [0, 0])[:2]
+    rows, cols = by * p.bm, bx * p.bn
+    return {"mn": [rows + dr, cols + dc], "nm": [cols + dr, rows + dc], "vm": [rows + dr],
+            "vn": [cols + dr], "om": [bx, rows], "on": [by, cols]}[kind]
+
+
+# ---------------------------------------------------------------- expressions
+
+
+def _render(expr) -> str:
+    kind = expr[0]
+    if kind == "ld":
+        access = {"ij": "[i, j]", "ji": "[j, i]", "i": "[i]", "j": "[j]"}[expr[2]]
+        return expr[1] + access
+    if kind == "c":
+        return repr(expr[1])
+    if kind == "ix":
+        return expr[1]
+    if kind == "bin":
+        op, a, b = expr[1], _render(expr[2]), _render(expr[3])
+        return f"T.{op}({a}, {b})" if op in ("max", "min") else f"({a} {op} {b})"
+    if kind == "un":
+        a = _render(expr[2])
+        return {"abs": f"T.abs({a})", "neg": f"(-{a})",
+                "exp": f"T.exp(T.min({a}, 2.0))"}[expr[1]]
+    if kind == "sel":
+        return (f"T.if_then_else({_render(expr[2])} {expr[1]} {_render(expr[3])}, "
+                f"{_render(expr[4])}, {_render(expr[5])})")
+    raise ValueError(kind)
+
+
+def _evaluate(expr, block, shape):
+    """The value of an expression over a whole (rows, cols) loop, as a float64 tensor."""
+    torch = block.torch
+    kind = expr[0]
+    rows, cols = (shape + (1,))[:2]
+    if kind == "ld":
+        value, access = block.local[expr[1]], expr[2]
+        if access == "ji":
+            value = value.T
+        elif access == "i":
+            value = value[:, None] if len(shape) == 2 else value
+        elif access == "j":
+            value = value[None, :]
+        return value.expand(*shape) if len(shape) == 2 else value
+    if kind == "c":
+        return torch.full(shape, float(expr[1]), dtype=torch.float64)
+    if kind == "ix":
+        index = torch.arange(rows if expr[1] == "i" else cols, dtype=torch.float64)
+        if len(shape) == 1:
+            return index
+        return index[:, None].expand(*shape) if expr[1] == "i" else index[None, :].expand(*shape)
+    if kind == "bin":
+        a, b = _evaluate(expr[2], block, shape), _evaluate(expr[3], block, shape)
+        return {"+": torch.add, "-": torch.sub, "*": torch.mul, "max": torch.maximum,
+                "min": torch.minimum}[expr[1]](a, b)
+    if kind == "un":
+        a = _evaluate(expr[2], block, shape)
+        return {"abs": torch.abs, "neg": torch.neg,
+                "exp": lambda x: torch.exp(torch.clamp(x, max=2.0))}[expr[1]](a)
+    if kind == "sel":
+        a, b = _evaluate(expr[2], block, shape), _evaluate(expr[3], block, shape)
+        cond = {"<": torch.lt, ">": torch.gt, "==": torch.eq}[expr[1]](a, b)
+        return torch.where(cond, _evaluate(expr[4], block, shape),
+                           _evaluate(expr[5], block, shape))
+    raise ValueError(kind)
+
+
+# ---------------------------------------------------------------- one block of the reference
+
+
+class _Block:
+    """The on-chip buffers of one block while the reference runs its steps."""
+
+    def __init__(self, p: Program, full: dict, bx: int, by: int, torch):
+        self.p, self.full, self.bx, self.by, self.torch = p, full, bx, by, torch
+        self.local: dict = {}
+
+    def rounded(self, value, dtype: str):
+        """`value` stored in a buffer of `dtype` (rounded; integers wrap like int32)."""
+        torch = self.torch
+        if dtype == "int32":
+            return value.to(torch.int64).to(torch.int32).to(torch.float64)
+        return value.to(getattr(torch, dtype)).to(torch.float64)
+
+    def window(self, name: str, starts, extents):
+        """A zero-padded window of a tensor: what `T.copy` reads past the edges."""
+        tensor = self.full[name]
+        out = self.torch.zeros(extents, dtype=self.torch.float64)
+        index_out, index_in = [], []
+        for s, e, size in zip(starts, extents, tensor.shape):
+            stop = min(s + e, size)
+            if stop <= s:
+                return out
+            index_out.append(slice(0, stop - s))
+            index_in.append(slice(s, stop))
+        out[tuple(index_out)] = tensor[tuple(index_in)]
+        return out
+
+    def write(self, name: str, starts, value, add=False):
+        """Store `value` at `starts` in a tensor, dropping what falls past its edges."""
+        tensor = self.full[name]
+        index_out, index_in = [], []
+        for s, e, size in zip(starts, value.shape, tensor.shape):
+            stop = min(s + e, size)
+            if stop <= s:
+                return
+            index_out.append(slice(s, stop))
+            index_in.append(slice(0, stop - s))
+        part = value[tuple(index_in)]
+        dtype = self.p.tensor(name)["dtype"]
+        current = tensor[tuple(index_out)]
+        tensor[tuple(index_out)] = self.rounded(current + part if add else part, dtype)
+
+    def set(self, name: str, value):
+        self.local[name] = self.rounded(value, self.p.buffer(name)["dtype"])
+
+
+# ---------------------------------------------------------------- steps: source and meaning
+
+
+def _emit_load(p, s):
+    start = ", ".join(_origin(p, p.tensor(s["src"])["kind"], s.get("shift", (0, 0))))
+    return [f"T.copy({s['src']}[{start}], {s['dst']})"]
+
+
+def _run_load(b, s):
+    kind = b.p.tensor(s["src"])["kind"]
+    starts = _origin_values(b.p, kind, b.bx, b.by, s.get("shift", (0, 0)))
+    b.set(s["dst"], b.window(s["src"], starts, b.p.buffer_shape(b.p.buffer(s["dst"])["kind"])))
+
+
+def _emit_store(p, s):
+    start = ", ".join(_origin(p, p.tensor(s["dst"])["kind"]))
+    return [f"T.copy({s['src']}, {s['dst']}[{start}])"]
+
+
+def _run_store(b, s):
+    kind = b.p.tensor(s["dst"])["kind"]
+    value = b.local[s["src"]]
+    if kind in ("om", "on"):
+        value = value[None, :]
+    b.write(s["dst"], _origin_values(b.p, kind, b.bx, b.by), value)
+
+
+def _emit_copy(p, s):
+    return [f"T.copy({s['src']}, {s['dst']})"]
+
+
+def _run_copy(b, s):
+    b.set(s["dst"], b.local[s["src"]])
+
+
+def _emit_subcopy(p, s):
+    (r0, c0), (r1, c1), (h, w) = s["from"], s["to"], s["size"]
+    return [f"T.copy({s['src']}[{r0}:{r0 + h}, {c0}:{c0 + w}], "
+            f"{s['dst']}[{r1}:{r1 + h}, {c1}:{c1 + w}])"]
+
+
+def _run_subcopy(b, s):
+    (r0, c0), (r1, c1), (h, w) = s["from"], s["to"], s["size"]
+    dst = b.local[s["dst"]].clone()
+    dst[r1:r1 + h, c1:c1 + w] = b.local[s["src"]][r0:r0 + h, c0:c0 + w]
+    b.set(s["dst"], dst)
+
+
+def _emit_fill(p, s):
+    return [f"T.clear({s['dst']})" if s["value"] == 0 else f"T.fill({s['dst']}, {s['value']!r})"]
+
+
+def _run_fill(b, s):
+    shape = b.p.buffer_shape(b.p.buffer(s["dst"])["kind"])
+    b.set(s["dst"], b.torch.full(shape, float(s["value"]), dtype=b.torch.float64))
+
+
+def _loop(p, kind):
+    shape = p.buffer_shape(kind)
+    names = "i, j" if len(shape) == 2 else "i"
+    return f"for {names} in T.Parallel({', '.join(map(str, shape))}):"
+
+
+def _emit_ew(p, s):
+    """dst[i, j] = expr, in a T.Parallel loop; optionally through a per-thread scalar."""
+    kind = p.buffer(s["dst"])["kind"]
+    at = "[i, j]" if len(p.buffer_shape(kind)) == 2 else "[i]"
+    value = _render(s["expr"])
+    lines = []
+    if s.get("guard"):
+        lines.append(f"if bx % 2 == {s['guard'] - 1}:")
+    pad = "    " if s.get("guard") else ""
+    lines.append(pad + _loop(p, kind))
+    if s.get("tmp"):
+        lines.append(f"{pad}    {s['tmp']}[0] = {value}")
+        lines.append(f"{pad}    {s['dst']}{at} = {s['tmp']}[0] + 1")
+    else:
+        lines.append(f"{pad}    {s['dst']}{at} = {value}")
+    return lines
+
+
+def _run_ew(b, s):
+    if s.get("guard") and b.bx % 2 != s["guard"] - 1:
+        return
+    dst = b.p.buffer(s["dst"])
+    shape = b.p.buffer_shape(dst["kind"])
+    value = _evaluate(s["expr"], b, shape)
+    if s.get("tmp"):
+        value = b.rounded(value, b.p.buffer(s["tmp"])["dtype"]) + 1
+    b.set(s["dst"], value)
+
+
+def _emit_reduce(p, s):
+    return [f"T.reduce_{s['kind']}({s['src']}, {s['dst']}, dim={s['dim']}, "
+            f"clear={s['clear']})"]
+
+
+def _run_reduce(b, s):
+    torch = b.torch
+    x = b.local[s["src"]]
+    kind, dim = s["kind"], s["dim"]
+    if kind.startswith("abs"):
+        x = x.abs()
+    if kind.endswith("sum"):
+        value = x.sum(dim)
+    elif kind.endswith("max"):
+        value = x.amax(dim)
+    else:
+        value = x.amin(dim)
+    if not s["clear"]:
+        old = b.local[s["dst"]]
+        value = old + value if kind.endswith("sum") else \
+            (torch.maximum(old, value) if kind.endswith("max") else torch.minimum(old, value))
+    b.set(s["dst"], value)
+
+
+def _emit_gstore(p, s):
+    """Y[row, col] = expr straight from a T.Parallel loop, guarded at the edges."""
+    rows, cols = _origin(p, "mn")
+    return [f"for i, j in T.Parallel({p.bm}, {p.bn}):",
+            f"    if {rows} + i < {p.M} and {cols} + j < {p.N}:",
+            f"        {s['dst']}[{rows} + i, {cols} + j] = {_render(s['expr'])}"]
+
+
+def _run_gstore(b, s):
+    value = _evaluate(s["expr"], b, (b.p.bm, b.p.bn))
+    b.write(s["dst"], _origin_values(b.p, "mn", b.bx, b.by), value)
+
+
+def _emit_atomic(p, s):
+    """A vector of partial results added into a tensor that several blocks share."""
+    start = _origin(p, p.tensor(s["dst"])["kind"])[0]
+    length = p.buffer_shape(p.buffer(s["src"])["kind"])[0]
+    target = f"{s['dst']}[{start}:{start} + {length}]" if s.get("sliced") else \
+        f"{s['dst']}[{start}]"
+    return [f"T.atomic_add({target}, {s['src']})"]
+
+
+def _run_atomic(b, s):
+    start = _origin_values(b.p, b.p.tensor(s["dst"])["kind"], b.bx, b.by)
+    b.write(s["dst"], start, b.local[s["src"]], add=True)
+
+
+def _emit_scatter(p, s):
+    """Every element of a tile added into one of 8 bins: many threads hit each bin."""
+    rows, cols = _origin(p, "mn")
+    return [f"for i, j in T.Parallel({p.bm}, {p.bn}):",
+            f"    if {rows} + i < {p.M} and {cols} + j < {p.N}:",
+            f"        T.atomic_add({s['dst']}[(i + 3 * j) % 8], {s['src']}[i, j])"]
+
+
+def _run_scatter(b, s):
+    torch = b.torch
+    p = b.p
+    rows = min(p.bm, p.M - b.by * p.bm)
+    cols = min(p.bn, p.N - b.bx * p.bn)
+    i = torch.arange(rows)[:, None]
+    j = torch.arange(cols)[None, :]
+    bins = ((i + 3 * j) % 8).reshape(-1)
+    values = b.local[s["src"]][:rows, :cols].reshape(-1)
+    add = torch.zeros(8, dtype=torch.float64).index_add_(0, bins, values)
+    b.write(s["dst"], [0], add, add=True)
+
+
+def _emit_gemm(p, s):
+    """C += A @ B over K in tiles, the tile loads pipelined with `stages` stages."""
+    ta, tb = s["transpose_A"], s["transpose_B"]
+    a_src = f"{s['A']}[k * {p.bk}, by * {p.bm}]" if ta else f"{s['A']}[by * {p.bm}, k * {p.bk}]"
+    b_src = f"{s['B']}[bx * {p.bn}, k * {p.bk}]" if tb else f"{s['B']}[k * {p.bk}, bx * {p.bn}]"
+    lines = [] if s.get("clear_accum") else [f"T.clear({s['dst']})"]
+    lines += [f"for k in T.Pipelined({-(-p.K // p.bk)}, num_stages={s['stages']}):",
+              f"    T.copy({a_src}, {s['a']})",
+              f"    T.copy({b_src}, {s['b']})"]
+    a_operand = s["a"]
+    if s.get("a_frag"):
+        lines.append(f"    T.copy({s['a']}, {s['a_frag']})")
+        a_operand = s["a_frag"]
+    extra = f", transpose_A={ta}" if ta else ""
+    extra += f", transpose_B={tb}" if tb else ""
+    if s["policy"] != "Square":
+        extra += f", policy=T.GemmWarpPolicy.{s['policy']}"
+    if s.get("clear_accum"):  # each step starts over: C holds the last K tile's product
+        extra += ", clear_accum=True"
+    lines.append(f"    T.gemm({a_operand}, {s['b']}, {s['dst']}{extra})")
+    return lines
+
+
+def _run_gemm(b, s):
+    p = b.p
+    kt = -(-p.K // p.bk) * p.bk
+    k0 = kt - p.bk if s.get("clear_accum") else 0  # with clear_accum, the last tile only
+    rows, cols = b.by * p.bm, b.bx * p.bn
+    a = b.window(s["A"], [k0, rows], [kt - k0, p.bm]).T if s["transpose_A"] else \
+        b.window(s["A"], [rows, k0], [p.bm, kt - k0])
+    bb = b.window(s["B"], [cols, k0], [p.bn, kt - k0]).T if s["transpose_B"] else \
+        b.window(s["B"], [k0, cols], [kt - k0, p.bn])
+    b.set(s["dst"], a @ bb)
+
+
+def _emit_ksum(p, s):
+    """Row sums of an M x K tensor: K walked in tiles by a pipelined loop."""
+    return [f"T.clear({s['dst']})",
+            f"for k in T.Pipelined({-(-p.K // p.bk)}, num_stages={s['stages']}):",
+            f"    T.copy({s['src']}[by * {p.bm}, k * {p.bk}], {s['stage']})",
+            f"    T.copy({s['stage']}, {s['tmp']})",
+            f"    T.reduce_sum({s['tmp']}, {s['dst']}, dim=1, clear=False)"]
+
+
+def _run_ksum(b, s):
+    p = b.p
+    kt = -(-p.K // p.bk) * p.bk
+    tiles = b.rounded(b.window(s["src"], [b.by * p.bm, 0], [p.bm, kt]),
+                      p.buffer(s["tmp"])["dtype"])
+    b.set(s["dst"], tiles.sum(1))
+
+
+_EMIT = {name.removeprefix("_emit_"): fn for name, fn in globals().items()
+         if name.startswith("_emit_")}
+_RUN = {name.removeprefix("_run_"): fn for name, fn in globals().items()
+        if name.startswith("_run_")}
+
+
+# ---------------------------------------------------------------- validity
+
+
+def _reads(step) -> list[str]:
+    """Buffers a step reads (they must have been written before)."""
+    op = step["op"]
+    names = [leaf[1] for leaf in _leaves(step.get("expr")) if leaf[0] == "ld"]
+    if op in ("copy", "reduce", "store", "atomic", "scatter"):
+        names.append(step["src"])
+    if op == "subcopy":
+        names += [step["src"], step["dst"]]
+    if op == "reduce" and not step["clear"]:
+        names.append(step["dst"])
+    return names
+
+
+def validate(p: Program) -> bool:
+    """Whether a (possibly edited) recipe is still a well-formed program."""
+    written: set[str] = set()
+    buffers = {b["name"] for b in p.buffers}
+    tensors = {t["name"] for t in p.tensors}
+    for step in p.steps:
+        for name in _reads(step):
+            if name in buffers and name not in written:
+                return False
+            if name not in buffers and name not in tensors:
+                return False
+        if step["op"] == "ew" and step.get("guard") and step["dst"] not in written:
+            return False  # half the blocks skip the loop: dst must hold something already
+        if step.get("dst") in buffers:
+            written.add(step["dst"])
+    return any(step["op"] in ("store", "gstore", "atomic", "scatter") for step in p.steps)
+
+
+# ---------------------------------------------------------------- generation
+
+
+class _Gen:
+    """Draws one program; `names` hands out buffer names in order."""
+
+    def __init__(self, rng: random.Random, p: Program, dtype: str):
+        self.rng, self.p, self.dtype = rng, p, dtype
+        self.count = {"X": 0, "Y": 0, "s": 0, "f": 0, "l": 0}
+        self.defined: list[dict] = []  # buffers written so far
+        self.exact: set[str] = set()  # buffers holding loaded input values (safe to compare)
+        # fragment vector -> the fragment tile it was reduced from (None: loaded or mixed).
+        # Its elements live on the threads that held that tile's rows, so a T.Parallel
+        # loop may broadcast it only while walking that tile (the softmax pattern).
+        self.origin: dict = {}
+
+    def tensor(self, kind, dtype, output=False, prefix=None):
+        prefix = prefix or ("Y" if output else "X")
+        self.count.setdefault(prefix, 0)
+        name = f"{prefix}{self.count[prefix]}"
+        self.count[prefix] += 1
+        self.p.tensors.append({"name": name, "kind": kind, "dtype": dtype, "output": output})
+        return name
+
+    def buffer(self, scope, kind, dtype):
+        prefix = scope[0]  # s, f or l
+        name = f"{prefix}{self.count[prefix]}"
+        self.count[prefix] += 1
+        buf = {"name": name, "scope": scope, "kind": kind, "dtype": dtype}
+        self.p.buffers.append(buf)
+        return buf
+
+    def step(self, **step):
+        self.p.steps.append(step)
+        dst = step.get("dst")
+        if dst and any(b["name"] == dst for b in self.p.buffers):
+            buf = self.p.buffer(dst)
+            if buf not in self.defined:
+                self.defined.append(buf)
+            if step["op"] in ("load", "copy") and (step["op"] == "load" or
+                                                   step["src"] in self.exact):
+                self.exact.add(dst)
+            elif step["op"] not in ("load", "copy"):
+                self.exact.discard(dst)
+
+    def scope(self):
+        return self.rng.choice(("shared", "fragment"))
+
+    # -- expressions
+
+    def expr(self, operands: list, depth: int, is_int: bool):
+        """A random expression over `operands` [(buffer name, access)]."""
+        rng = self.rng
+        if depth == 0 or rng.random() < 0.25:
+            roll = rng.random()
+            if roll < 0.75 and operands:
+                name, access = rng.choice(operands)
+                return ["ld", name, access]
+            if roll < 0.9:
+                return ["c", rng.choice((1, 2, -3)) if is_int else rng.choice((0.5, 2.0, -1.5))]
+            return ["ix", rng.choice(("i", "j"))] if any(a in ("ij", "ji") for _, a in operands) \
+                else ["ix", "i"]
+        roll = rng.random()
+        if roll < 0.6:
+            op = rng.choice(("+", "-", "*", "max", "min"))
+            return ["bin", op, self.expr(operands, depth - 1, is_int),
+                    self.expr(operands, depth - 1, is_int)]
+        if roll < 0.8:
+            fn = rng.choice(("abs", "neg") if is_int else ("abs", "neg", "exp"))
+            return ["un", fn, self.expr(operands, depth - 1, is_int)]
+        # a select: compare values that every backend holds exactly (loaded inputs, indices)
+        exact = [(n, a) for n, a in operands if n in self.exact]
+        left = ["ld", *rng.choice(exact)] if exact else ["ix", "i"]
+        right = ["c", 0] if exact else ["ix", "j" if any(a in ("ij", "ji") for _, a in operands)
+                                         else "i"]
+        if right == left:
+            right = ["c", 3]
+        return ["sel", rng.choice(("<", ">")), left, right,
+                self.expr(operands, depth - 1, is_int), self.expr(operands, depth - 1, is_int)]
+
+    def loop_operands(self, kind: str, dst: dict | None) -> list:
+        """`operands_for`, less the fragment reads that would need another thread's data."""
+        anchor = self.origin.get(dst["name"]) if dst and len(kind) == 1 else None
+        out = []
+        for name, access in self.operands_for(kind, None):
+            buf = self.p.buffer(name)
+            if buf["scope"] != "fragment" or access == "ij":
+                out.append((name, access))
+            elif len(kind) == 2:  # a broadcast vector: only over the tile it came from
+                if dst and dst["scope"] == "fragment" and self.origin.get(name) == dst["name"]:
+                    out.append((name, access))
+            elif self.origin.get(name) == anchor:  # 1-d loops: vectors of one origin
+                out.append((name, access))
+        return out
+
+    def operands_for(self, kind: str, dst_scope) -> list:
+        """What a T.Parallel loop over a `kind` buffer may read, and how."""
+        rows, cols = {"mn": ("m", "n"), "nm": ("n", "m"), "m": ("m", None),
+                      "n": ("n", None)}[kind]
+        out = []
+        for b in self.defined:
+            if b["kind"] == kind:
+                out.append((b["name"], "ij" if cols else "i"))
+            elif cols and b["kind"] == kind[::-1] and b["scope"] == "shared":
+                out.append((b["name"], "ji"))  # transposed: any thread's element, so shared
+            elif b["kind"] == rows and (cols or kind in ("m", "n")):
+                out.append((b["name"], "i"))
+            elif cols and b["kind"] == cols:
+                out.append((b["name"], "j"))
+        return out
+
+
+def _sizes(rng: random.Random, block: int) -> int:
+    """An extent with a tail: up to three blocks, rarely a whole number of them."""
+    if rng.random() < 0.2:
+        return block * rng.randint(1, 2)
+    return rng.randint(1, 3 * block)
+
+
+def generate(seed: int, index: int) -> Program:
+    """Program `index` of `seed`: the same recipe on every machine."""
+    rng = random.Random(f"tilelab-difftest:{seed}:{index}")
+    family = rng.choice(("tiles", "tiles", "tiles", "gemm", "ksum"))
+    if family == "gemm":
+        return _gemm_program(rng, seed, index)
+    return _tile_program(rng, seed, index, with_ksum=family == "ksum")
+
+
+def _tile_program(rng, seed, index, with_ksum=False) -> Program:
+    dtype = rng.choice(DTYPES)
+    is_int = dtype == "int32"
+    acc = "int32" if is_int else "float32"
+    bm, bn = rng.choice((8, 16, 32, 64)), rng.choice((8, 16, 32, 64))
+    p = Program(seed, index, M=_sizes(rng, bm), N=_sizes(rng, bn), K=0, bm=bm, bn=bn, bk=16,
+                threads=rng.choice((32, 64, 128, 256)))
+    g = _Gen(rng, p, dtype)
+    # inputs, each loaded into a buffer of its own (a shifted window now and then)
+    for kind in ["mn"] + rng.sample(["mn", "nm", "vm", "vn"], rng.randint(0, 2)):
+        name = g.tensor(kind, dtype)
+        local = {"mn": "mn", "nm": "nm", "vm": "m", "vn": "n"}[kind]
+        buf = g.buffer(g.scope(), local, dtype)
+        shift = [rng.choice((0, 0, 1, 5)), rng.choice((0, 0, 3))] if rng.random() < 0.3 \
+            else [0, 0]
+        g.step(op="load", dst=buf["name"], src=name, shift=shift[:len(p.tensor_shape(kind))])
+    if with_ksum:
+        p.K = _sizes(rng, 16)
+        p.bk = rng.choice((8, 16, 32))
+        src = g.tensor("a", dtype)
+        stage = g.buffer("shared", "mk", dtype)
+        tmp = g.buffer("fragment", "mk", dtype)
+        dst = g.buffer("fragment", "m", acc)
+        g.step(op="ksum", dst=dst["name"], src=src, stage=stage["name"], tmp=tmp["name"],
+               stages=rng.randint(1, 4))
+    for _ in range(rng.randint(1, 5)):
+        _random_step(g, dtype, acc, is_int)
+    _outputs(g, dtype, acc)
+    return p
+
+
+def _random_step(g: _Gen, dtype: str, acc: str, is_int: bool):
+    rng, p = g.rng, g.p
+    roll = rng.random()
+    tiles = [b for b in g.defined if b["kind"] in ("mn", "nm")]
+    if roll < 0.15 and g.defined:  # a copy between scopes
+        src = rng.choice(g.defined)
+        dst = g.buffer(rng.choice(("shared", "fragment")), src["kind"], src["dtype"])
+        g.step(op="copy", dst=dst["name"], src=src["name"])
+    elif roll < 0.25 and tiles:  # a sub-tile at an offset, into a filled tile
+        src = rng.choice(tiles)
+        dst = g.buffer(g.scope(), src["kind"], src["dtype"])
+        g.step(op="fill", dst=dst["name"], value=rng.choice((0, 1.5) if not is_int else (0, 2)))
+        rows, cols = p.buffer_shape(src["kind"])
+        h, w = rng.randint(1, rows), rng.randint(1, cols)
+        g.step(op="subcopy", dst=dst["name"], src=src["name"],
+               **{"from": [rng.randint(0, rows - h), rng.randint(0, cols - w)],
+                  "to": [rng.randint(0, rows - h), rng.randint(0, cols - w)],
+                  "size": [h, w]})
+    elif roll < 0.45 and tiles:  # a reduction over either dimension
+        src = rng.choice(tiles)
+        if src["scope"] != "fragment":
+            frag = g.buffer("fragment", src["kind"], src["dtype"])
+            g.step(op="copy", dst=frag["name"], src=src["name"])
+            src = frag
+        dim = rng.randint(0, 1)
+        kind = src["kind"][1 - dim]
+        existing = [b for b in g.defined if b["kind"] == kind and b["scope"] == "fragment"
+                    and b["dtype"] == acc and g.origin.get(b["name"]) == src["name"]]
+        if existing and rng.random() < 0.3:
+            dst = rng.choice(existing)
+            g.step(op="reduce", dst=dst["name"], src=src["name"],
+                   kind=rng.choice(REDUCE_KINDS), dim=dim, clear=False)
+        else:
+            dst = g.buffer("fragment", kind, acc)
+            g.step(op="reduce", dst=dst["name"], src=src["name"],
+                   kind=rng.choice(REDUCE_KINDS), dim=dim, clear=True)
+            g.origin[dst["name"]] = src["name"]
+    else:  # an elementwise loop: permuted, transposed and broadcast reads
+        kind = rng.choice(["mn", "mn", "nm", "m", "n"])
+        scope = g.scope()
+        if not g.operands_for(kind, scope):
+            kind = "mn"
+        in_place = [b for b in g.defined if b["kind"] == kind and b["scope"] == scope]
+        reduced = [g.p.buffer(t) for t in g.origin.values() if t and g.p.buffer(t)["kind"] ==
+                   kind]
+        guard = 0
+        if reduced and rng.random() < 0.5:  # softmax-like: a tile updated with its own rows'
+            dst = rng.choice(reduced)        # (or columns') reductions
+        elif in_place and rng.random() < 0.3:
+            dst = rng.choice(in_place)
+            if rng.random() < 0.5:
+                guard = rng.randint(1, 2)
+        else:
+            out_dtype = dtype if rng.random() < 0.8 else acc
+            dst = g.buffer(scope, kind, out_dtype)
+        operands = g.loop_operands(kind, dst if dst in g.defined else None)
+        if dst not in g.defined and dst["scope"] == "fragment" and len(kind) == 1:
+            vectors = [n for n, a in operands if g.p.buffer(n)["scope"] == "fragment"]
+            g.origin[dst["name"]] = g.origin.get(vectors[0]) if vectors else None
+        tmp = None
+        if rng.random() < 0.15:
+            tmp = g.buffer("local", "local", dst["dtype"])["name"]
+        # a shared destination may not be read transposed in its own loop
+        operands = [(n, a) for n, a in operands if not (n == dst["name"] and a != "ij")]
+        expr = g.expr(operands, rng.randint(1, 2 if is_int else 3), is_int)
+        step = {"op": "ew", "dst": dst["name"], "expr": expr}
+        if guard:
+            step["guard"] = guard
+        if tmp:
+            step["tmp"] = tmp
+        g.step(**step)
+
+
+def _outputs(g: _Gen, dtype: str, acc: str):
+    """Store a few of the buffers, and sometimes add partial results atomically."""
+    rng = g.rng
+    candidates = [b for b in g.defined if b["kind"] != "local"]
+    chosen = rng.sample(candidates, min(len(candidates), rng.randint(1, 3)))
+    if g.defined[-1] not in chosen and g.defined[-1]["kind"] != "local":
+        chosen.append(g.defined[-1])
+    for b in chosen:
+        kind = {"mn": "mn", "nm": "nm", "m": "om", "n": "on"}[b["kind"]]
+        out = g.tensor(kind, b["dtype"], output=True)
+        g.step(op="store", dst=out, src=b["name"])
+    tiles = [b for b in g.defined if b["kind"] == "mn"]
+    vectors = [b for b in g.defined if b["kind"] in ("m", "n") and b["dtype"] == acc]
+    if vectors and rng.random() < 0.3:
+        vec = rng.choice(vectors)
+        out = g.tensor("vm" if vec["kind"] == "m" else "vn", acc, output=True)
+        g.step(op="atomic", dst=out, src=vec["name"], sliced=rng.random() < 0.5)
+    if tiles and rng.random() < 0.2:
+        out = g.tensor("hist", acc, output=True)
+        g.step(op="scatter", dst=out, src=rng.choice(tiles)["name"])
+    if tiles and rng.random() < 0.2:
+        operands = g.loop_operands("mn", None)
+        out = g.tensor("mn", dtype, output=True)
+        g.step(op="gstore", dst=out, expr=g.expr(operands, 2, dtype == "int32"))
+
+
+def _gemm_program(rng, seed, index) -> Program:
+    dtype = rng.choice(("float16", "bfloat16"))
+    threads = rng.choice((32, 64, 128, 128, 256))
+    warps = threads // 32
+    # tile sizes that `warps` warps can split in 16x8 pieces under some policy
+    while True:
+        bm, bn = rng.choice((16, 32, 64, 128)), rng.choice((16, 32, 64, 128))
+        policies = [pol for pol in POLICIES if _splits(pol, bm, bn, warps)]
+        if policies and bm * bn <= 64 * 128:
+            break
+    bk = rng.choice((16, 32, 64))
+    p = Program(seed, index, M=_sizes(rng, bm), N=_sizes(rng, bn), K=_sizes(rng, bk),
+                bm=bm, bn=bn, bk=bk, threads=threads)
+    g = _Gen(rng, p, dtype)
+    ta, tb = rng.random() < 0.3, rng.random() < 0.3
+    a_name = g.tensor("at" if ta else "a", dtype)
+    b_name = g.tensor("bt" if tb else "b", dtype)
+    a = g.buffer("shared", "km" if ta else "mk", dtype)
+    b = g.buffer("shared", "nk" if tb else "kn", dtype)
+    c = g.buffer("fragment", "mn", "float32")
+    step = {"op": "gemm", "dst": c["name"], "A": a_name, "B": b_name, "a": a["name"],
+            "b": b["name"], "transpose_A": ta, "transpose_B": tb,
+            "policy": rng.choice(policies), "stages": rng.randint(1, 4),
+            "clear_accum": rng.random() < 0.2}
+    if not ta and rng.random() < 0.2:  # the A operand from registers
+        step["a_frag"] = g.buffer("fragment", "mk", dtype)["name"]
+    g.step(**step)
+    g.exact.discard(c["name"])
+    if rng.random() < 0.4:  # an epilogue: bias and scale, in a second buffer
+        bias = g.tensor("vn", dtype)
+        # in shared memory: a fragment vector cannot follow the accumulator's layout along
+        # columns (reported as a limitation, TileLabTypeError, see docs/RELIABILITY.md)
+        vec = g.buffer("shared", "n", dtype)
+        g.step(op="load", dst=vec["name"], src=bias, shift=[0])
+        dst = g.buffer(g.scope(), "mn", rng.choice(("float32", dtype)))
+        g.step(op="ew", dst=dst["name"], expr=["bin", "+", ["bin", "*", ["ld", c["name"], "ij"],
+                                                          ["c", 0.5]],
+                                               ["ld", vec["name"], "j"]])
+    _outputs(g, dtype, "float32")
+    return p
+
+
+def _splits(policy: str, m: int, n: int, warps: int) -> bool:
+    from ..passes.infer_layouts import warp_grid
+
+    try:
+        warp_grid(policy, m, n, warps)
+    except Exception:  # noqa: BLE001 - no split of this tile among these warps
+        return False
+    return True

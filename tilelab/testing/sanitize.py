@@ -1,0 +1,342 @@
+"""NVIDIA compute-sanitizer over every course kernel, suite kernel and a sample of programs.
+
+    python -m tilelab.testing.sanitize [--tools memcheck,racecheck,synccheck,initcheck]
+                                       [--programs 20] [--seed 0] [--only NAME,...] [--list]
+
+For each tool, one child process per group of kernels runs under
+`compute-sanitizer --tool TOOL`: the course examples (each example's own
+`check("cuda")`, which compiles in process and launches its kernel at shapes
+with tails), the GPU suite's checks (`bench/gpu_suite.py`, each kernel once on
+fresh inputs) and `--programs` generated programs (`tilelab.testing.generator`,
+compared with the CPU backend as difftest does). The child prints a marker
+line before each kernel and synchronizes after it, so every report the
+sanitizer prints is charged to the kernel that was running. The parent
+prints, per tool, the number of reports and the kernels they came from, and
+ends with one line:
+
+    sanitize: memcheck 0, racecheck 0, synccheck 0, initcheck 0 reports (N kernels)
+
+Reports are counted from the sanitizer's record lines (`========= Invalid
+__global__ read ...`, `========= Error: Race reported between ...`); its own
+summary line (`ERROR SUMMARY: n errors`) is taken when it says more (records
+past `--print-limit` are not printed). Listing kernels, building the command
+lines and parsing need no GPU (tests/test_sanitize.py checks them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+MARKER = "@@tilelab-sanitize"
+GROUPS = ("examples", "suite", "generated")
+
+
+# ---------------------------------------------------------------- the kernels
+
+
+def example_names() -> list[str]:
+    """Course examples: every script in examples/ that has a `check(device)`."""
+    names = []
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        if path.stem in ("__init__", "common"):
+            continue
+        if re.search(r"^def check\(device", path.read_text(), re.M):
+            names.append(path.stem)
+    return names
+
+
+def suite_names() -> list[str]:
+    """The GPU suite's checks (bench/gpu_suite.py CHECKS), by name."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench import gpu_suite
+    finally:
+        sys.path.remove(str(ROOT))
+    return [case[0] for case in gpu_suite.CHECKS]
+
+
+def generated_names(seed: int, count: int) -> list[str]:
+    return [f"{seed}_{i}" for i in range(count)]
+
+
+def list_kernels(seed: int = 0, programs: int = 20) -> dict[str, list[str]]:
+    return {"examples": example_names(), "suite": suite_names(),
+            "generated": generated_names(seed, programs)}
+
+
+# ---------------------------------------------------------------- command lines
+
+
+def sanitizer_command(tool: str, group: str, names: list[str],
+                      sanitizer: str = SANITIZER, python: str = sys.executable) -> list[str]:
+    """compute-sanitizer running this module's child mode over `names` of `group`."""
+    if tool not in TOOLS:
+        raise ValueError(f"unknown tool {tool!r}; choose from {', '.join(TOOLS)}")
+    command = [sanitizer, "--tool", tool, "--print-limit", "200"]
+    if tool == "racecheck":
+        command += ["--racecheck-report", "all"]  # hazards, not only the analysis summary
+    return command + [python, "-m", "tilelab.testing.sanitize", "--child", group,
+                      "--names", ",".join(names)]
+
+
+# ---------------------------------------------------------------- parsing
+
+
+_PREFIX = "========= "
+_NOT_A_REPORT = re.compile(
+    r"^(COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|Target application "
+    r"returned|Saved host backtrace|Internal Sanitizer Error|This tool is deprecated)")
+_SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:errors?|hazards? displayed)")
+
+
+@dataclass
+class Report:
+    kernel: str
+    text: list = field(default_factory=list)  # the record's lines, without the prefix
+
+    @property
+    def title(self) -> str:
+        return self.text[0] if self.text else ""
+
+    @property
+    def where(self) -> str:
+        """The first `at ... in file:line` frame, if the record has one."""
+        for line in self.text[1:]:
+            if line.strip().startswith("at "):
+                return line.strip()
+        return ""
+
+
+@dataclass
+class ToolRun:
+    tool: str
+    reports: list = field(default_factory=list)
+    summary_total: int = 0  # what the sanitizer's summary lines add up to
+    started: list = field(default_factory=list)  # kernels the child began
+    failed: dict = field(default_factory=dict)  # kernel -> the child's error line
+    finished: bool = False  # the child reached its end
+
+    @property
+    def count(self) -> int:
+        return max(len(self.reports), self.summary_total)
+
+    def by_kernel(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for r in self.reports:
+            counts[r.kernel] = counts.get(r.kernel, 0) + 1
+        return counts
+
+
+def parse(output: str, tool: str) -> ToolRun:
+    """Sanitizer records and the child's markers, from the combined output of one run.
+
+    A record starts at a prefixed line whose text is not indented (`========= Invalid
+    __global__ write of size 4 bytes`) and goes on over the indented lines after it
+    (`=========     at kernel+0x20 in file.cu:6`) until a blank prefixed line or the
+    next record. Lines before the first marker are charged to "(startup)".
+    """
+    run = ToolRun(tool)
+    kernel = "(startup)"
+    current: Report | None = None
+    for raw in output.splitlines():
+        line = raw.rstrip("\n")
+        if line.startswith(MARKER):
+            current = None
+            words = line[len(MARKER):].strip().split(" ", 2)
+            if words[0] == "kernel" and len(words) > 1:
+                kernel = words[1]
+                run.started.append(kernel)
+            elif words[0] == "failed" and len(words) > 1:
+                run.failed[words[1]] = words[2] if len(words) > 2 else ""
+            elif words[0] == "done":
+                run.finished = True
+            continue
+        if not line.startswith("========="):
+            continue
+        text = line[len("========="):]
+        summary = _SUMMARY.search(text)
+        if summary:
+            run.summary_total += int(summary.group(1))
+            current = None
+            continue
+        if not text.strip():
+            current = None
+            continue
+        body = text[1:] if text.startswith(" ") else text
+        if body.startswith(" ") and current is not None:  # an indented continuation
+            current.text.append(body.rstrip())
+            continue
+        if body.startswith(" ") or _NOT_A_REPORT.match(body):
+            current = None
+            continue
+        current = Report(kernel, [body.rstrip()])
+        run.reports.append(current)
+    return run
+
+
+# ---------------------------------------------------------------- the child
+
+
+def _say(*words):
+    print(MARKER, *words, flush=True)
+
+
+def _run_example(name: str):
+    import importlib
+
+    sys.path.insert(0, str(ROOT))
+    module = importlib.import_module(f"examples.{name}")
+    module.check("cuda")
+
+
+def _run_suite(name: str):
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from bench import gpu_suite
+
+    case = next(c for c in gpu_suite.CHECKS if c[0] == name)
+    _, kind, sizes, inputs, reference, tolerance = case[:6]
+    kernel = gpu_suite.compile_kernel(kind, sizes, {})
+    torch.manual_seed(0)
+    tensors = gpu_suite.make_inputs(inputs)
+    out = kernel(*tensors)
+    out = tensors[-1] if out is None else out
+    expected = gpu_suite.references()[reference](*tensors)
+    error = (out.float() - expected.float()).abs().max().item()
+    if not error <= tolerance * (1 + expected.float().abs().max().item()):
+        raise AssertionError(f"max |error| {error:.3g} against PyTorch")
+
+
+def _run_generated(name: str):
+    import tempfile
+
+    from .difftest import check_program
+    from .generator import generate
+
+    seed, index = (int(x) for x in name.split("_"))
+    with tempfile.TemporaryDirectory() as tmp:
+        outcome = check_program(generate(seed, index), "cuda", Path(tmp))
+    if outcome.status != "ok":
+        raise AssertionError(f"{outcome.status} on {outcome.where}: {outcome.message}")
+
+
+_RUNNERS = {"examples": _run_example, "suite": _run_suite, "generated": _run_generated}
+
+
+def child(group: str, names: list[str]) -> int:
+    """Run each kernel of the group in turn; a failure is reported and the next one runs."""
+    import torch
+
+    for name in names:
+        _say("kernel", name)
+        try:
+            _RUNNERS[group](name)
+            torch.cuda.synchronize()
+        except Exception as err:  # noqa: BLE001 - the parent reports it; go on
+            message = " ".join(str(err).split())[:300]
+            _say("failed", name, f"{type(err).__name__}: {message}")
+    _say("done")
+    return 0
+
+
+# ---------------------------------------------------------------- the parent
+
+
+def run_tool(tool: str, kernels: dict, sanitizer: str, timeout: float) -> ToolRun:
+    """One sanitizer run per group; the runs of a tool are merged."""
+    merged = ToolRun(tool, finished=True)
+    for group, names in kernels.items():
+        if not names:
+            continue
+        command = sanitizer_command(tool, group, names, sanitizer)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                  env=env, cwd=ROOT)
+            output = done.stdout + done.stderr
+        except subprocess.TimeoutExpired as err:
+            output = (err.stdout or b"").decode(errors="replace") if isinstance(
+                err.stdout, bytes) else (err.stdout or "")
+            output += f"\n{MARKER} failed {group}-timeout after {timeout:.0f} s\n"
+        run = parse(output, tool)
+        seconds = time.perf_counter() - started
+        print(f"  {tool:9} {group:9} {len(run.started):3}/{len(names)} kernels, "
+              f"{run.count} reports, {seconds:.0f} s", flush=True)
+        if not run.finished:
+            tail = "\n    ".join(output.strip().splitlines()[-8:])
+            print(f"    the child stopped early; its last lines:\n    {tail}")
+        merged.reports += run.reports
+        merged.summary_total += run.summary_total
+        merged.started += run.started
+        merged.failed.update(run.failed)
+        merged.finished &= run.finished
+    return merged
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--programs", type=int, default=20, help="generated programs")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated programs")
+    parser.add_argument("--only", help="comma-separated kernel names to run (any group)")
+    parser.add_argument("--sanitizer", default=SANITIZER)
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per child run")
+    parser.add_argument("--list", action="store_true", help="list the kernels and commands")
+    parser.add_argument("--child", choices=GROUPS, help=argparse.SUPPRESS)
+    parser.add_argument("--names", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child:
+        return child(args.child, [n for n in args.names.split(",") if n])
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    for tool in tools:
+        if tool not in TOOLS:
+            parser.error(f"unknown tool {tool!r}; choose from {', '.join(TOOLS)}")
+    kernels = list_kernels(args.seed, args.programs)
+    if args.only:
+        wanted = set(args.only.split(","))
+        kernels = {g: [n for n in names if n in wanted] for g, names in kernels.items()}
+    total = sum(len(v) for v in kernels.values())
+    if args.list:
+        for group, names in kernels.items():
+            print(f"{group}: {', '.join(names)}")
+        for tool in tools:
+            for group, names in kernels.items():
+                if names:
+                    print(" ".join(sanitizer_command(tool, group, names, args.sanitizer)))
+        return 0
+    if not Path(args.sanitizer).exists():
+        print(f"compute-sanitizer not found at {args.sanitizer}; pass --sanitizer PATH")
+        return 2
+    counts, problems = {}, 0
+    for tool in tools:
+        print(f"{tool}:", flush=True)
+        run = run_tool(tool, kernels, args.sanitizer, args.timeout)
+        counts[tool] = run.count
+        for kernel, n in sorted(run.by_kernel().items()):
+            first = next(r for r in run.reports if r.kernel == kernel)
+            print(f"    {kernel}: {n} report(s); first: {first.title} {first.where}")
+        for kernel, message in run.failed.items():
+            print(f"    {kernel}: did not finish: {message}")
+        problems += len(run.failed) + (not run.finished)
+    summary = ", ".join(f"{tool} {counts[tool]}" for tool in tools)
+    print(f"sanitize: {summary} reports ({total} kernels"
+          f"{f', {problems} runs failed' if problems else ''})")
+    return 1 if any(counts.values()) or problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
