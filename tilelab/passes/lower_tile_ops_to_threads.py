@@ -871,13 +871,16 @@ def LowerTileOpsToThreads(plans: dict):  # noqa: N802
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.LowerTileOpsToThreads")
     @keep_user_errors
     def _pass(func, _mod, _ctx):
+        kernel_plans = iter(plans["plans"])  # one per `with T.Kernel`, in program order
+
         def on_kernel(loop):
             if "tilelab.kernel" not in loop.annotations:
                 return loop
             threads = math.prod(int(t) for t in loop.annotations["tilelab.threads"])
+            plan = next(kernel_plans)
 
             def lower(body, tx, block_vars):
-                lowering = ThreadLowering(plans["plan"], threads, tx, block_vars)
+                lowering = ThreadLowering(plan, threads, tx, block_vars)
                 return lowering.swizzle_accesses(lowering.lower(body)), lowering.scratch
 
             return _add_threads(loop, lower, threads, plans.get("swizzle"))
@@ -895,12 +898,14 @@ def InferLayouts(plans: dict, on_plan=None):  # noqa: N802
     def _pass(func, _mod, _ctx):
         from .infer_layouts import infer_layouts
 
+        plans["plans"] = []  # a program may launch several kernels: a plan for each
+
         def visit(loop):
             if isinstance(loop, tirx.For) and "tilelab.kernel" in loop.annotations:
                 threads = math.prod(int(t) for t in loop.annotations["tilelab.threads"])
-                plans["plan"] = infer_layouts(loop, threads, plans.get("annotated"))
+                plans["plans"].append(infer_layouts(loop, threads, plans.get("annotated")))
                 if on_plan is not None:
-                    on_plan(plans["plan"])
+                    on_plan(plans["plans"][-1])
 
         from ._util import walk
 
