@@ -158,7 +158,10 @@ def run_one(path: Path) -> dict:
         record["cpu"] = "correct" if CHECKS.search(path.read_text(errors="replace")) else \
             "ran, no check"
     except AssertionError as err:
-        record["cpu"], record["reason"] = "WRONG", _first_line(err)
+        # torch's own "not compiled with CUDA" is an AssertionError too: a GPU-only call
+        gpu_only = "not compiled with CUDA" in str(err)
+        record["cpu"] = "needs a GPU" if gpu_only else "WRONG"
+        record["reason"] = _first_line(err)
     except Exception as err:  # noqa: BLE001 - every failure is a row of the table
         from tilelab.errors import TileLabError
 

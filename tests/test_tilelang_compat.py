@@ -313,3 +313,23 @@ def test_dynamic_sizes_compile_for_each_call_shape():
     assert "__global__" in cuda.specialize(_rand(33, 12)).get_kernel_source()
     with pytest.raises(TileLabError, match="must have shape"):
         kernel(_rand(5, 13))
+
+
+def test_two_kernels_run_on_cpu_and_cuda_says_why_it_does_not():
+    N = 50
+
+    @T.prim_func
+    def twice_then_add_one(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    B[bx * 32 + i] = A[bx * 32 + i] * 2
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    B[bx * 32 + i] = B[bx * 32 + i] + 1
+
+    a = _rand(N, seed=2)
+    torch.testing.assert_close(tilelang.compile(twice_then_add_one, out_idx=[1])(a), a * 2 + 1)
+    with pytest.raises(TileLabError, match="launches 2 kernels"):
+        tilelang.compile(twice_then_add_one, out_idx=[1], target="cuda:sm_90a")

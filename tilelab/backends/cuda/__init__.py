@@ -155,6 +155,13 @@ def launch_config(device_mod) -> dict:
 
     kernels = [(gv, f) for gv, f in device_mod.functions.items()
                if f.attrs is not None and "calling_conv" in f.attrs]
+    if len(kernels) > 1:  # the launcher runs one kernel per program; never drop the others
+        from ...errors import TileLabCompileError
+
+        raise TileLabCompileError(
+            f"this program launches {len(kernels)} kernels (one per `with T.Kernel`); the "
+            "CUDA backend runs one kernel per program",
+            hint="write each `with T.Kernel` block as its own @T.prim_func and call them in turn")
     gv, func = kernels[0]
     name = str(gv.name_hint)
     smem = [0]
