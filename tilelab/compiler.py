@@ -225,6 +225,7 @@ class CompiledArtifact:
         self.trace = trace
         self.launch = launch  # kernel_name, grid, block, dynamic_smem, arch, arg_order
         self.cubin = cubin
+        self.files: dict = {}  # the cache entry (kernel.so, or kernel.cubin and launch.json)
 
 
 def program_key(program, target: str, configs: dict) -> str:
@@ -266,11 +267,13 @@ def compile_program(program, target: str = "cpu", pass_configs=None) -> Compiled
             trace.cache_hit = True
             trace.compile_seconds = time.perf_counter() - started
             _warn(program, trace.warnings)  # a cached kernel still deserves its warnings
+            cached.files = cache.get(key) or {}
             return cached
     artifact, files = _compile_uncached(program, target, configs)
     artifact.trace.compile_seconds = time.perf_counter() - started
     files["trace.json"] = artifact.trace.to_json().encode()
     cache.put(key, files)
+    artifact.files = files
     return artifact
 
 
