@@ -646,8 +646,7 @@ class AutoTuner:
         from .cache import cache_key, default_cache
         from .compiler import compiler_fingerprint
 
-        backend = BACKENDS[self.backend](**({"compile_workers": self.compile_workers}
-                                           if self.backend == "local" else {}))
+        backend = self._backend()
         plain_target = target.partition(":")[0]
         show = self.show
         try:
@@ -680,6 +679,11 @@ class AutoTuner:
 
             display(result)
         return result
+
+    def _backend(self):
+        if self.backend == "local":
+            return LocalBackend(compile_workers=self.compile_workers)
+        return RayBackend()
 
     def _result_from(self, data: dict, cached: bool) -> AutotuneResult:
         return AutotuneResult(data["kernel"], data["device"], data["timing"], data["target"],
