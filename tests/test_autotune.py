@@ -241,3 +241,59 @@ def test_ray_backend_on_a_local_cluster(ray_cluster):
     checked = tuned(scaled_copy, [{"scale": 2}], backend="ray", ref_prog=lambda A: A * 2)
     a = torch.randn(50)
     torch.testing.assert_close(checked(a), a * 2)
+
+
+# ---------------------------------------------------------------- %%tilekernel --autotune
+
+TUNED_CELL = '''%%tilekernel --autotune {configs} --args "a" --bench "A * 1" --pipeline
+@tilelab.jit
+def doubled(A, block: int = 64):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    C = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=32) as b:
+        tile = T.alloc_fragment((block,), T.float32)
+        T.copy(A[b * block], tile)
+        for i in T.Parallel(block):
+            tile[i] = tile[i] * 1
+        T.copy(tile, C[b * block])
+    return C
+'''
+
+
+@pytest.fixture
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "tilelab")
+    shell.run_cell("import torch, tilelab\nimport tilelab.language as T\na = torch.randn(150)")
+    yield shell
+    shell.run_line_magic("unload_ext", "tilelab")
+
+
+def test_magic_tunes_shows_the_table_with_the_baseline_and_the_winner(shell):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        shell.run_cell("%tilelab --warmup 1 --rep 3")
+        result = shell.run_cell(TUNED_CELL.format(configs="\"{'block': [32, 128]}\""))
+    assert result.success, result.error_in_exec
+    mimes = [next(k for k in o.data if k.startswith("application/")) for o in captured.outputs]
+    assert mimes[0] == "application/vnd.tilelab.autotune+json"
+    assert "application/vnd.tilelab.pipeline+json" in mimes or "application/json" in mimes
+    assert "application/vnd.tilelab.bench+json" in mimes
+    data = captured.outputs[0].data["application/vnd.tilelab.autotune+json"]
+    assert sorted(r["config"]["block"] for r in data["rows"]) == [32, 64, 128]
+    assert data["baseline"]["name"] == "A * 1" and data["baseline"]["median_ms"] > 0
+    assert all(r["speedup_vs_baseline"] for r in data["rows"])
+    assert "vs A * 1" in captured.outputs[0].data["text/html"]
+
+
+def test_magic_autotune_without_configs_on_a_plain_kernel_says_what_to_give(shell):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = shell.run_cell(TUNED_CELL.format(configs=""))
+    assert not result.success
+    assert "give the configurations" in str(result.error_in_exec) + captured.stderr

@@ -558,7 +558,9 @@ class AutoTuner:
         self.rtol, self.atol, self.skip_check = rtol, atol, skip_check
         self.backend, self.cache_results, self.seed = backend, cache_results, seed
         self.compile_workers, self.show = compile_workers, show
+        self.display_result = True  # the table after a tune in a notebook (the magic shows its own)
         self.baseline = None  # a PyTorch function timed beside the candidates (the magic's --bench)
+        self.baseline_name = "baseline"
         self._tuned: dict = {}
         self.autotune_result: AutotuneResult | None = None  # of the latest tune
 
@@ -674,7 +676,7 @@ class AutoTuner:
         finally:
             backend.stop()
         result.configs = candidates
-        if show and _ipython_kernel() is not None:
+        if show and self.display_result and _ipython_kernel() is not None:
             from IPython.display import display
 
             display(result)
@@ -732,9 +734,8 @@ class AutoTuner:
             if self.baseline is not None and built:
                 task = dict(tasks[0][1], candidate=_pickled(self.baseline), reference=None)
                 outcome = backend.run(0, task)
-                baseline = {"name": getattr(self.baseline, "name", None) or
-                            getattr(self.baseline, "__name__", "baseline"),
-                            "median_ms": outcome.get("ms"), "reason": outcome.get("reason", "")}
+                baseline = {"name": self.baseline_name, "median_ms": outcome.get("ms"),
+                            "reason": outcome.get("reason", "")}
             seconds = {"compile": round(compile_seconds, 3),
                        "benchmark": round(time.perf_counter() - started, 3),
                        "compile_workers": getattr(backend, "compile_workers", None),
