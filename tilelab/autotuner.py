@@ -271,20 +271,25 @@ class LocalBackend:
 
     name = "local"
 
-    def __init__(self, compile_workers: int | None = None, bench_processes: bool | None = None):
+    def __init__(self, compile_workers: int | None = None, bench_processes: bool | None = None,
+                 gpus: list | None = None):
         self.compile_workers = compile_workers or len(os.sched_getaffinity(0))
         self.bench_processes = bench_processes  # None: processes for GPUs, in-process for CPU
+        self.gpus = [str(g) for g in gpus] if gpus is not None else None  # None: every one
         self._executors: list = []
         self._workers: list = []
 
     def compile(self, jobs: list, on_done) -> list:
         workers = min(self.compile_workers, len(jobs))
+        results: list = [None] * len(jobs)
         if workers <= 1 or not hasattr(os, "fork"):
-            return [on_done(i, compile_candidate(*job)) for i, job in enumerate(jobs)]
+            for i, job in enumerate(jobs):
+                results[i] = compile_candidate(*job)
+                on_done(i, results[i])
+            return results
         import multiprocessing
 
         _FORKED[:] = jobs
-        results: list = [None] * len(jobs)
         try:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) \
                     as pool:
@@ -311,7 +316,7 @@ class LocalBackend:
             return self._workers[0].device_name(target)
         import multiprocessing
 
-        visible = _visible_gpus() if target == "cuda" else [""]
+        visible = (self.gpus or _visible_gpus()) if target == "cuda" else [""]
         if not visible:
             raise TileLabError("tuning a CUDA kernel needs a visible GPU")
         spawn = multiprocessing.get_context("spawn")  # a fork would inherit a used CUDA context
@@ -335,7 +340,8 @@ class LocalBackend:
             self._executors[worker] = ProcessPoolExecutor(
                 1, mp_context=multiprocessing.get_context("spawn"),
                 initializer=_start_bench_process,
-                initargs=(_visible_gpus()[worker] if task["target"] == "cuda" else "",))
+                initargs=((self.gpus or _visible_gpus())[worker] if task["target"] == "cuda"
+                          else "",))
             return {"status": "run failed", "reason": f"the benchmark worker died: "
                                                       f"{_reason(err)}"}
 
@@ -544,7 +550,7 @@ class AutoTuner:
     def __init__(self, jit: JITFunction, configs, warmup=None, rep=None, ref_prog=None,
                  rtol: float = 1e-2, atol: float = 1e-2, skip_check: bool = False,
                  backend: str = "local", cache_results: bool = True, seed: int = 0,
-                 compile_workers: int | None = None, show: bool = True):
+                 compile_workers: int | None = None, gpus=None, show: bool = True):
         if not isinstance(jit, JITFunction):
             raise TileLabArgumentError(
                 f"@tilelab.autotune goes above @tilelab.jit; got {type(jit).__name__}",
@@ -557,7 +563,7 @@ class AutoTuner:
         self.warmup, self.rep, self.ref_prog = warmup, rep, ref_prog
         self.rtol, self.atol, self.skip_check = rtol, atol, skip_check
         self.backend, self.cache_results, self.seed = backend, cache_results, seed
-        self.compile_workers, self.show = compile_workers, show
+        self.compile_workers, self.gpus, self.show = compile_workers, gpus, show
         self.display_result = True  # the table after a tune in a notebook (the magic shows its own)
         self.baseline = None  # a PyTorch function timed beside the candidates (the magic's --bench)
         self.baseline_name = "baseline"
@@ -684,7 +690,7 @@ class AutoTuner:
 
     def _backend(self):
         if self.backend == "local":
-            return LocalBackend(compile_workers=self.compile_workers)
+            return LocalBackend(compile_workers=self.compile_workers, gpus=self.gpus)
         return RayBackend()
 
     def _result_from(self, data: dict, cached: bool) -> AutotuneResult:
@@ -808,19 +814,21 @@ def _toolchain(target: str) -> str:
 def autotune(configs=None, warmup: int | None = None, rep: int | None = None, ref_prog=None,
              rtol: float = 1e-2, atol: float = 1e-2, skip_check: bool = False,
              backend: str = "local", cache_results: bool = True, compile_workers=None,
-             show: bool = True):
+             gpus=None, show: bool = True):
     """Tune a `@tilelab.jit` kernel over `configs` (see the module docstring).
 
     `configs`: a list of dicts of keyword values, a dict of lists (their cartesian
     product), or a callable of the call's arguments returning either. `warmup`/`rep`
     count calls per timing (default 25/100 on a GPU, 2/10 on the CPU). `ref_prog`: the
     function each candidate's output must match (default: the kernel's own defaults);
-    `skip_check` times without checking. `backend`: "local" or "ray".
+    `skip_check` times without checking. `backend`: "local" or "ray" (docs/AUTOTUNE.md).
+    `compile_workers`: processes for the compile phase (default: one per core); `gpus`: the
+    GPUs to benchmark on, as CUDA_VISIBLE_DEVICES names them (default: every visible one).
     """
     def decorate(jit):
         return AutoTuner(jit, configs, warmup=warmup, rep=rep, ref_prog=ref_prog, rtol=rtol,
                          atol=atol, skip_check=skip_check, backend=backend,
                          cache_results=cache_results, compile_workers=compile_workers,
-                         show=show)
+                         gpus=gpus, show=show)
 
     return decorate
