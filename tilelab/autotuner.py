@@ -618,7 +618,8 @@ class AutoTuner:
         key = ("tune", tuple(_freeze(a) if not _is_tensor(a) else
                              (tuple(a.shape), _dtype_name(a)) for a in args),
                _freeze({k: v if not _is_tensor(v) else (tuple(v.shape), _dtype_name(v))
-                        for k, v in kwargs.items()}), target)
+                        for k, v in kwargs.items()}), target,
+               self.baseline is not None)  # a baseline is timed in the same run as the rest
         if key not in self._tuned:
             default = {k: kwargs.get(k, signature.parameters[k].default) for k in knobs
                        if k in kwargs or signature.parameters[k].default is not
