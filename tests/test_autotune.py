@@ -23,6 +23,7 @@ from tilelab.errors import TileLabArgumentError, TileLabError
 from tilelab.runtime import artifact as art
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # examples/
 
 
 @tilelab.jit
@@ -161,6 +162,49 @@ def test_benchmark_worker_in_its_own_process(monkeypatch):
     statuses = sorted(r["status"] for r in tuner.autotune_result.rows)
     assert statuses == ["ok", "ok", "wrong result"]
     assert tuner.autotune_result.seconds["bench_workers"] == 1
+
+
+# ---------------------------------------------------------------- CUDA
+
+
+def test_cuda_compile_phase_builds_cubins_in_workers_without_a_gpu():
+    from examples.gemm import gemm_kernel
+    from tilelab.autotuner import KernelSpec, TensorShape
+    from tilelab.backends.cuda.nvcc import find_nvcc
+
+    if find_nvcc() is None:
+        pytest.skip("compiling for CUDA needs nvcc")
+    spec = KernelSpec.of(gemm_kernel)
+    shapes = (TensorShape((300, 200), "float16"), TensorShape((200, 500), "float16"))
+    configs = [{"block_m": 64, "block_n": 64}, {"block_m": 64, "block_n": 128, "num_stages": 4},
+               {"block_m": 8}]  # 8 rows: the GEMM's four warps cannot split them
+    done = []
+    out = LocalBackend(compile_workers=2).compile(
+        [(spec, shapes, c, "cuda:sm_90a") for c in configs], lambda i, o: done.append(i))
+    assert sorted(done) == [0, 1, 2]
+    first, second, third = out
+    assert set(first["built"].files) == {"kernel.cubin", "launch.json"}
+    assert first["built"].resources["arch"] == "sm_90a"
+    stages = json.loads(second["built"].files["launch.json"])["dynamic_smem"]
+    assert stages == 4 * (64 * 32 + 32 * 128) * 2  # four stages of an A and a B tile
+    assert "built" not in third and "cannot be split among 4 warps" in third["reason"]
+
+
+@pytest.mark.gpu
+def test_gpu_tune_exports_the_winner_with_its_config(tmp_path):
+    from examples.gemm import gemm_kernel, reference
+
+    tuner = tuned(gemm_kernel, {"block_m": [64, 128], "num_stages": [2, 3]}, warmup=3, rep=10)
+    a = torch.randn(1000, 700, device="cuda", dtype=torch.float16)
+    b = torch.randn(700, 900, device="cuda", dtype=torch.float16)
+    kernel = tuner.compile(a, b)
+    assert kernel.autotune_result.timing == "cuda-events"
+    assert all(r["status"] == "ok" for r in kernel.autotune_result.rows)
+    torch.testing.assert_close(kernel(a, b), reference(a, b), rtol=1e-2, atol=1e-2)
+    kernel.export(tmp_path / "gemm.tilelab")
+    loaded = tilelab.load(tmp_path / "gemm.tilelab")
+    assert loaded.config == {k: v for k, v in kernel.config.items()}
+    torch.testing.assert_close(loaded(a, b), reference(a, b), rtol=1e-2, atol=1e-2)
 
 
 # ---------------------------------------------------------------- results cache and export

@@ -131,7 +131,8 @@ class BuiltKernel:
 def _reason(err: BaseException) -> str:
     """One line saying why a candidate failed (a TileLabError's message names the line)."""
     if isinstance(err, TileLabError):
-        return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return f"{text} (hint: {err.hint})" if err.hint else text
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[-1] if text else ''}".rstrip(": ")
 
