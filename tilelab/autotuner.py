@@ -393,13 +393,13 @@ class RayBackend:
     def start(self, target: str) -> str:
         ray = self.ray
         if target == "cuda":
-            gpus = int(ray.cluster_resources().get("GPU", 0))
-            if not gpus:
+            count = int(ray.cluster_resources().get("GPU", 0))
+            if not count:
                 raise TileLabError("the Ray cluster has no GPU to tune a CUDA kernel on")
             actor = ray.remote(num_gpus=1)(BenchWorker)
         else:
-            gpus, actor = 1, ray.remote(num_cpus=1)(BenchWorker)
-        self._actors = [actor.remote() for _ in range(gpus)]
+            count, actor = 1, ray.remote(num_cpus=1)(BenchWorker)
+        self._actors = [actor.remote() for _ in range(count)]
         return ray.get(self._actors[0].device_name.remote(target))
 
     @property
