@@ -669,3 +669,83 @@ def fragment_values_per_thread(trace) -> dict[str, int]:
     """Buffer -> elements each thread keeps, for every fragment the GPU plan laid out."""
     return {name: int(layout["local_size"]) for name, layout in trace.layouts.items()
             if layout.get("kind") == "fragment"}
+
+
+# ---------------------------------------------------------------- 10 autotuning
+
+SHARED_BUDGET = 48 * 1024  # bytes of shared memory a block may use without opting in
+
+
+def gemm_stage_bytes(config: dict) -> int:
+    """Shared memory of one pipeline stage of the course GEMM: a float16 tile of A and of B."""
+    return (config["block_m"] * config["block_k"] + config["block_k"] * config["block_n"]) * 2
+
+
+def _search_space(M: int, N: int) -> list[dict]:
+    """Every candidate exercise 10.1 allows, for sizes M × N (the reference answer)."""
+    space = []
+    for block_m in (32, 64, 128):
+        for block_n in (32, 64, 128):
+            for block_k in (32, 64):
+                for num_stages in (1, 2, 3):
+                    config = {"block_m": block_m, "block_n": block_n, "block_k": block_k,
+                              "num_stages": num_stages}
+                    fits = num_stages * gemm_stage_bytes(config) <= SHARED_BUDGET
+                    useful = (block_m == 32 or block_m // 2 < M) and \
+                        (block_n == 32 or block_n // 2 < N)
+                    if fits and useful:
+                        space.append(config)
+    return space
+
+
+@exercise("10.1", "10_autotuning.ipynb", "a search space that fits", ("gemm_configs",))
+def _check_gemm_configs(gemm_configs):
+    if not callable(gemm_configs):
+        raise NotYet("gemm_configs should be a function of the sizes (M, N, K) returning a "
+                     "list of dicts.")
+    for sizes in [(4096, 4096, 4096), (40, 1000, 512), (20, 20, 64)]:
+        configs = gemm_configs(*sizes)
+        if not isinstance(configs, list) or not all(isinstance(c, dict) for c in configs):
+            raise NotYet(f"gemm_configs{sizes} should return a list of dicts, got "
+                         f"{type(configs).__name__}.")
+        too_big = [c for c in configs if c.get("num_stages", 1) * gemm_stage_bytes(c)
+                   > SHARED_BUDGET]
+        if too_big:
+            c = too_big[0]
+            raise NotYet(f"{c} needs {c['num_stages'] * gemm_stage_bytes(c)} bytes of shared "
+                         f"memory: it exceeds the 48 KiB shared memory budget "
+                         f"(num_stages × (block_m·block_k + block_k·block_n) × 2 bytes). It "
+                         "would only fail to compile or launch: leave it out.")
+        M, N = sizes[:2]
+        wasted = [c for c in configs if (c["block_m"] > 32 and c["block_m"] // 2 >= M)
+                  or (c["block_n"] > 32 and c["block_n"] // 2 >= N)]
+        if wasted:
+            raise NotYet(f"For M, N = {M}, {N}, {wasted[0]} has a block more than twice the "
+                         "matrix: half of it computes nothing. Keep a block size only if "
+                         "half of it is still smaller than the matrix (32 always stays).")
+        expected = _search_space(M, N)
+        key = lambda c: tuple(sorted(c.items()))  # noqa: E731
+        missing = sorted(set(map(key, expected)) - set(map(key, configs)))
+        if missing:
+            raise NotYet(f"For sizes {sizes}, {dict(missing[0])} fits and is useful, but it is "
+                         f"not in the list ({len(missing)} such configurations are missing).")
+    return (f"{len(_search_space(4096, 4096))} candidates for 4096², "
+            f"{len(_search_space(20, 20))} for 20²: none that cannot compile, none wasted.")
+
+
+@exercise("10.2", "10_autotuning.ipynb", "the winner must be correct", ("pick_winner",))
+def _check_pick_winner(pick_winner):
+    rows = [{"config": {"block_m": 64}, "status": "ok", "median_ms": 2.0},
+            {"config": {"block_m": 256}, "status": "wrong result", "median_ms": 0.5},
+            {"config": {"block_m": 128}, "status": "ok", "median_ms": 1.5},
+            {"config": {"block_m": 512}, "status": "compile failed", "median_ms": None}]
+    chosen = pick_winner(list(rows))
+    if chosen == {"block_m": 256}:
+        raise NotYet("pick_winner chose {'block_m': 256}, the fastest, but its output is wrong "
+                     "(status 'wrong result'): a candidate can only win if it is correct.")
+    if chosen != {"block_m": 128}:
+        raise NotYet(f"pick_winner returned {chosen!r}; the fastest correct candidate is "
+                     "{'block_m': 128} (status 'ok', 1.5 ms).")
+    if pick_winner([rows[1], rows[3]]) is not None:
+        raise NotYet("With no correct candidate, pick_winner should return None.")
+    return "Correct first, then fast: a wrong kernel's time means nothing."

@@ -30,6 +30,8 @@ _LAZY = {
     "language": ("language", None),
     "profiler": ("profiler", None),
     "bench": ("benchmark", "bench"),
+    "autotune": ("autotuner", "autotune"),
+    "AutoTuner": ("autotuner", "AutoTuner"),
 }
 
 

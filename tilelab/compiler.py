@@ -230,11 +230,13 @@ def compile_program(program, target: str = "cpu", pass_configs=None) -> Compiled
             trace.cache_hit = True
             trace.compile_seconds = time.perf_counter() - started
             _warn(program, trace.warnings)  # a cached kernel still deserves its warnings
+            cached.files = cache.get(key) or {}
             return cached
     artifact, files = _compile_uncached(program, target, configs)
     artifact.trace.compile_seconds = time.perf_counter() - started
     files["trace.json"] = artifact.trace.to_json().encode()
     cache.put(key, files)
+    artifact.files = files
     return artifact
 
 

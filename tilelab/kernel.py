@@ -39,10 +39,13 @@ class Kernel:
     """A compiled kernel: call it with tensors; outputs are allocated and returned."""
 
     def __init__(self, name: str, params, runner, target: str, trace=None, program=None,
-                 launch=None, cubin=None):
+                 launch=None, cubin=None, files=None):
         self.name = name
         self.launch = launch  # CUDA: kernel symbol, grid, block, shared memory, arch
         self.cubin = cubin
+        self.files = files or {}  # the compile cache entry: what another process needs to run it
+        self.config = None  # the autotuner's winning keyword values, when it chose this kernel
+        self.autotune_result = None  # and every configuration it tried
         self.params = params  # ParamInfo-like: name, shape, dtype, output, location
         self.target = target
         self.trace = trace
@@ -183,7 +186,8 @@ class Kernel:
                                "output": p.output} for p in self.params],
                       arch=self.launch["arch"], arg_order=self.launch["arg_order"],
                       trace_json=self.trace.to_json() if self.trace
-                      else None, source=self.trace.code.get("cuda") if self.trace else None)
+                      else None, source=self.trace.code.get("cuda") if self.trace else None,
+                      config=self.config)
 
     def get_profiler(self, tensor_supply_type=None):
         """A Profiler whose random inputs follow `tensor_supply_type` (a TensorSupplyType)."""
@@ -359,7 +363,7 @@ def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel: 
         program = instrument_program(program, int(blocks))
     artifact = compile_program(program, resolved, configs)
     return Kernel(program.name, program.params, artifact.runner, resolved.partition(":")[0],
-                  artifact.trace, program, artifact.launch, artifact.cubin)
+                  artifact.trace, program, artifact.launch, artifact.cubin, artifact.files)
 
 
 class ShapedKernel:

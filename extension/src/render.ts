@@ -4,6 +4,7 @@
  */
 
 import { code, frame, h, note, str } from './dom';
+import { renderAutotune } from './views/autotune';
 import { renderBankConflicts } from './views/banks';
 import { renderDataflow } from './views/dataflow';
 import { renderLayout } from './views/layout';
@@ -22,7 +23,8 @@ const RENDERERS: Record<string, (data: any) => HTMLElement> = {
   dataflow: renderDataflow,
   bench: renderBench,
   error: renderError,
-  check: renderCheck
+  check: renderCheck,
+  autotune: renderAutotune
 };
 
 export const VIEWS = Object.keys(RENDERERS);

@@ -27,6 +27,7 @@ class CompiledArtifact:
         self.trace = trace
         self.launch = launch  # kernel_name, grid, block, dynamic_smem, arch, arg_order
         self.cubin = cubin
+        self.files: dict = {}  # the cache entry (kernel.so, or kernel.cubin and launch.json)
 
 
 class Backend:

@@ -15,6 +15,7 @@ work from plain Python too::
 from __future__ import annotations
 
 from .views import (  # noqa: F401
+    AutotuneView,
     BenchView,
     CheckView,
     ErrorView,

@@ -10,6 +10,12 @@ code, layouts and pipeline plans, a check and a benchmark against a PyTorch
 expression. A `TileLabError` is shown as an ErrorView at the cell's own
 line, not as a traceback through tilelab.
 
+With `--autotune`, a kernel decorated with `@tilelab.autotune` (or a plain
+`@tilelab.jit` one, given `--autotune CONFIGS`) is tuned for `--args`: a live
+progress bar, then the table of every configuration (`AutotuneView`); the
+other flags (`--pipeline`, `--layout`, `--source`, `--bench`) then show the
+winner.
+
 `%tilelab` shows and sets the defaults (target, cache directory, benchmark
 settings).
 """
@@ -144,6 +150,10 @@ class TileLabMagics(Magics):
     @argument("--layout", metavar="BUF", action="append", help="the layout chosen for a buffer")
     @argument("--pipeline", action="store_true", help="the software-pipeline plans")
     @argument("--dataflow", action="store_true", help="the dataflow graph of the tile ops")
+    @argument("--autotune", nargs="?", const="", metavar="CONFIGS",
+              help="tune the kernel for --args and show every configuration's time; the "
+                   "other flags show the winner. CONFIGS (a Python expression: a list of "
+                   "dicts or a dict of lists) tunes a kernel without @tilelab.autotune")
     @cell_magic
     def tilekernel(self, line, cell):
         """Run a cell of tilelab kernels, then compile them and show what the compiler did.
@@ -197,12 +207,12 @@ class TileLabMagics(Magics):
         namespace = self.shell.user_ns
         if args.kernel:
             value = namespace.get(args.kernel)
-            if not isinstance(value, (JITFunction, Kernel)):
+            if not isinstance(value, _kernel_types()):
                 raise UsageError(f"--kernel {args.kernel}: no tilelab kernel of that name "
                                  "in the notebook")
             return [(args.kernel, value)]
         return [(name, value) for name, value in namespace.items()
-                if isinstance(value, (JITFunction, Kernel)) and before.get(name) is not value]
+                if isinstance(value, _kernel_types()) and before.get(name) is not value]
 
     def _wants_views(self, args) -> bool:
         return any((args.passes is not None, args.diff, args.source, args.layout, args.pipeline,
@@ -210,6 +220,10 @@ class TileLabMagics(Magics):
 
     def _compile(self, name: str, value, args):
         """The compiled Kernel to show for `value`, or None (with a note) if there is none."""
+        from ..autotuner import AutoTuner
+
+        if args.autotune is not None or isinstance(value, AutoTuner):
+            return self._autotune(name, value, args)
         if not isinstance(value, JITFunction):
             return value
         target = args.target or self.settings.target
@@ -226,6 +240,55 @@ class TileLabMagics(Magics):
             print(f"{name} is not compiled yet: call it in the cell, or pass --args "
                   "(tensors, or sizes such as M=1024)")
         return None
+
+    def _autotune(self, name: str, value, args):
+        """Tune `value` for --args (the baseline of --bench timed beside the candidates),
+        show the table, and return the winner."""
+        from ..autotuner import AutoTuner
+
+        if isinstance(value, AutoTuner):
+            tuner = value
+            if args.autotune:
+                tuner.configs = self._value(args.autotune, "--autotune")
+        elif isinstance(value, JITFunction):
+            if not args.autotune:
+                raise UsageError(f"--autotune: {name} is not decorated with @tilelab.autotune; "
+                                 "give the configurations: --autotune \"{'block_m': [64, 128]}\"")
+            tuner = AutoTuner(value, self._value(args.autotune, "--autotune"))
+        else:
+            raise UsageError(f"--autotune: {name} is already compiled; tune the @tilelab.jit "
+                             "function instead")
+        if args.args is None:
+            if tuner.autotune_result is None:
+                print(f"{name} is not tuned yet: call it in the cell, or pass --args")
+                return None
+            kernel = next(k for k, _, r in tuner._tuned.values() if r is tuner.autotune_result)
+            display(tuner.autotune_result)
+            return kernel
+        positional, keywords = self._call_args(args.args)
+        target = args.target or self.settings.target
+        if target != "auto":
+            tuner.jit.target = target
+        if args.bench:  # the baseline is a function of the inputs, by their names
+            default = tuner.jit.compile(*positional, **keywords)
+            inputs = self._inputs(default, args)
+            first = inputs if isinstance(inputs, tuple) else tuple(inputs(seed=0))
+            tuner.baseline = self._reference(args.bench, default, first, "--bench")
+            tuner.baseline_name = args.bench
+        tuner.display_result = False
+        try:
+            kernel = tuner.compile(*positional, **keywords)
+        finally:
+            tuner.display_result, tuner.baseline = True, None
+        display(kernel.autotune_result)
+        return kernel
+
+    def _value(self, expression: str, flag: str):
+        try:
+            return eval(expression, self.shell.user_ns)
+        except SyntaxError as err:
+            raise UsageError(f"{flag} {expression!r} is not a Python expression: "
+                             f"{err.msg}") from None
 
     def _call_args(self, expression: str) -> tuple[tuple, dict]:
         try:
@@ -353,3 +416,10 @@ class TileLabMagics(Magics):
         function = self._expression(expression, kernel, flag)
         value = function(*inputs)
         return value if callable(value) else function
+
+
+def _kernel_types() -> tuple:
+    """What a cell may define that the magic compiles and shows."""
+    from ..autotuner import AutoTuner
+
+    return (JITFunction, Kernel, AutoTuner)

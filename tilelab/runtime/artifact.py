@@ -5,7 +5,8 @@ A `.tilelab` file is a zip archive holding
 * ``meta.json``: the format name and version, the kernel's name, the name of its
   entry point in the cubin, the launch configuration (grid, block, dynamic
   shared memory), its tensor parameters (name, shape, dtype, output), its scalar
-  parameters (dtypes, passed after the tensors), and the GPU architecture;
+  parameters (dtypes, passed after the tensors), the GPU architecture, and the
+  configuration the autotuner chose (`config`, when it chose this kernel);
 * ``kernel.cubin``: the compiled device code;
 * ``trace.json`` (optional): the compilation's `tilelab.Trace`;
 * ``kernel.cu`` (optional): the generated CUDA C.
@@ -71,6 +72,7 @@ class Artifact:
     scalar_params: list = field(default_factory=list)  # dtypes, after the tensors
     version: int = FORMAT_VERSION
     arg_order: list | None = None  # kernel parameter k is tensor arg_order[k]
+    config: dict | None = None  # the autotuner's winning keyword values (tilelab.autotune)
 
     def runtime_params(self) -> list[RuntimeParam]:
         return [RuntimeParam(p["name"], tuple(p["shape"]), p["dtype"], bool(p["output"]))
@@ -113,8 +115,10 @@ class Artifact:
                 f" which tilelab.Kernel cannot pass yet",
                 hint="use tilelab.runtime.load_artifact(path).launcher() and call it with the "
                      "tensors followed by the scalars")
-        return Kernel(self.name, self.runtime_params(), self.launcher(), "cuda",
-                      trace=self.trace(), program=None)
+        kernel = Kernel(self.name, self.runtime_params(), self.launcher(), "cuda",
+                        trace=self.trace(), program=None)
+        kernel.config = self.config
+        return kernel
 
 
 # ---------------------------------------------------------------- writing
@@ -145,7 +149,8 @@ def _dims(value, what: str) -> tuple:
 
 def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, block,
                   dynamic_smem: int, params, arch: str, trace_json: str | None = None,
-                  source: str | None = None, scalar_params=(), arg_order=None) -> str:
+                  source: str | None = None, scalar_params=(), arg_order=None,
+                  config: dict | None = None) -> str:
     """Write a kernel to one `.tilelab` file (atomically); returns the path written."""
     if not isinstance(cubin, (bytes, bytearray)) or not cubin:
         raise TileLabArtifactError("cubin must be non-empty bytes")
@@ -163,6 +168,9 @@ def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, bloc
     }
     if arg_order is not None:
         meta["arg_order"] = [int(i) for i in arg_order]
+    if config is not None:  # values JSON cannot hold (a dtype object) are kept as their text
+        meta["config"] = {str(k): v if isinstance(v, (bool, int, float, str)) or v is None
+                          else str(v) for k, v in config.items()}
     entries = [(_META, json.dumps(meta, indent=1).encode()), (_CUBIN, bytes(cubin))]
     if trace_json is not None:
         entries.append((_TRACE, trace_json.encode()))
@@ -243,6 +251,7 @@ def load_artifact(path) -> Artifact:
             source=source,
             scalar_params=[str(d) for d in meta.get("scalar_params", [])],
             arg_order=meta.get("arg_order"),
+            config=meta.get("config"),
             version=version,
         )
     except TileLabArtifactError as err:

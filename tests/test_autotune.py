@@ -1,0 +1,343 @@
+"""The autotuner on the CPU: configurations, checks, failures, the results cache, workers, Ray.
+
+Each tune compiles its candidates in forked worker processes and benchmarks them (CPU
+kernels, timed by the wall clock); the winner is compared with PyTorch on fresh inputs,
+with sizes that are not multiples of the block sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import tilelab
+import tilelab.language as T
+from tilelab.autotuner import AutoTuner, LocalBackend, expand_configs
+from tilelab.errors import TileLabArgumentError, TileLabError
+from tilelab.runtime import artifact as art
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # examples/
+
+
+@tilelab.jit
+def scaled_copy(A, block: int = 64, scale: int = 1, threads: int = 32):
+    """Eager: C = A * scale, in tiles of `block`; `scale` != 1 gives a wrong answer on purpose."""
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    C = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=threads) as b:
+        tile = T.alloc_fragment((block,), T.float32)
+        T.copy(A[b * block], tile)
+        for i in T.Parallel(block):
+            tile[i] = tile[i] * scale
+        T.copy(tile, C[b * block])
+    return C
+
+
+@tilelab.jit(out_idx=[-1])
+def row_sum(M, N, block_m=16, block_n=32):
+    """Factory: the sum of every row."""
+    @T.prim_func
+    def kernel(A: T.Tensor((M, N), T.float32), S: T.Tensor((M,), T.float32)):
+        with T.Kernel(T.ceildiv(M, block_m), threads=32) as bm:
+            tile = T.alloc_fragment((block_m, block_n), T.float32)
+            part = T.alloc_fragment((block_m,), T.float32)
+            total = T.alloc_fragment((block_m,), T.float32)
+            T.clear(total)
+            for k in T.serial(T.ceildiv(N, block_n)):
+                T.copy(A[bm * block_m, k * block_n], tile)
+                T.reduce_sum(tile, part, dim=1)
+                for i in T.Parallel(block_m):
+                    total[i] += part[i]
+            T.copy(total, S[bm * block_m])
+    return kernel
+
+
+def tuned(jit, configs, **options):
+    options.setdefault("show", False)
+    options.setdefault("cache_results", False)
+    options.setdefault("warmup", 1)
+    options.setdefault("rep", 3)
+    return tilelab.autotune(configs=configs, **options)(jit)
+
+
+# ---------------------------------------------------------------- configurations
+
+
+def test_configs_as_a_list_a_product_or_a_callable():
+    assert expand_configs([{"a": 1}], (), {}, None) == [{"a": 1}]
+    assert expand_configs({"a": [1, 2], "b": [3, 4]}, (), {}, None) == [
+        {"a": 1, "b": 3}, {"a": 1, "b": 4}, {"a": 2, "b": 3}, {"a": 2, "b": 4}]
+    assert expand_configs(lambda M, N: {"block": [M // 2, M]}, (8, 4), {}, None) == [
+        {"block": 4}, {"block": 8}]
+    with pytest.raises(TileLabArgumentError, match="must be a dict"):
+        expand_configs([64], (), {}, None)
+
+
+def test_a_knob_the_kernel_does_not_have_is_an_error_at_its_definition():
+    tuner = tuned(row_sum, [{"block_q": 8}])
+    with pytest.raises(TileLabArgumentError) as info:
+        tuner(40, 50)
+    assert "no parameter 'block_q'" in str(info.value)
+    assert __file__ in str(info.value)
+    with pytest.raises(TileLabArgumentError, match="above @tilelab.jit"):
+        tilelab.autotune(configs=[{}])(lambda: None)
+
+
+# ---------------------------------------------------------------- tuning
+
+
+def test_factory_kernel_tunes_and_returns_the_fastest_correct_kernel():
+    tuner = tuned(row_sum, {"block_m": [8, 16], "block_n": [16, 64]})
+    kernel = tuner(37, 75)  # neither size a multiple of a block
+    result = kernel.autotune_result
+    assert len(result.rows) == 5  # the default (16, 32) and the four of the product
+    assert result.rows[0]["default"] is False or result.rows[0]["status"] == "ok"
+    timed = [r for r in result.rows if r["status"] == "ok"]
+    assert len(timed) == 5
+    assert [r["median_ms"] for r in timed] == sorted(r["median_ms"] for r in timed)
+    assert kernel.config == result.configs[timed[0]["index"]] == result.best_config
+    a = torch.randn(37, 75)
+    torch.testing.assert_close(kernel(a), a.sum(1), rtol=1e-4, atol=1e-4)
+    assert tuner(37, 75) is kernel  # tuned once per sizes
+    default = next(r for r in result.rows if r["default"])
+    assert default["config"] == {"block_m": 16, "block_n": 32}
+    assert default["speedup_vs_default"] == pytest.approx(1.0)
+
+
+def test_eager_kernel_tunes_by_shape_and_records_wrong_results():
+    tuner = tuned(scaled_copy, [{"block": 32}, {"block": 128}, {"block": 32, "scale": 2}])
+    a = torch.randn(300)
+    out = tuner(a)
+    torch.testing.assert_close(out, a)
+    result = tuner.autotune_result
+    wrong = [r for r in result.rows if r["status"] == "wrong result"]
+    assert [r["config"]["scale"] for r in wrong] == [2]
+    assert "differs from the reference" in wrong[0]["reason"]
+    assert result.best_config["scale"] == 1
+    tuner(torch.randn(300))  # same shape: no new tune
+    assert tuner.autotune_result is result
+    tuner(torch.randn(129))
+    assert tuner.autotune_result is not result
+
+
+def test_a_candidate_that_does_not_compile_is_recorded_with_its_reason():
+    tuner = tuned(scaled_copy, [{"block": 64}, {"block": 64, "threads": 0}])
+    tuner(torch.randn(100))
+    [failed] = [r for r in tuner.autotune_result.rows if r["status"] == "compile failed"]
+    assert failed["config"]["threads"] == 0 and failed["reason"]
+    assert "failed" in tuner.autotune_result.text()
+
+
+def test_a_given_reference_decides_what_is_correct():
+    # against A * 2, only the scale-2 candidate is right: it wins although the default is wrong
+    tuner = tuned(scaled_copy, [{"scale": 2}], ref_prog=lambda A: A * 2)
+    a = torch.randn(90)
+    torch.testing.assert_close(tuner(a), a * 2)
+    assert tuner.compile(a).config == {"scale": 2}
+    statuses = {r["config"]["scale"]: r["status"] for r in tuner.autotune_result.rows}
+    assert statuses == {1: "wrong result", 2: "ok"}
+
+
+def test_no_correct_candidate_is_an_error_that_says_why():
+    tuner = tuned(scaled_copy, [{"scale": 3}], ref_prog=lambda A: -A)
+    with pytest.raises(TileLabError, match="no configuration of scaled_copy ran correctly"):
+        tuner(torch.randn(10))
+
+
+def test_benchmark_worker_in_its_own_process(monkeypatch):
+    # the path a GPU takes: a spawned worker gets built kernels and a pickled reference
+    monkeypatch.setattr(AutoTuner, "_backend",
+                        lambda self: LocalBackend(compile_workers=2, bench_processes=True))
+    tuner = tuned(scaled_copy, [{"block": 32}, {"scale": 2}], ref_prog=lambda A: A + 0)
+    a = torch.randn(70)
+    torch.testing.assert_close(tuner(a), a)
+    statuses = sorted(r["status"] for r in tuner.autotune_result.rows)
+    assert statuses == ["ok", "ok", "wrong result"]
+    assert tuner.autotune_result.seconds["bench_workers"] == 1
+
+
+# ---------------------------------------------------------------- CUDA
+
+
+def test_cuda_compile_phase_builds_cubins_in_workers_without_a_gpu():
+    from examples.gemm import gemm_kernel
+    from tilelab.autotuner import KernelSpec, TensorShape
+    from tilelab.backends.cuda.nvcc import find_nvcc
+
+    if find_nvcc() is None:
+        pytest.skip("compiling for CUDA needs nvcc")
+    spec = KernelSpec.of(gemm_kernel)
+    shapes = (TensorShape((300, 200), "float16"), TensorShape((200, 500), "float16"))
+    configs = [{"block_m": 64, "block_n": 64}, {"block_m": 64, "block_n": 128, "num_stages": 4},
+               {"block_m": 8}]  # 8 rows: the GEMM's four warps cannot split them
+    done = []
+    out = LocalBackend(compile_workers=2).compile(
+        [(spec, shapes, c, "cuda:sm_90a") for c in configs], lambda i, o: done.append(i))
+    assert sorted(done) == [0, 1, 2]
+    first, second, third = out
+    assert set(first["built"].files) == {"kernel.cubin", "launch.json"}
+    assert first["built"].resources["arch"] == "sm_90a"
+    stages = json.loads(second["built"].files["launch.json"])["dynamic_smem"]
+    assert stages == 4 * (64 * 32 + 32 * 128) * 2  # four stages of an A and a B tile
+    assert "built" not in third and "cannot be split among 4 warps" in third["reason"]
+
+
+@pytest.mark.gpu
+def test_gpu_tune_exports_the_winner_with_its_config(tmp_path):
+    from examples.gemm import gemm_kernel, reference
+
+    tuner = tuned(gemm_kernel, {"block_m": [64, 128], "num_stages": [2, 3]}, warmup=3, rep=10)
+    a = torch.randn(1000, 700, device="cuda", dtype=torch.float16)
+    b = torch.randn(700, 900, device="cuda", dtype=torch.float16)
+    kernel = tuner.compile(a, b)
+    assert kernel.autotune_result.timing == "cuda-events"
+    assert all(r["status"] == "ok" for r in kernel.autotune_result.rows)
+    torch.testing.assert_close(kernel(a, b), reference(a, b), rtol=1e-2, atol=1e-2)
+    kernel.export(tmp_path / "gemm.tilelab")
+    loaded = tilelab.load(tmp_path / "gemm.tilelab")
+    assert loaded.config == {k: v for k, v in kernel.config.items()}
+    torch.testing.assert_close(loaded(a, b), reference(a, b), rtol=1e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------- results cache and export
+
+
+CACHED_RUN = """
+import json, sys, torch
+sys.path.insert(0, {tests!r})
+import tilelab
+from test_autotune import row_sum
+tuner = tilelab.autotune(configs={{"block_m": [8, 16]}}, warmup=1, rep=2, show=False)(row_sum)
+kernel = tuner(21, 40)
+print(json.dumps({{"cached": kernel.autotune_result.cached, "config": kernel.config}}))
+"""
+
+
+def test_results_are_reused_by_another_process(tmp_path):
+    env = dict(os.environ, TILELAB_CACHE_DIR=str(tmp_path / "cache"))
+    script = CACHED_RUN.format(tests=str(ROOT / "tests"))
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert [r["cached"] for r in runs] == [False, True]
+    assert runs[0]["config"] == runs[1]["config"]
+
+
+def test_an_exported_kernel_carries_its_config(tmp_path):
+    path = art.save_artifact(tmp_path / "k.tilelab", name="k", kernel_name="k_kernel",
+                             cubin=b"\x7fELF", grid=1, block=32, dynamic_smem=0,
+                             params=[{"name": "A", "shape": [4], "dtype": "float32"}],
+                             arch="sm_90a", config={"block_m": 64, "dtype": T.float16})
+    loaded = art.load_artifact(path)
+    assert loaded.config == {"block_m": 64, "dtype": str(T.float16)}
+
+
+# ---------------------------------------------------------------- views
+
+
+def test_the_result_view_sorts_plots_and_lists_failures():
+    tuner = tuned(scaled_copy, {"block": [32, 64], "threads": [32, 0]})
+    tuner(torch.randn(200))
+    result = tuner.autotune_result
+    bundle = result._repr_mimebundle_()
+    data = bundle["application/vnd.tilelab.autotune+json"]
+    assert data["version"] == 1 and data["kernel"] == "scaled_copy"
+    assert data["knobs"] == ["block", "threads"]
+    html = bundle["text/html"]
+    assert 'data-tilelab-view="autotune"' in html and "<svg" in html
+    assert html.count("compile failed") == 2  # threads=0, for each block
+    assert "best:" in bundle["text/plain"]
+
+
+# ---------------------------------------------------------------- Ray
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
+                 [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}})
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_backend_on_a_local_cluster(ray_cluster):
+    tuner = tuned(row_sum, {"block_m": [8, 16], "block_n": [16, 32]}, backend="ray")
+    kernel = tuner(33, 50)
+    result = kernel.autotune_result
+    assert result.backend == "ray"
+    assert sorted(r["status"] for r in result.rows) == ["ok"] * 4
+    a = torch.randn(33, 50)
+    torch.testing.assert_close(kernel(a), a.sum(1), rtol=1e-4, atol=1e-4)
+    # a notebook-style lambda reference travels to the actors too
+    checked = tuned(scaled_copy, [{"scale": 2}], backend="ray", ref_prog=lambda A: A * 2)
+    a = torch.randn(50)
+    torch.testing.assert_close(checked(a), a * 2)
+
+
+# ---------------------------------------------------------------- %%tilekernel --autotune
+
+TUNED_CELL = '''%%tilekernel --autotune {configs} --args "a" --bench "A * 1" --pipeline
+@tilelab.jit
+def doubled(A, block: int = 64):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    C = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=32) as b:
+        tile = T.alloc_fragment((block,), T.float32)
+        T.copy(A[b * block], tile)
+        for i in T.Parallel(block):
+            tile[i] = tile[i] * 1
+        T.copy(tile, C[b * block])
+    return C
+'''
+
+
+@pytest.fixture
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "tilelab")
+    shell.run_cell("import torch, tilelab\nimport tilelab.language as T\na = torch.randn(150)")
+    yield shell
+    shell.run_line_magic("unload_ext", "tilelab")
+
+
+def test_magic_tunes_shows_the_table_with_the_baseline_and_the_winner(shell):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        shell.run_cell("%tilelab --warmup 1 --rep 3")
+        result = shell.run_cell(TUNED_CELL.format(configs="\"{'block': [32, 128]}\""))
+    assert result.success, result.error_in_exec
+    mimes = [next(k for k in o.data if k.startswith("application/")) for o in captured.outputs]
+    assert mimes[0] == "application/vnd.tilelab.autotune+json"
+    assert "application/vnd.tilelab.pipeline+json" in mimes or "application/json" in mimes
+    assert "application/vnd.tilelab.bench+json" in mimes
+    data = captured.outputs[0].data["application/vnd.tilelab.autotune+json"]
+    assert sorted(r["config"]["block"] for r in data["rows"]) == [32, 64, 128]
+    assert data["baseline"]["name"] == "A * 1" and data["baseline"]["median_ms"] > 0
+    assert all(r["speedup_vs_baseline"] for r in data["rows"])
+    assert "vs A * 1" in captured.outputs[0].data["text/html"]
+
+
+def test_magic_autotune_without_configs_on_a_plain_kernel_says_what_to_give(shell):
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as captured:
+        result = shell.run_cell(TUNED_CELL.format(configs=""))
+    assert not result.success
+    assert "give the configurations" in str(result.error_in_exec) + captured.stderr

@@ -1,0 +1,836 @@
+"""`@tilelab.autotune`: try a kernel's configurations in parallel, check each, keep the fastest.
+
+Block sizes, pipeline stages and thread counts decide how fast a tile kernel
+runs, and the best values depend on the sizes and the GPU. The autotuner
+tries a list of keyword values (*configurations*) for a `@tilelab.jit`
+kernel, in four steps:
+
+1. **candidates**: the configurations (a list of dicts, a dict of lists for
+   their cartesian product, or a callable of the call's arguments), with the
+   kernel's own defaults first: the *default* every speed-up is measured
+   against, and the reference each candidate's output must match (unless a
+   `ref_prog` is given);
+2. **compile phase**: every candidate is compiled in worker processes, one
+   per CPU core (forked, so kernels defined in a notebook need no pickling),
+   or in Ray tasks on a cluster's CPUs. What comes back is a *built kernel*:
+   the compile cache entry (cubin and launch data, or the CPU's shared
+   library), which any process can run without the kernel's source. A
+   candidate that does not compile (too much shared memory, a block size the
+   layout rules reject) is recorded with its reason;
+3. **benchmark phase**: one worker per visible GPU (a process pinned with
+   `CUDA_VISIBLE_DEVICES`, or a Ray actor with `num_gpus=1`) loads each built
+   kernel, runs it on seeded random inputs, compares its output with the
+   reference (a wrong one is recorded, not timed), and times it exactly as
+   `tilelab.bench` does (`tilelab.profiler.do_bench`);
+4. **result**: the fastest correct candidate wins. The times are cached on
+   disk (key: kernel source, sizes, dtypes, configurations, device name,
+   tilelab and toolchain versions), so another process or session skips the
+   tuning; the winner is compiled here (a compile cache hit) and carries
+   `kernel.config` and `kernel.autotune_result`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+import json
+import linecache
+import os
+import pickle
+import platform
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import TileLabArgumentError, TileLabError
+from .kernel import JITFunction, Kernel, _dtype_name, _freeze, _is_tensor, _user_error
+from .notebook.views import AutotuneView
+
+__all__ = ["AutoTuner", "AutotuneResult", "BuiltKernel", "autotune"]
+
+
+# ---------------------------------------------------------------- what travels between processes
+
+
+@dataclass
+class KernelSpec:
+    """A `@tilelab.jit` kernel in a form another process can rebuild: the function, its
+    decorator's options, and its source file's lines (a notebook cell exists nowhere else)."""
+
+    fn: object
+    out_idx: object
+    pass_configs: dict
+    filename: str
+    lines: list
+
+    @staticmethod
+    def of(jit: JITFunction) -> KernelSpec:
+        filename = jit.fn.__code__.co_filename
+        return KernelSpec(jit.fn, jit.out_idx, dict(jit.pass_configs), filename,
+                          list(jit.source.lines))
+
+    def jit(self) -> JITFunction:
+        if not linecache.getlines(self.filename):
+            linecache.cache[self.filename] = (sum(map(len, self.lines)), None, self.lines,
+                                              self.filename)
+        return JITFunction(self.fn, out_idx=self.out_idx, pass_configs=self.pass_configs)
+
+
+@dataclass(frozen=True)
+class TensorShape:
+    """An eager kernel's tensor argument, by shape and dtype (workers need no data)."""
+
+    shape: tuple
+    dtype: str
+
+    def meta(self):
+        import torch
+
+        return torch.empty(self.shape, dtype=getattr(torch, self.dtype), device="meta")
+
+
+@dataclass
+class BuiltKernel:
+    """A compiled candidate: its compile cache files, runnable in any process (`load`)."""
+
+    name: str
+    target: str
+    params: list  # dicts: name, shape, dtype, output
+    files: dict
+    resources: dict = field(default_factory=dict)
+    compile_seconds: float = 0.0
+
+    def load(self) -> Kernel:
+        from .runtime.artifact import RuntimeParam
+
+        params = [RuntimeParam(p["name"], tuple(p["shape"]), p["dtype"], p["output"])
+                  for p in self.params]
+        if self.target == "cuda":
+            from .runtime.cuda import CudaLauncher
+
+            launch = json.loads(self.files["launch.json"])
+            runner = CudaLauncher(self.files["kernel.cubin"], launch["kernel_name"],
+                                  launch["grid"], launch["block"], launch["dynamic_smem"],
+                                  [p.dtype for p in params], arch=launch["arch"],
+                                  arg_order=launch["arg_order"])
+        else:
+            from .backends.cpu import CPURunner
+
+            with tempfile.TemporaryDirectory(prefix="tilelab-autotune-") as folder:
+                path = Path(folder) / "kernel.so"
+                path.write_bytes(self.files["kernel.so"])
+                runner = CPURunner.load(path, self.name)  # loaded: the file may go
+        return Kernel(self.name, params, runner, self.target)
+
+
+def _reason(err: BaseException) -> str:
+    """One line saying why a candidate failed (a TileLabError's message names the line)."""
+    if isinstance(err, TileLabError):
+        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return f"{text} (hint: {err.hint})" if err.hint else text
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[-1] if text else ''}".rstrip(": ")
+
+
+def compile_candidate(spec: KernelSpec, args: tuple, kwargs: dict, target: str) -> dict:
+    """Compile one candidate (in a worker process): {"built": BuiltKernel} or {"reason"}."""
+    started = time.perf_counter()
+    try:
+        jit = spec.jit()
+        args = tuple(a.meta() if isinstance(a, TensorShape) else a for a in args)
+        kernel = jit.compile(*args, target=target, **kwargs)
+    except Exception as err:  # noqa: BLE001 - every failure is a result, with its reason
+        return {"reason": _reason(err)}
+    trace = kernel.trace
+    return {"built": BuiltKernel(
+        kernel.name, kernel.target,
+        [{"name": p.name, "shape": list(p.shape), "dtype": p.dtype, "output": p.output}
+         for p in kernel.params],
+        {k: v for k, v in kernel.files.items() if k != "trace.json"},
+        dict(trace.resources) if trace else {}, time.perf_counter() - started)}
+
+
+def random_inputs(params: list, device: str, seed: int) -> list:
+    """Seeded random tensors for a kernel's inputs: every worker makes the same ones."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    tensors = []
+    for p in params:
+        if p["output"]:
+            continue
+        dtype = getattr(torch, p["dtype"])
+        if dtype.is_floating_point:
+            t = torch.randn(tuple(p["shape"]), generator=generator).to(dtype)
+        else:
+            t = torch.randint(-8, 8, tuple(p["shape"]), generator=generator).to(dtype)
+        tensors.append(t.to(device))
+    return tensors
+
+
+class BenchWorker:
+    """Runs, checks and times candidates on one device (a process per GPU, or a Ray actor).
+
+    A task names a candidate (a BuiltKernel, or a pickled callable such as a PyTorch
+    baseline), the reference to compare with, and the timing settings. Inputs and the
+    reference's outputs are made once per tune and kept.
+    """
+
+    def __init__(self):
+        self._inputs: dict = {}
+        self._expected: dict = {}
+
+    def device(self, target: str) -> str:
+        return "cuda" if target == "cuda" else "cpu"
+
+    def device_name(self, target: str) -> str:
+        if target == "cuda":
+            import torch
+
+            return torch.cuda.get_device_name()
+        return cpu_name()
+
+    @staticmethod
+    def _callable(candidate):
+        if isinstance(candidate, BuiltKernel):
+            return candidate.load()
+        return pickle.loads(candidate)
+
+    def run(self, task: dict) -> dict:
+        from .benchmark import compare
+        from .profiler import do_bench
+
+        tune = task["tune"]
+        try:
+            if tune not in self._inputs:
+                self._inputs = {tune: random_inputs(task["params"], self.device(task["target"]),
+                                                    task["seed"])}
+                self._expected = {}
+            inputs = self._inputs[tune]
+            fn = self._callable(task["candidate"])
+            output = fn(*inputs)
+            if task["reference"] is not None:
+                if tune not in self._expected:
+                    self._expected = {tune: self._callable(task["reference"])(*inputs)}
+                comparison = compare(output, self._expected[tune], task["rtol"], task["atol"])
+                if not comparison["passed"]:
+                    return {"status": "wrong result", "reason": (
+                        f"differs from the reference: max abs error "
+                        f"{comparison['max_abs_error']}, {comparison['mismatched']} of "
+                        f"{comparison['total']} values outside rtol={comparison['rtol']}, "
+                        f"atol={comparison['atol']} {comparison['message']}").strip()}
+            ms = do_bench(lambda: fn(*inputs), warmup=task["warmup"], rep=task["rep"])
+        except Exception as err:  # noqa: BLE001 - a launch that fails is a result too
+            return {"status": "run failed", "reason": _reason(err)}
+        return {"status": "ok", "ms": ms}
+
+
+@functools.cache
+def cpu_name() -> str:
+    from .compiler import _host_cpu
+
+    return f"CPU ({platform.machine()}, {_host_cpu()}, {os.cpu_count()} cores)"
+
+
+# ---------------------------------------------------------------- where the work runs
+
+
+_FORKED: list = []  # the compile jobs of the tune in progress, inherited by forked workers
+_WORKER: BenchWorker | None = None  # the BenchWorker of a benchmark process
+
+
+def _compile_forked(index: int) -> dict:
+    return compile_candidate(*_FORKED[index])
+
+
+def _start_bench_process(visible: str) -> None:
+    global _WORKER
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible  # before this process touches CUDA
+    _WORKER = BenchWorker()
+
+
+def _bench_in_process(method: str, argument):
+    return getattr(_WORKER, method)(argument)
+
+
+def _visible_gpus() -> list[str]:
+    import torch
+
+    count = torch.cuda.device_count()
+    listed = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed[:count] if listed else [str(i) for i in range(count)]
+
+
+class LocalBackend:
+    """This machine: compiles in forked processes on every core; benchmarks in one process per
+    visible GPU (spawned, `CUDA_VISIBLE_DEVICES` set), or here on the CPU target."""
+
+    name = "local"
+
+    def __init__(self, compile_workers: int | None = None, bench_processes: bool | None = None,
+                 gpus: list | None = None):
+        self.compile_workers = compile_workers or len(os.sched_getaffinity(0))
+        self.bench_processes = bench_processes  # None: processes for GPUs, in-process for CPU
+        self.gpus = [str(g) for g in gpus] if gpus is not None else None  # None: every one
+        self._executors: list = []
+        self._workers: list = []
+
+    def compile(self, jobs: list, on_done) -> list:
+        workers = min(self.compile_workers, len(jobs))
+        results: list = [None] * len(jobs)
+        if workers <= 1 or not hasattr(os, "fork"):
+            for i, job in enumerate(jobs):
+                results[i] = compile_candidate(*job)
+                on_done(i, results[i])
+            return results
+        import multiprocessing
+
+        _FORKED[:] = jobs
+        try:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) \
+                    as pool:
+                futures = {pool.submit(_compile_forked, i): i for i in range(len(jobs))}
+                from concurrent.futures import as_completed
+
+                for future in as_completed(futures):
+                    i = futures[future]
+                    try:
+                        results[i] = future.result()
+                    except Exception as err:  # noqa: BLE001 - a worker that died
+                        results[i] = {"reason": f"the compile worker died: {_reason(err)}"}
+                    on_done(i, results[i])
+        finally:
+            _FORKED.clear()
+        return results
+
+    def start(self, target: str) -> str:
+        """Start the benchmark workers; the name of the device they time on."""
+        processes = self.bench_processes if self.bench_processes is not None \
+            else target == "cuda"
+        if not processes:
+            self._workers = [BenchWorker()]
+            return self._workers[0].device_name(target)
+        import multiprocessing
+
+        visible = (self.gpus or _visible_gpus()) if target == "cuda" else [""]
+        if not visible:
+            raise TileLabError("tuning a CUDA kernel needs a visible GPU")
+        spawn = multiprocessing.get_context("spawn")  # a fork would inherit a used CUDA context
+        self._executors = [ProcessPoolExecutor(1, mp_context=spawn,
+                                               initializer=_start_bench_process,
+                                               initargs=(gpu,)) for gpu in visible]
+        return self._executors[0].submit(_bench_in_process, "device_name", target).result()
+
+    @property
+    def workers(self) -> int:
+        return len(self._executors) or len(self._workers)
+
+    def run(self, worker: int, task: dict) -> dict:
+        if self._workers:
+            return self._workers[worker].run(task)
+        try:
+            return self._executors[worker].submit(_bench_in_process, "run", task).result()
+        except Exception as err:  # noqa: BLE001 - the process died (a crash in the kernel)
+            import multiprocessing
+
+            self._executors[worker] = ProcessPoolExecutor(
+                1, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_bench_process,
+                initargs=((self.gpus or _visible_gpus())[worker] if task["target"] == "cuda"
+                          else "",))
+            return {"status": "run failed", "reason": f"the benchmark worker died: "
+                                                      f"{_reason(err)}"}
+
+    def stop(self) -> None:
+        for executor in self._executors:
+            executor.shutdown(wait=True, cancel_futures=True)
+        self._executors, self._workers = [], []
+
+
+class RayBackend:
+    """A Ray cluster: compile tasks on its CPUs, one benchmark actor per GPU (`num_gpus=1`).
+
+    It uses the cluster `ray.init(address=...)` connected to; without one, `ray.init()`
+    (which reads RAY_ADDRESS, else starts a local cluster). CPU kernels are timed on one
+    actor with one CPU.
+    """
+
+    name = "ray"
+
+    def __init__(self):
+        try:
+            import ray
+        except ImportError:
+            raise TileLabError("backend='ray' needs Ray",
+                               hint="pip install 'tilelab[ray]'") from None
+        self.ray = ray
+        if not ray.is_initialized():
+            ray.init()
+        self._actors: list = []
+
+    def compile(self, jobs: list, on_done) -> list:
+        ray = self.ray
+        task = ray.remote(num_cpus=1)(compile_candidate)
+        spec = ray.put(jobs[0][0]) if jobs else None  # the kernel's function, shipped once
+        refs = {task.remote(spec, *job[1:]): i for i, job in enumerate(jobs)}
+        results: list = [None] * len(jobs)
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            i = refs[done[0]]
+            try:
+                results[i] = ray.get(done[0])
+            except Exception as err:  # noqa: BLE001 - a task or its worker failed
+                results[i] = {"reason": f"the Ray compile task failed: {_reason(err)}"}
+            on_done(i, results[i])
+        return results
+
+    def start(self, target: str) -> str:
+        ray = self.ray
+        if target == "cuda":
+            count = int(ray.cluster_resources().get("GPU", 0))
+            if not count:
+                raise TileLabError("the Ray cluster has no GPU to tune a CUDA kernel on")
+            actor = ray.remote(num_gpus=1)(BenchWorker)
+        else:
+            count, actor = 1, ray.remote(num_cpus=1)(BenchWorker)
+        self._actors = [actor.remote() for _ in range(count)]
+        return ray.get(self._actors[0].device_name.remote(target))
+
+    @property
+    def workers(self) -> int:
+        return len(self._actors)
+
+    def run(self, worker: int, task: dict) -> dict:
+        try:
+            return self.ray.get(self._actors[worker].run.remote(task))
+        except Exception as err:  # noqa: BLE001 - the actor died
+            return {"status": "run failed", "reason": f"the Ray actor failed: {_reason(err)}"}
+
+    def stop(self) -> None:
+        for actor in self._actors:
+            self.ray.kill(actor)
+        self._actors = []
+
+
+BACKENDS = {"local": LocalBackend, "ray": RayBackend}
+
+
+# ---------------------------------------------------------------- progress
+
+
+class Progress:
+    """compiled / benchmarked / failed, live: a widget in a notebook, else a line on stderr
+    once the tune has taken two seconds."""
+
+    def __init__(self, name: str, total: int, show: bool):
+        self.name, self.total, self.show = name, total, show
+        self.compiled = self.benchmarked = self.failed = 0
+        self.started = time.perf_counter()
+        self.widget = None
+        self.printing = False
+        self._lock = threading.Lock()
+        shell = _ipython_kernel()
+        if show and shell is not None:
+            import ipywidgets
+            from IPython.display import display
+
+            self.bar = ipywidgets.IntProgress(value=0, max=2 * total, description="autotune")
+            self.label = ipywidgets.HTML()
+            self.widget = ipywidgets.HBox([self.bar, self.label])
+            display(self.widget)
+            self._draw()
+
+    def text(self) -> str:
+        return (f"autotune {self.name}: {self.compiled}/{self.total} compiled, "
+                f"{self.benchmarked}/{self.total} benchmarked, {self.failed} failed")
+
+    def step(self, compiled: int = 0, benchmarked: int = 0, failed: int = 0) -> None:
+        with self._lock:
+            self.compiled += compiled
+            self.benchmarked += benchmarked
+            self.failed += failed
+            self._draw()
+
+    def _draw(self) -> None:
+        if self.widget is not None:
+            self.bar.value = self.compiled + self.benchmarked + self.failed
+            self.label.value = self.text().split(": ", 1)[1]
+        elif self.show and (self.printing or time.perf_counter() - self.started > 2.0):
+            self.printing = True
+            print(f"\r{self.text()}", end="", file=sys.stderr)
+
+    def close(self) -> None:
+        if self.widget is not None:
+            self.widget.close()
+        elif self.printing:
+            print(file=sys.stderr)
+
+
+def _ipython_kernel():
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell if getattr(shell, "kernel", None) is not None else None
+
+
+# ---------------------------------------------------------------- configurations
+
+
+def expand_configs(configs, args: tuple, kwargs: dict, where) -> list[dict]:
+    """A list of dicts, from a list of dicts, a dict of lists (the cartesian product), or a
+    callable of the call's arguments returning either."""
+    if callable(configs):
+        configs = configs(*args, **kwargs)
+    if isinstance(configs, dict):
+        keys = list(configs)
+        values = [v if isinstance(v, (list, tuple, range)) else [v] for v in configs.values()]
+        return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
+    configs = list(configs or [])
+    for config in configs:
+        if not isinstance(config, dict):
+            raise TileLabArgumentError(
+                f"autotune: a configuration must be a dict of keyword values, got "
+                f"{type(config).__name__} {config!r}", where,
+                hint="configs=[{'block_m': 64}, ...], or a dict of lists such as "
+                     "{'block_m': [64, 128]}")
+    return configs
+
+
+def _plain(value):
+    """JSON-ready text of a configuration value (a dtype object becomes its name)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def config_label(config: dict) -> str:
+    return ", ".join(f"{k}={_plain(v)}" for k, v in config.items()) or "(defaults)"
+
+
+# ---------------------------------------------------------------- the result
+
+
+class AutotuneResult(AutotuneView):
+    """Every candidate's time or failure, sorted; shows as a table, a plot and the failures."""
+
+    def __init__(self, kernel: str, device: str, timing: str, target: str, backend: str,
+                 rows: list[dict], knobs: list[str], seconds: dict, cached: bool = False,
+                 baseline: dict | None = None):
+        super().__init__(kernel, device, timing, target, backend, rows, knobs, seconds,
+                         cached, baseline)
+        self.configs: list[dict] = []  # the candidates' keyword values, by row["index"]
+
+    @property
+    def best(self) -> dict | None:
+        ok = [r for r in self.rows if r["status"] == "ok"]
+        return min(ok, key=lambda r: r["median_ms"]) if ok else None
+
+    @property
+    def best_config(self) -> dict | None:
+        best = self.best
+        return self.configs[best["index"]] if best is not None else None
+
+    def to_json(self) -> str:
+        return json.dumps({"kernel": self.kernel, "device": self.device,
+                           "timing": self.timing, "target": self.target,
+                           "rows": self.rows, "knobs": self.knobs, "seconds": self.seconds,
+                           "baseline": self.baseline})
+
+
+# ---------------------------------------------------------------- the tuner
+
+
+class AutoTuner:
+    """What `@tilelab.autotune` returns: call it like the kernel it wraps."""
+
+    def __init__(self, jit: JITFunction, configs, warmup=None, rep=None, ref_prog=None,
+                 rtol: float = 1e-2, atol: float = 1e-2, skip_check: bool = False,
+                 backend: str = "local", cache_results: bool = True, seed: int = 0,
+                 compile_workers: int | None = None, gpus=None, show: bool = True):
+        if not isinstance(jit, JITFunction):
+            raise TileLabArgumentError(
+                f"@tilelab.autotune goes above @tilelab.jit; got {type(jit).__name__}",
+                hint="@tilelab.autotune(configs=...)\n@tilelab.jit\ndef kernel(...): ...")
+        if backend not in BACKENDS:
+            raise TileLabError(f"unknown autotune backend {backend!r}; use "
+                               f"{' or '.join(map(repr, BACKENDS))}")
+        functools.update_wrapper(self, jit.fn)
+        self.jit, self.configs = jit, configs
+        self.warmup, self.rep, self.ref_prog = warmup, rep, ref_prog
+        self.rtol, self.atol, self.skip_check = rtol, atol, skip_check
+        self.backend, self.cache_results, self.seed = backend, cache_results, seed
+        self.compile_workers, self.gpus, self.show = compile_workers, gpus, show
+        self.display_result = True  # the table after a tune in a notebook (the magic shows its own)
+        self.baseline = None  # a PyTorch function timed beside the candidates (the magic's --bench)
+        self.baseline_name = "baseline"
+        self._tuned: dict = {}
+        self.autotune_result: AutotuneResult | None = None  # of the latest tune
+
+    def __repr__(self) -> str:
+        return f"<tilelab.autotune {self.jit.style} {self.jit.fn.__name__}>"
+
+    @property
+    def style(self) -> str:
+        return self.jit.style
+
+    @_user_error
+    def __call__(self, *args, **kwargs):
+        kernel = self._kernel(args, kwargs)
+        if self.jit.style == "factory":
+            return kernel
+        signature = inspect.signature(self.jit.fn).bind_partial(*args, **{
+            k: v for k, v in kwargs.items() if k in inspect.signature(self.jit.fn).parameters})
+        tensors = [v for v in signature.arguments.values() if _is_tensor(v)]
+        return kernel(*tensors)
+
+    @_user_error
+    def compile(self, *args, **kwargs) -> Kernel:
+        """The tuned kernel for these arguments, without running it."""
+        return self._kernel(args, kwargs)
+
+    def _where(self):
+        return self.jit.source.location(self.jit.source.node)
+
+    def _kernel(self, args: tuple, kwargs: dict) -> Kernel:
+        from .compiler import resolve_target
+
+        where = self._where()
+        configs = expand_configs(self.configs, args, kwargs, where)
+        signature = inspect.signature(self.jit.fn)
+        knobs = list(dict.fromkeys(k for c in configs for k in c))
+        for knob in knobs:
+            if knob not in signature.parameters:
+                raise TileLabArgumentError(
+                    f"autotune: {self.jit.fn.__name__} has no parameter {knob!r} to tune",
+                    where, hint=f"its parameters: {', '.join(signature.parameters)}")
+        fixed = {k: v for k, v in kwargs.items() if k not in knobs}
+        knobs = [k for k in knobs if k not in kwargs]  # the caller's own values win
+        tensors = [a for a in (*args, *kwargs.values()) if _is_tensor(a)]
+        target = resolve_target(self.jit.target, tensors)
+        if target == "cuda":
+            from .backends.cuda import nvcc
+
+            target = f"cuda:{nvcc.default_arch()}"
+        key = ("tune", tuple(_freeze(a) if not _is_tensor(a) else
+                             (tuple(a.shape), _dtype_name(a)) for a in args),
+               _freeze({k: v if not _is_tensor(v) else (tuple(v.shape), _dtype_name(v))
+                        for k, v in kwargs.items()}), target,
+               self.baseline is not None)  # a baseline is timed in the same run as the rest
+        if key not in self._tuned:
+            default = {k: kwargs.get(k, signature.parameters[k].default) for k in knobs
+                       if k in kwargs or signature.parameters[k].default is not
+                       inspect.Parameter.empty}
+            candidates: list[dict] = []
+            for config in ([default] if len(default) == len(knobs) else []) + configs:
+                config = {k: config.get(k, default.get(k)) for k in knobs}
+                if config not in candidates:
+                    candidates.append(config)
+            if not knobs:
+                candidates = [{}]
+            shipped = tuple(TensorShape(tuple(int(s) for s in a.shape), _dtype_name(a))
+                            if _is_tensor(a) else a for a in args)
+            shipped_kwargs = {k: TensorShape(tuple(int(s) for s in v.shape), _dtype_name(v))
+                              if _is_tensor(v) else v for k, v in fixed.items()}
+            result = self._tune(candidates, knobs, shipped, shipped_kwargs, target)
+            best = result.best_config
+            if best is None:
+                failures = "; ".join(f"{config_label(result.configs[r['index']])}: "
+                                     f"{r['reason']}" for r in result.rows[:3])
+                raise TileLabError(f"autotune: no configuration of {self.jit.fn.__name__} ran "
+                                   f"correctly ({failures})", where)
+            kernel = self.jit.compile(*args, target=target, **{**kwargs, **best})
+            self._tuned[key] = (kernel, best, result)
+        kernel, best, result = self._tuned[key]
+        kernel.config, kernel.autotune_result = dict(best), result
+        self.autotune_result = result
+        return kernel
+
+    # -- one tune
+
+    def _tune(self, candidates, knobs, args, kwargs, target) -> AutotuneResult:
+        from .cache import cache_key, default_cache
+        from .compiler import compiler_fingerprint
+
+        backend = self._backend()
+        plain_target = target.partition(":")[0]
+        show = self.show
+        try:
+            device = backend.start(plain_target)
+            on_gpu = plain_target == "cuda"
+            warmup = self.warmup if self.warmup is not None else (25 if on_gpu else 2)
+            rep = self.rep if self.rep is not None else (100 if on_gpu else 10)
+            key = cache_key("tilelab-autotune", self.jit.source.text, self.jit.out_idx,
+                            [_plain(a) if not isinstance(a, TensorShape) else
+                             [list(a.shape), a.dtype] for a in args],
+                            {k: _plain(v) if not isinstance(v, TensorShape) else
+                             [list(v.shape), v.dtype] for k, v in kwargs.items()},
+                            [{k: _plain(v) for k, v in c.items()} for c in candidates],
+                            target, device, compiler_fingerprint(), _toolchain(plain_target),
+                            warmup, rep, self.skip_check, self.rtol, self.atol,
+                            self.ref_prog is not None, self.baseline is not None)
+            cached = default_cache().get(key) if self.cache_results else None
+            if cached is not None:
+                result = self._result_from(json.loads(cached["autotune.json"]), cached=True)
+            else:
+                result = self._measure(backend, candidates, knobs, args, kwargs, target,
+                                       device, warmup, rep, show)
+                if self.cache_results:
+                    default_cache().put(key, {"autotune.json": result.to_json().encode()})
+        finally:
+            backend.stop()
+        result.configs = candidates
+        if show and self.display_result and _ipython_kernel() is not None:
+            from IPython.display import display
+
+            display(result)
+        return result
+
+    def _backend(self):
+        if self.backend == "local":
+            return LocalBackend(compile_workers=self.compile_workers, gpus=self.gpus)
+        return RayBackend()
+
+    def _result_from(self, data: dict, cached: bool) -> AutotuneResult:
+        return AutotuneResult(data["kernel"], data["device"], data["timing"], data["target"],
+                              self.backend, data["rows"], data["knobs"], data["seconds"],
+                              cached, data.get("baseline"))
+
+    def _measure(self, backend, candidates, knobs, args, kwargs, target, device, warmup,
+                 rep, show) -> AutotuneResult:
+        spec = KernelSpec.of(self.jit)
+        progress = Progress(self.jit.fn.__name__, len(candidates), show)
+        rows = [{"index": i, "config": {k: _plain(v) for k, v in c.items()},
+                 "label": config_label(c), "default": i == 0, "status": "pending",
+                 "median_ms": None, "reason": "", "compile_s": None, "resources": {}}
+                for i, c in enumerate(candidates)]
+        try:
+            started = time.perf_counter()
+
+            def compiled(i, outcome):
+                if "built" in outcome:
+                    rows[i].update(compile_s=round(outcome["built"].compile_seconds, 3),
+                                   resources=outcome["built"].resources)
+                    progress.step(compiled=1)
+                else:
+                    rows[i].update(status="compile failed", reason=outcome["reason"])
+                    progress.step(failed=1)
+
+            outcomes = backend.compile([(spec, args, {**kwargs, **c}, target)
+                                        for c in candidates], compiled)
+            compile_seconds = time.perf_counter() - started
+            built = {i: o["built"] for i, o in enumerate(outcomes) if "built" in o}
+            reference = None
+            if not self.skip_check:
+                if self.ref_prog is not None:
+                    reference = _pickled(self.ref_prog)
+                elif built:
+                    reference = built[min(built)]  # the default, when it compiled
+            tune = f"{os.getpid()}-{id(self)}-{time.time_ns()}"
+            params = next(iter(built.values())).params if built else []
+            tasks = [(i, {"tune": tune, "target": target.partition(":")[0],
+                          "params": params, "seed": self.seed, "candidate": b,
+                          "reference": reference, "rtol": self.rtol, "atol": self.atol,
+                          "warmup": warmup, "rep": rep}) for i, b in built.items()]
+            started = time.perf_counter()
+            self._run_tasks(backend, tasks, rows, progress)
+            baseline = None
+            if self.baseline is not None and built:
+                task = dict(tasks[0][1], candidate=_pickled(self.baseline), reference=None)
+                outcome = backend.run(0, task)
+                baseline = {"name": self.baseline_name, "median_ms": outcome.get("ms"),
+                            "reason": outcome.get("reason", "")}
+            seconds = {"compile": round(compile_seconds, 3),
+                       "benchmark": round(time.perf_counter() - started, 3),
+                       "compile_workers": getattr(backend, "compile_workers", None),
+                       "bench_workers": backend.workers}
+        finally:
+            progress.close()
+        timing = "cuda-events" if target.startswith("cuda") else "wall-clock (CPU)"
+        order = {"ok": 0, "wrong result": 1, "run failed": 2, "compile failed": 3}
+        rows.sort(key=lambda r: (order.get(r["status"], 4), r["median_ms"] or 0.0, r["index"]))
+        default_ms = next((r["median_ms"] for r in rows if r["default"]), None)
+        for r in rows:
+            ms = r["median_ms"]
+            r["speedup_vs_default"] = default_ms / ms if ms and default_ms else None
+            base = baseline and baseline.get("median_ms")
+            r["speedup_vs_baseline"] = base / ms if ms and base else None
+        return AutotuneResult(self.jit.fn.__name__, device, timing, target.partition(":")[0],
+                              backend.name, rows, knobs, seconds, False, baseline)
+
+    @staticmethod
+    def _run_tasks(backend, tasks, rows, progress) -> None:
+        """Each benchmark worker takes the next task when it is free."""
+        queue = list(reversed(tasks))
+        lock = threading.Lock()
+
+        def worker(w):
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    i, task = queue.pop()
+                outcome = backend.run(w, task)
+                if outcome["status"] == "ok":
+                    rows[i].update(status="ok", median_ms=outcome["ms"])
+                    progress.step(benchmarked=1)
+                else:
+                    rows[i].update(status=outcome["status"], reason=outcome["reason"])
+                    progress.step(failed=1)
+
+        threads = [threading.Thread(target=worker, args=(w,), daemon=True)
+                   for w in range(backend.workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+
+def _pickled(fn) -> bytes:
+    """A reference or baseline function as bytes a worker can load: by value (cloudpickle),
+    so a lambda from a notebook cell travels too."""
+    import cloudpickle
+
+    return cloudpickle.dumps(fn)
+
+
+@functools.cache
+def _toolchain(target: str) -> str:
+    if target != "cuda":
+        return "llvm"
+    import subprocess
+
+    from .backends.cuda import nvcc
+
+    path = nvcc.find_nvcc()
+    if path is None:
+        return "nvrtc"
+    out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1] if out.strip() else path
+
+
+def autotune(configs=None, warmup: int | None = None, rep: int | None = None, ref_prog=None,
+             rtol: float = 1e-2, atol: float = 1e-2, skip_check: bool = False,
+             backend: str = "local", cache_results: bool = True, compile_workers=None,
+             gpus=None, show: bool = True):
+    """Tune a `@tilelab.jit` kernel over `configs` (see the module docstring).
+
+    `configs`: a list of dicts of keyword values, a dict of lists (their cartesian
+    product), or a callable of the call's arguments returning either. `warmup`/`rep`
+    count calls per timing (default 25/100 on a GPU, 2/10 on the CPU). `ref_prog`: the
+    function each candidate's output must match (default: the kernel's own defaults);
+    `skip_check` times without checking. `backend`: "local" or "ray" (docs/AUTOTUNE.md).
+    `compile_workers`: processes for the compile phase (default: one per core); `gpus`: the
+    GPUs to benchmark on, as CUDA_VISIBLE_DEVICES names them (default: every visible one).
+    """
+    def decorate(jit):
+        return AutoTuner(jit, configs, warmup=warmup, rep=rep, ref_prog=ref_prog, rtol=rtol,
+                         atol=atol, skip_check=skip_check, backend=backend,
+                         cache_results=cache_results, compile_workers=compile_workers,
+                         gpus=gpus, show=show)
+
+    return decorate
