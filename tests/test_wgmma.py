@@ -199,6 +199,7 @@ def test_descriptors_reach_every_element(k_major, rows, cols, width, piece_mn):
 
 
 def _compile(name, target="cuda:sm_90a", pass_configs=None, **extra):
+    pass_configs = pass_configs or {tilelab.PassConfigKey.TL_ENABLE_WGMMA: True}
     cfg = dict(CONFIGS[name], **extra)
     a, b = _inputs(cfg, 256, 264, 96)
     return matmul.compile(a, b, target=target, pass_configs=pass_configs, **cfg)
@@ -225,7 +226,8 @@ def test_sm90a_gemm_is_wgmma(name):
 @needs_nvcc
 def test_sm80_and_the_config_key_keep_mma_sync():
     for kernel in (_compile("course", target="cuda:sm_80"),
-                   _compile("course", pass_configs={tilelab.PassConfigKey.TL_DISABLE_WGMMA: True})):
+                   _compile("course", pass_configs={tilelab.PassConfigKey.TL_ENABLE_WGMMA: True,
+                                                    tilelab.PassConfigKey.TL_DISABLE_WGMMA: True})):
         ptx = kernel.trace.code["ptx"]
         assert "mma.sync.aligned.m16n8k16" in ptx and "wgmma" not in ptx
         assert kernel.trace.layouts["acc"]["recipe"]["kind"] == "accumulator"
@@ -245,6 +247,14 @@ def test_what_wgmma_cannot_take_falls_back_with_a_reason(extra, why):
     [record] = kernel.trace.instructions
     assert record["instruction"] in ("mma.sync", "fma") and why in record["why"]
     assert "wgmma" not in kernel.trace.code["ptx"]
+
+
+@needs_nvcc
+def test_wgmma_is_opt_in():
+    a, b = _inputs(CONFIGS["course"], 256, 264, 96)
+    kernel = matmul.compile(a, b, target="cuda:sm_90a", **CONFIGS["course"])
+    [record] = kernel.trace.instructions
+    assert record["instruction"] == "mma.sync" and "TL_ENABLE_WGMMA" in record["why"]
 
 
 def test_cpu_semantics_do_not_change():
@@ -268,5 +278,6 @@ def test_wgmma_results_on_the_gpu(name):
     for seed in range(2):
         torch.manual_seed(seed)
         a, b = _inputs(cfg, device="cuda")
-        out = matmul(a, b, target="cuda:sm_90a", **cfg)
+        out = matmul(a, b, target="cuda:sm_90a", **cfg,
+                     pass_configs={tilelab.PassConfigKey.TL_ENABLE_WGMMA: True})
         torch.testing.assert_close(out.float(), _reference(cfg, a, b), rtol=2e-2, atol=5e-2)

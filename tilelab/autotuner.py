@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import TileLabArgumentError, TileLabError
-from .kernel import JITFunction, Kernel, _dtype_name, _freeze, _is_tensor, _user_error
+from .errors import raised_at_the_caller as _user_error
+from .kernel import JITFunction, Kernel, _dtype_name, _freeze, _is_tensor
 from .notebook.views import AutotuneView
 
 __all__ = ["AutoTuner", "AutotuneResult", "BuiltKernel", "autotune"]
@@ -232,9 +233,9 @@ class BenchWorker:
 
 @functools.cache
 def cpu_name() -> str:
-    from .compiler import _host_cpu
+    from tvm.target import codegen
 
-    return f"CPU ({platform.machine()}, {_host_cpu()}, {os.cpu_count()} cores)"
+    return f"CPU ({platform.machine()}, {codegen.llvm_get_system_cpu()}, {os.cpu_count()} cores)"
 
 
 # ---------------------------------------------------------------- where the work runs

@@ -76,6 +76,8 @@ def wgmma_unavailable(arch: str, configs: dict) -> str | None:
         return f"the target is {arch}; wgmma needs sm_90a"
     if configs.get(PassConfigKey.TL_DISABLE_WGMMA.value, False):
         return "turned off by PassConfigKey.TL_DISABLE_WGMMA"
+    if not configs.get(PassConfigKey.TL_ENABLE_WGMMA.value, False):
+        return "opt-in: PassConfigKey.TL_ENABLE_WGMMA turns it on"
     return None
 
 
