@@ -870,7 +870,7 @@ def _gemm_program(rng, seed, index) -> Program:
 
 
 def _splits(policy: str, m: int, n: int, warps: int) -> bool:
-    from ..passes.infer_layouts import warp_grid
+    from ..ops.gemm import warp_grid
 
     try:
         warp_grid(policy, m, n, warps)
