@@ -245,3 +245,66 @@ def test_print_message_is_a_c_string_literal_on_cuda(msg):
         assert fmt.startswith(b"%s: ") and b"%" not in fmt[4:].replace(b"%d", b"").replace(
             b"%g", b"")
         assert message == msg.encode()
+
+
+# ---------------------------------------------------------------- launch limits, huge extents
+
+
+def _copy_kernel(n=1024, threads=128, tile=256, shared=False):
+    @T.prim_func
+    def k(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, tile), threads=threads) as bx:  # @kernel-line
+            t = T.alloc_shared((tile,), T.float32) if shared else \
+                T.alloc_fragment((tile,), T.float32)
+            T.copy(A[bx * tile], t)
+            T.copy(t, B[bx * tile])
+
+    return k
+
+
+def _line_of(text: str) -> int:
+    from pathlib import Path
+
+    lines = Path(__file__).read_text().splitlines()
+    return next(n for n, line in enumerate(lines, 1) if text in line)
+
+
+@pytest.mark.parametrize("threads", [100000, 4096, 0, -3, True, 1.5, (32, 64), (2, 2, 2, 2)])
+def test_thread_counts_a_gpu_cannot_launch_are_rejected_at_the_kernel_line(threads):
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(TileLabError, match="threads") as info:
+        _copy_kernel(threads=threads)
+    assert time.perf_counter() - started < 5
+    assert info.value.location.line == _line_of("# @kernel-line")
+
+
+def test_a_huge_register_tile_is_rejected_quickly():
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(TileLabError, match="register tile holds at most"):
+        _copy_kernel(n=1_000_000, tile=1_000_000)
+    assert time.perf_counter() - started < 5
+
+
+def test_shared_memory_beyond_any_gpu_is_rejected_while_tracing():
+    with pytest.raises(TileLabError, match="no GPU block has more than 227 KB"):
+        _copy_kernel(n=1 << 20, tile=300 * 256, shared=True)  # 300 KB
+
+
+@pytest.mark.parametrize("arch, ok", [("sm_90a", True), ("sm_80", True), ("sm_86", False)])
+def test_shared_memory_is_checked_against_the_target(arch, ok):
+    """128 KB of shared memory: fits an sm_90 or sm_80 block, not an sm_86 one (99 KB)."""
+    from tilelab.backends.cuda import nvcc
+
+    if not nvcc.find_nvcc():
+        pytest.skip("needs nvcc")
+    program = _copy_kernel(n=1 << 16, tile=32 * 1024, shared=True)
+    if ok:
+        tilelab.compile(program, target=f"cuda:{arch}")
+        return
+    with pytest.raises(TileLabError, match="99 KB") as info:
+        tilelab.compile(program, target=f"cuda:{arch}")
+    assert "alloc_shared" in info.value.location.source_line

@@ -126,6 +126,7 @@ class Builder:
     buffer_locations: dict = field(default_factory=dict)  # buffer name -> where allocated
     allocated_names: set = field(default_factory=set)
     has_atomics: bool = False
+    shared_bytes: int = 0  # shared memory allocated so far (checked against the GPU's limit)
     swizzle: tuple | None = None  # T.use_swizzle(panel, order, enable)
     annotated_layouts: dict = field(default_factory=dict)  # T.annotate_layout: name -> layout
     params: list = field(default_factory=list)  # ParamInfo, in signature order
