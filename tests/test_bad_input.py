@@ -308,3 +308,147 @@ def test_shared_memory_is_checked_against_the_target(arch, ok):
     with pytest.raises(TileLabError, match="99 KB") as info:
         tilelab.compile(program, target=f"cuda:{arch}")
     assert "alloc_shared" in info.value.location.source_line
+
+
+# ---------------------------------------------------------------- nothing silently ignored or stale
+
+SCALE = 2.0  # a module global the kernel below reads
+
+
+@tilelab.jit
+def scaled_add(A, B, block: int = 64):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    B: T.Tensor((N,), T.float32)
+    C = T.empty((N,), T.float32)
+    Scratch = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+        for i in T.Parallel(block):
+            if bx * block + i < N:
+                C[bx * block + i] = (A[bx * block + i] + B[bx * block + i]) * SCALE
+                Scratch[bx * block + i] = 0.0
+    return C
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda a, b, c: scaled_add(a, b, blocksize=1, out=c), "unexpected keyword.*blocksize, out"),
+    (lambda a, b, c: scaled_add.compile(N=-5), "N=-5: a size must be a positive int"),
+    (lambda a, b, c: scaled_add.compile(N=True), "N=True"),
+    (lambda a, b, c: scaled_add(a, b, block=True), "bounds must be ints"),
+    (lambda a, b, c: scaled_add(a, b, block=2.5), "grid sizes must be ints"),
+    (lambda a, b, c: scaled_add.compile(a, b)(a, b, out=c), "unexpected keyword.*out"),
+    (lambda a, b, c: scaled_add(a, b, c), "got tensor"),  # c lands in `block`
+])
+def test_call_mistakes_are_errors(call, match):
+    a, b, c = torch.randn(100), torch.randn(100), torch.zeros(100)
+    with pytest.raises(TileLabError, match=match):
+        call(a, b, c)
+    assert torch.count_nonzero(c) == 0
+
+
+def test_factory_with_unknown_keyword_is_an_error():
+    @tilelab.jit(out_idx=-1)
+    def factory(n, block=16):
+        return scale_program(n, block)
+
+    with pytest.raises(TileLabError, match="unexpected keyword argument 'blk'"):
+        factory(64, blk=8)
+
+
+def test_jit_follows_the_globals_a_kernel_reads():
+    global SCALE
+    a, b = torch.randn(100), torch.randn(100)
+    try:
+        torch.testing.assert_close(scaled_add(a, b), (a + b) * 2)
+        SCALE = 3.0
+        torch.testing.assert_close(scaled_add(a, b), (a + b) * 3)
+    finally:
+        SCALE = 2.0
+    torch.testing.assert_close(scaled_add(a, b), (a + b) * 2)
+
+
+def test_return_names_the_outputs():
+    """`return C` returns C alone; another T.empty is a scratch output, not returned."""
+    a, b = torch.randn(100), torch.randn(100)
+    result = scaled_add(a, b)
+    assert isinstance(result, torch.Tensor)
+    torch.testing.assert_close(result, (a + b) * 2)
+
+
+# ---------------------------------------------------------------- raw internals become errors
+
+
+def test_zero_size_dimensions_are_errors():
+    from examples.softmax import softmax_kernel
+
+    with pytest.raises(TileLabError, match=r"shape \(4, 0\).*positive"):
+        softmax_kernel(torch.randn(4, 0, dtype=torch.float16))
+
+
+def test_zero_size_k_in_gemm_is_an_error():
+    from examples.gemm import gemm_kernel
+
+    a = torch.randn(64, 0, dtype=torch.float16)
+    b = torch.randn(0, 64, dtype=torch.float16)
+    with pytest.raises(TileLabError, match="positive"):
+        gemm_kernel(a, b)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.empty(64, device="meta"),
+    lambda: _read_only(64),
+])
+def test_unusual_tensors_are_argument_errors(make):
+    kernel = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    with pytest.raises(tilelab.TileLabArgumentError):
+        kernel(make())
+
+
+def _read_only(n):
+    import numpy as np
+
+    array = np.zeros(n, np.float32)
+    array.flags.writeable = False
+    return array
+
+
+def test_impossible_tensor_sizes_raise():
+    for shape, match in [((2**31,), "32-bit"), ((2**16, 2**15), "32-bit"),
+                         ((-8,), "positive"), ((0,), "positive")]:
+        with pytest.raises(TileLabError, match=match):
+            @T.prim_func
+            def k(A: T.Tensor(shape, T.float32)):
+                with T.Kernel(1, threads=32):
+                    T.fill(A, 1.0)
+
+
+@pytest.mark.parametrize("shape", [(-8,), (0,), (4, 0), ()])
+def test_bad_tile_shapes(shape):
+    with pytest.raises(TileLabError, match="dimension"):
+        @T.prim_func
+        def k(A: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                t = T.alloc_fragment(shape, T.float32)  # noqa: F841
+
+
+def test_effect_free_kernel_for_cuda_is_a_clear_error():
+    from tilelab.backends.cuda import nvcc
+
+    if not nvcc.find_nvcc():
+        pytest.skip("needs nvcc")
+
+    @T.prim_func
+    def nothing(A: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=32):
+            pass
+
+    with pytest.raises(TileLabError, match="no effect"):
+        tilelab.compile(nothing, target="cuda:sm_90a")
+
+    @T.prim_func
+    def reads_only(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=32):
+            T.print(A[0], msg="first")
+
+    kernel = tilelab.compile(reads_only, target="cuda:sm_90a")  # B unused: still launchable
+    assert kernel.launch["arg_order"] == [0]

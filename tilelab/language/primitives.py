@@ -58,7 +58,11 @@ def const(names: str):
     """`M, N = T.const("M, N")`: compile-time sizes taken from tensors or `.compile(M=...)`."""
     builder = current("const", need_kernel=False)
     parts = [n.strip() for n in names.replace(" ", ",").split(",") if n.strip()]
+    builder.const_names.update(parts)
     values = [builder.shape_constants.get(n, SymbolicDim(n)) for n in parts]
+    for name, value in zip(parts, values):
+        if not isinstance(value, SymbolicDim) and not _positive_int(value):
+            raise TileLabTypeError(f"{name}={_short(value)}: a size must be a positive int")
     return values[0] if len(values) == 1 else tuple(values)
 
 
@@ -116,7 +120,7 @@ class Kernel:
         for axis, extent in enumerate(self.grid):
             if isinstance(extent, bool) or not (isinstance(extent, int) or is_expr(extent)):
                 raise TileLabTypeError(f"grid sizes must be ints or integer expressions, got "
-                                       f"{extent!r}")
+                                       f"{_short(extent)}")
             value = _const_int(extent)
             if value is not None and not 1 <= value <= MAX_GRID[axis]:
                 raise TileLabTypeError(
@@ -154,6 +158,29 @@ def _seq(stmts):
     return seq(stmts)
 
 
+def _short(value, limit: int = 60) -> str:
+    """A value's repr for a message, cut short (a tensor's repr runs for pages)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _positive_int(value) -> bool:
+    import numbers
+
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+
+
+def _loop_bound(value, primitive: str):
+    """A loop bound is an int or an integer expression (not a bool, float or tensor)."""
+    import numbers
+
+    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) or (
+            is_expr(value) and str(value.ty).startswith(("int", "uint")))):
+        raise TileLabTypeError(f"T.{primitive} bounds must be ints or integer expressions, "
+                               f"got {_short(value)}")
+    return int(value) if isinstance(value, numbers.Integral) else value
+
+
 class Loop:
     """Base of the loop primitives; the front end calls `build` with the body tracer."""
 
@@ -161,7 +188,9 @@ class Loop:
     annotations: dict = {}
 
     def __init__(self, *extents):
-        self.extents = extents
+        if not extents:
+            raise TileLabTypeError(f"T.{type(self).__name__} needs at least one extent")
+        self.extents = tuple(_loop_bound(e, type(self).__name__) for e in extents)
 
     def ranges(self):
         return [(0, e) for e in self.extents]
@@ -201,6 +230,7 @@ class serial(Loop):  # noqa: N801 - TileLang's spelling
         if step != 1:
             raise TileLabSyntaxError("T.serial supports step=1 only")
         self.start, self.stop = (0, start) if stop is None else (start, stop)
+        self.start = _loop_bound(self.start, type(self).__name__)
         super().__init__(self.stop)
 
     def ranges(self):

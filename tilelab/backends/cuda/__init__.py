@@ -221,6 +221,12 @@ def check_shared_memory(program, nbytes: int, arch: str) -> None:
 
 def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
     """nvcc the generated source; record code, resources and the launch configuration."""
+    if recorder.device_module is None:  # TVM removed a device function with no effect
+        raise TileLabCompileError(
+            f"{program.name} has no effect on the GPU: it writes no tensor and prints "
+            "nothing, so no GPU code is left to run",
+            program.source.location(program.source.node),
+            hint="copy a result into one of the kernel's tensors (T.copy(tile, Out[...]))")
     config = launch_config(recorder.device_module)
     check_shared_memory(program, config["dynamic_smem"] + config["static_smem"], arch)
     source = cuda_source(executable)
