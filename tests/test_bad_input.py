@@ -452,3 +452,75 @@ def test_effect_free_kernel_for_cuda_is_a_clear_error():
 
     kernel = tilelab.compile(reads_only, target="cuda:sm_90a")  # B unused: still launchable
     assert kernel.launch["arg_order"] == [0]
+
+
+# ---------------------------------------------------------------- damaged kernel files
+
+
+def _kernel_file(path, members: dict, encrypted=()):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    if encrypted:  # set the "encrypted" flag in the local and central headers of the members
+        raw = bytearray(path.read_bytes())
+        for name in encrypted:
+            encoded = name.encode()
+            for signature, flag_at, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):
+                at = raw.find(signature)
+                while at >= 0:
+                    if raw[at + name_at:at + name_at + len(encoded)] == encoded:
+                        raw[at + flag_at] |= 0x1
+                    at = raw.find(signature, at + 4)
+        path.write_bytes(bytes(raw))
+    return path
+
+
+META = {"format": "tilelab-kernel", "version": 1, "name": "k", "kernel_name": "k_kernel",
+        "grid": [1, 1, 1], "block": [32, 1, 1], "dynamic_smem": 0, "arch": "sm_90a",
+        "params": [{"name": "A", "shape": [8], "dtype": "float32", "output": False}]}
+
+
+def test_kernel_file_bombs_are_refused_before_unpacking(tmp_path, monkeypatch):
+    import tracemalloc
+
+    from tilelab.runtime import artifact
+
+    monkeypatch.setitem(artifact._LIMITS, "kernel.cubin", 1 << 20)  # 1 MB instead of 256 MB
+    path = _kernel_file(tmp_path / "bomb.tilelab",
+                        {"meta.json": json.dumps(META), "kernel.cubin": bytes(64 << 20)})
+    assert path.stat().st_size < 1 << 20  # 64 MB of zeros, compressed
+    tracemalloc.start()
+    with pytest.raises(artifact.TileLabArtifactError, match="would unpack to 67108864 bytes"):
+        artifact.load_artifact(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 << 20
+
+
+def test_deeply_nested_json_is_refused(tmp_path):
+    from tilelab.runtime import artifact
+
+    deep = "[" * 200_000 + "]" * 200_000
+    meta = json.dumps(dict(META, extra="@")).replace('"@"', deep)
+    path = _kernel_file(tmp_path / "deep.tilelab", {"meta.json": meta, "kernel.cubin": b"x"})
+    with pytest.raises(artifact.TileLabArtifactError, match="nested"):
+        artifact.load_artifact(path)
+
+    path = _kernel_file(tmp_path / "deep-trace.tilelab", {
+        "meta.json": json.dumps(META), "kernel.cubin": b"x", "trace.json": deep})
+    loaded = artifact.load_artifact(path)
+    with pytest.warns(tilelab.TileLabWarning, match="could not be read"):
+        trace = loaded.trace()
+    assert trace.kernel == "k"
+
+
+def test_encrypted_members_are_refused(tmp_path):
+    from tilelab.runtime import artifact
+
+    path = _kernel_file(tmp_path / "locked.tilelab",
+                        {"meta.json": json.dumps(META), "kernel.cubin": b"x"},
+                        encrypted=("kernel.cubin",))
+    with pytest.raises(artifact.TileLabArtifactError, match="encrypted"):
+        artifact.load_artifact(path)
