@@ -524,3 +524,91 @@ def test_encrypted_members_are_refused(tmp_path):
                         encrypted=("kernel.cubin",))
     with pytest.raises(artifact.TileLabArtifactError, match="encrypted"):
         artifact.load_artifact(path)
+
+
+# ---------------------------------------------------------------- CPU access checks
+
+
+def _check_error(program, *args, marker: str, match: str):
+    kernel = tilelab.compile(program, target="cpu")
+    with pytest.raises(TileLabError, match=match) as info:
+        kernel(*args)
+    assert info.value.location.line == _line_of(marker), str(info.value)
+    return kernel
+
+
+def test_parallel_extent_larger_than_the_fragment_is_reported():
+    @T.prim_func
+    def too_long(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
+        with T.Kernel(2, threads=32) as bx:
+            t = T.alloc_fragment((32,), T.float32)
+            T.copy(A[bx * 32], t)
+            for i in T.Parallel(40):
+                t[i] = t[i] * 2.0  # @too-long
+            T.copy(t, B[bx * 32])
+
+    _check_error(too_long, torch.randn(64), torch.zeros(64), marker="# @too-long",
+                 match=r"index out of bounds: t\[i\] \(the shape of t is \(32,\)\)")
+
+
+def test_wrong_tail_guard_is_reported_and_nothing_is_written_past_the_end():
+    @T.prim_func
+    def tail(A: T.Tensor((50,), T.float32), B: T.Tensor((50,), T.float32)):
+        with T.Kernel(4, threads=32) as bx:
+            for i in T.Parallel(16):
+                if bx * 16 + i <= 50:  # should be <
+                    B[bx * 16 + i] = A[bx * 16 + i]  # @tail
+
+    storage = torch.full((52,), 555.0)
+    _check_error(tail, torch.randn(50), storage[1:-1], marker="# @tail", match="B")
+    assert storage[0] == 555.0 and storage[-1] == 555.0
+
+
+def test_constant_index_out_of_range_and_data_dependent_index():
+    @T.prim_func
+    def gather(A: T.Tensor((8,), T.float32), Idx: T.Tensor((8,), T.int32),
+               B: T.Tensor((8,), T.float32)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(8):
+                B[i] = A[Idx[i]]  # @gather
+
+    kernel = tilelab.compile(gather, target="cpu")
+    a = torch.randn(8)
+    good = torch.randint(0, 8, (8,), dtype=torch.int32)
+    b = torch.zeros(8)
+    kernel(a, good, b)
+    torch.testing.assert_close(b, a[good.long()])
+    bad = good.clone()
+    bad[3] = -1
+    _check_error(gather, a, bad, b, marker="# @gather", match=r"A\[Idx\[i\]\]")
+
+
+def test_integer_division_by_zero_is_an_error_not_sigfpe():
+    @T.prim_func
+    def divide(A: T.Tensor((8,), T.int32), B: T.Tensor((8,), T.int32),
+               C: T.Tensor((8,), T.int32)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(8):
+                C[i] = A[i] // B[i] + A[i] % B[i]  # @divide
+
+    kernel = tilelab.compile(divide, target="cpu")
+    a = torch.randint(-50, 50, (8,), dtype=torch.int32)
+    b = torch.randint(1, 9, (8,), dtype=torch.int32)
+    c = torch.zeros(8, dtype=torch.int32)
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a // b + a % b)
+    b[2] = 0
+    _check_error(divide, a, b, c, marker="# @divide", match="division by zero")
+    a[5], b[5] = -2**31, -1
+    b[2] = 1
+    _check_error(divide, a, b, c, marker="# @divide", match="overflow")
+
+
+def test_checks_can_be_turned_off(monkeypatch):
+    """TILELAB_CHECK_BOUNDS=0 builds (and caches) the kernel without bounds checks."""
+    monkeypatch.setenv("TILELAB_CHECK_BOUNDS", "0")
+    kernel = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    assert "check_status" not in kernel.trace.passes[-1].ir
+    monkeypatch.setenv("TILELAB_CHECK_BOUNDS", "1")
+    kernel = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    assert not kernel.trace.cache_hit

@@ -181,7 +181,8 @@ class Interpreter:
                 if isinstance(indices, Region):
                     raise TileLabSyntaxError("assign to one element at a time, or use T.copy / "
                                              "T.fill for a whole region")
-                self.builder.emit(tirx.BufferStore(obj, E.to_expr(value, obj.dtype), indices))
+                self.builder.emit(tirx.BufferStore(obj, E.to_expr(value, obj.dtype), indices,
+                                                   span=_span(self.builder.location)))
             else:
                 obj[self.eval(target.slice)] = value
         else:
@@ -282,7 +283,8 @@ class Interpreter:
             with self.builder.block() as else_stmts:
                 self.run(node.orelse)
             else_stmt = seq(else_stmts)
-        self.builder.emit(tirx.IfThenElse(cond, seq(then_stmts), else_stmt))
+        self.builder.emit(tirx.IfThenElse(cond, seq(then_stmts), else_stmt,
+                                          span=_span(self.source.location(node))))
 
     def exec_With(self, node):  # noqa: N802
         if len(node.items) != 1:
@@ -486,6 +488,16 @@ class Interpreter:
 
 
 _MISSING = object()
+
+
+def _span(location: SourceLocation | None):
+    """A TVM span for a user's statement: the CPU's access checks report its line."""
+    import tvm
+
+    if location is None:
+        return None
+    return tvm.ir.Span(tvm.ir.SourceName(location.filename), location.line, location.line,
+                       location.col, location.col)
 
 
 def _is_data(value) -> bool:
