@@ -612,3 +612,40 @@ def test_checks_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("TILELAB_CHECK_BOUNDS", "1")
     kernel = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
     assert not kernel.trace.cache_hit
+
+
+# ---------------------------------------------------------------- operators on the wrong types
+
+
+@pytest.mark.parametrize("expr, match", [
+    ("T.Cast(T.float32, bx ** 2 + i)", r"\*\* needs floating-point values"),
+    ("A[i] ^ 1", "needs integer values"),
+    ("T.Cast(T.float32, I[i] << -1)", "cannot shift"),
+    ("T.Cast(T.float32, I[i] + 2**31)", "does not fit in int32"),
+    ("T.Cast(T.float32, I[i] // 0)", "division by zero"),
+    ("A[i] % 0.75", None),   # floats: Python's meaning
+    ("A[i] // 0.75", None),
+])
+def test_operators_check_their_operand_types(tmp_path, monkeypatch, expr, match):
+    import importlib
+
+    (tmp_path / "op_kernel.py").write_text(f'''import tilelab.language as T
+
+@T.prim_func
+def k(A: T.Tensor((8,), T.float32), I: T.Tensor((8,), T.int32), B: T.Tensor((8,), T.float32)):
+    with T.Kernel(1, threads=32) as bx:
+        for i in T.Parallel(8):
+            B[i] = {expr}
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "op_kernel", raising=False)
+    if match is not None:
+        with pytest.raises(TileLabError, match=match) as info:
+            importlib.import_module("op_kernel")
+        assert info.value.location.line == 7 and "Check failed" not in str(info.value)
+        return
+    module = importlib.import_module("op_kernel")
+    a, b = torch.randn(8) * 4, torch.zeros(8)
+    tilelab.compile(module.k, target="cpu")(a, torch.arange(8, dtype=torch.int32), b)
+    expected = a % 0.75 if "%" in expr else a // 0.75
+    torch.testing.assert_close(b, expected, rtol=1e-5, atol=1e-5)

@@ -74,9 +74,16 @@ def mutate(source: str, rng: random.Random) -> tuple[str, str, bool]:
              "keep_plus_zero", "keep_if_true", "keep_unused"]
     for _ in range(20):
         kind = rng.choice(kinds)
+        backup = copy.deepcopy(fn)
         done = _apply(kind, fn, rng)
         if done:
-            return ast.unparse(tree), f"{fn.name}: {done}", kind.startswith("keep")
+            text = ast.unparse(tree)
+            try:
+                compile(text, "<mutant>", "exec")
+            except SyntaxError:  # not a Python program (a repeated keyword...): try again
+                fn.__dict__.update(backup.__dict__)
+                continue
+            return text, f"{fn.name}: {done}", kind.startswith("keep")
     return source, f"{fn.name}: unchanged", True
 
 
