@@ -649,3 +649,30 @@ def k(A: T.Tensor((8,), T.float32), I: T.Tensor((8,), T.int32), B: T.Tensor((8,)
     tilelab.compile(module.k, target="cpu")(a, torch.arange(8, dtype=torch.int32), b)
     expected = a % 0.75 if "%" in expr else a // 0.75
     torch.testing.assert_close(b, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_division_by_a_loop_index_that_starts_at_zero(tmp_path, monkeypatch):
+    """Found by the fuzzer: TVM's simplifier stops at `x // j` with j = 0."""
+    import importlib
+
+    (tmp_path / "div_kernel.py").write_text('''import tilelab.language as T
+
+@T.prim_func
+def k(A: T.Tensor((4, 8), T.float32), B: T.Tensor((4, 8), T.float32)):
+    with T.Kernel(1, threads=32) as bx:
+        t = T.alloc_fragment((4, 8), T.float32)
+        T.copy(A, t)
+        for i, j in T.Parallel(4, 8):
+            t[i, j] = T.if_then_else(bx * 8 // j < 8, t[i, j], 0.0)
+        T.copy(t, B)
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("div_kernel")
+    try:
+        kernel = tilelab.compile(module.k, target="cpu")
+    except TileLabError as err:
+        assert "divides an integer by a value that is 0" in str(err)
+        assert "Check failed" not in str(err)
+        return
+    with pytest.raises(TileLabError, match="division by zero"):
+        kernel(torch.randn(4, 8), torch.zeros(4, 8))
