@@ -17,6 +17,7 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from tilelab import TileLabError
 from tilelab.cache import CacheCorruptionWarning, default_cache
 
 
