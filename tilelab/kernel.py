@@ -225,6 +225,13 @@ def _is_factory(source) -> bool:
 _GONE = object()
 
 
+def _checks() -> str:
+    """TILELAB_CHECK_BOUNDS as set now: CPU kernels are built with or without access checks."""
+    import os
+
+    return os.environ.get("TILELAB_CHECK_BOUNDS", "")
+
+
 def _freeze(value):
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
@@ -259,7 +266,12 @@ class JITFunction:
     def __call__(self, *args, **kwargs):
         if self.style == "factory":
             return self._factory_kernel(args, kwargs)
-        kernel, tensors = self._eager_kernel(args, kwargs, need_tensors=True)
+        # an eager call takes compile's target= and pass_configs= too (unless the kernel has
+        # parameters of those names); any other unknown keyword is an error while tracing
+        own = inspect.signature(self.fn).parameters
+        options = {k: kwargs.pop(k) for k in ("target", "pass_configs")
+                   if k in kwargs and k not in own}
+        kernel, tensors = self._eager_kernel(args, kwargs, need_tensors=True, **options)
         return kernel(*tensors)
 
     @raised_at_the_caller
@@ -283,7 +295,7 @@ class JITFunction:
 
     def _factory_kernel(self, args, kwargs, target=None, pass_configs=None):
         configs = self._configs(pass_configs)
-        key = ("factory", _freeze(args), _freeze(kwargs), target,
+        key = ("factory", _freeze(args), _freeze(kwargs), target, _checks(),
                _freeze({str(k): v for k, v in configs.items()}))
         kernel = self._cached(key)
         if kernel is None:
@@ -361,7 +373,7 @@ class JITFunction:
         resolved = resolve_target(target or self.target, tensors)
         dtypes = tuple(_dtype_name(t) for t in tensors)
         configs = self._configs(pass_configs)
-        key = ("eager", tuple(sorted(examples.items())), dtypes, _freeze(values),
+        key = ("eager", tuple(sorted(examples.items())), dtypes, _checks(), _freeze(values),
                _freeze(extra), resolved, _freeze({str(k): v for k, v in configs.items()}))
         kernel = self._cached(key)
         if kernel is None:
