@@ -17,6 +17,7 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from tilelab import TileLabError
 from tilelab.cache import CacheCorruptionWarning, default_cache
 
 
@@ -245,3 +246,434 @@ def test_print_message_is_a_c_string_literal_on_cuda(msg):
         assert fmt.startswith(b"%s: ") and b"%" not in fmt[4:].replace(b"%d", b"").replace(
             b"%g", b"")
         assert message == msg.encode()
+
+
+# ---------------------------------------------------------------- launch limits, huge extents
+
+
+def _copy_kernel(n=1024, threads=128, tile=256, shared=False):
+    @T.prim_func
+    def k(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, tile), threads=threads) as bx:  # @kernel-line
+            t = T.alloc_shared((tile,), T.float32) if shared else \
+                T.alloc_fragment((tile,), T.float32)
+            T.copy(A[bx * tile], t)
+            T.copy(t, B[bx * tile])
+
+    return k
+
+
+def _line_of(text: str) -> int:
+    from pathlib import Path
+
+    lines = Path(__file__).read_text().splitlines()
+    return next(n for n, line in enumerate(lines, 1) if text in line)
+
+
+@pytest.mark.parametrize("threads", [100000, 4096, 0, -3, True, 1.5, (32, 64), (2, 2, 2, 2)])
+def test_thread_counts_a_gpu_cannot_launch_are_rejected_at_the_kernel_line(threads):
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(TileLabError, match="threads") as info:
+        _copy_kernel(threads=threads)
+    assert time.perf_counter() - started < 5
+    assert info.value.location.line == _line_of("# @kernel-line")
+
+
+def test_a_huge_register_tile_is_rejected_quickly():
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(TileLabError, match="register tile holds at most"):
+        _copy_kernel(n=1_000_000, tile=1_000_000)
+    assert time.perf_counter() - started < 5
+
+
+def test_shared_memory_beyond_any_gpu_is_rejected_while_tracing():
+    with pytest.raises(TileLabError, match="no GPU block has more than 227 KB"):
+        _copy_kernel(n=1 << 20, tile=300 * 256, shared=True)  # 300 KB
+
+
+@pytest.mark.parametrize("arch, ok", [("sm_90a", True), ("sm_80", True), ("sm_86", False)])
+def test_shared_memory_is_checked_against_the_target(arch, ok):
+    """128 KB of shared memory: fits an sm_90 or sm_80 block, not an sm_86 one (99 KB)."""
+    from tilelab.backends.cuda import nvcc
+
+    if not nvcc.find_nvcc():
+        pytest.skip("needs nvcc")
+    program = _copy_kernel(n=1 << 16, tile=32 * 1024, shared=True)
+    if ok:
+        tilelab.compile(program, target=f"cuda:{arch}")
+        return
+    with pytest.raises(TileLabError, match="99 KB") as info:
+        tilelab.compile(program, target=f"cuda:{arch}")
+    assert "alloc_shared" in info.value.location.source_line
+
+
+# ---------------------------------------------------------------- nothing silently ignored or stale
+
+SCALE = 2.0  # a module global the kernel below reads
+
+
+@tilelab.jit
+def scaled_add(A, B, block: int = 64):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    B: T.Tensor((N,), T.float32)
+    C = T.empty((N,), T.float32)
+    Scratch = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=64) as bx:
+        for i in T.Parallel(block):
+            if bx * block + i < N:
+                C[bx * block + i] = (A[bx * block + i] + B[bx * block + i]) * SCALE
+                Scratch[bx * block + i] = 0.0
+    return C
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda a, b, c: scaled_add(a, b, blocksize=1, out=c), "unexpected keyword.*blocksize, out"),
+    (lambda a, b, c: scaled_add.compile(N=-5), "N=-5: a size must be a positive int"),
+    (lambda a, b, c: scaled_add.compile(N=True), "N=True"),
+    (lambda a, b, c: scaled_add(a, b, block=True), "bounds must be ints"),
+    (lambda a, b, c: scaled_add(a, b, block=2.5), "grid sizes must be ints"),
+    (lambda a, b, c: scaled_add.compile(a, b)(a, b, out=c), "unexpected keyword.*out"),
+    (lambda a, b, c: scaled_add(a, b, c), "got tensor"),  # c lands in `block`
+])
+def test_call_mistakes_are_errors(call, match):
+    a, b, c = torch.randn(100), torch.randn(100), torch.zeros(100)
+    with pytest.raises(TileLabError, match=match):
+        call(a, b, c)
+    assert torch.count_nonzero(c) == 0
+
+
+def test_factory_with_unknown_keyword_is_an_error():
+    @tilelab.jit(out_idx=-1)
+    def factory(n, block=16):
+        return scale_program(n, block)
+
+    with pytest.raises(TileLabError, match="unexpected keyword argument 'blk'"):
+        factory(64, blk=8)
+
+
+def test_jit_follows_the_globals_a_kernel_reads():
+    global SCALE
+    a, b = torch.randn(100), torch.randn(100)
+    try:
+        torch.testing.assert_close(scaled_add(a, b), (a + b) * 2)
+        SCALE = 3.0
+        torch.testing.assert_close(scaled_add(a, b), (a + b) * 3)
+    finally:
+        SCALE = 2.0
+    torch.testing.assert_close(scaled_add(a, b), (a + b) * 2)
+
+
+def test_return_names_the_outputs():
+    """`return C` returns C alone; another T.empty is a scratch output, not returned."""
+    a, b = torch.randn(100), torch.randn(100)
+    result = scaled_add(a, b)
+    assert isinstance(result, torch.Tensor)
+    torch.testing.assert_close(result, (a + b) * 2)
+
+
+# ---------------------------------------------------------------- raw internals become errors
+
+
+def test_zero_size_dimensions_are_errors():
+    from examples.softmax import softmax_kernel
+
+    with pytest.raises(TileLabError, match=r"shape \(4, 0\).*positive"):
+        softmax_kernel(torch.randn(4, 0, dtype=torch.float16))
+
+
+def test_zero_size_k_in_gemm_is_an_error():
+    from examples.gemm import gemm_kernel
+
+    a = torch.randn(64, 0, dtype=torch.float16)
+    b = torch.randn(0, 64, dtype=torch.float16)
+    with pytest.raises(TileLabError, match="positive"):
+        gemm_kernel(a, b)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.empty(64, device="meta"),
+    lambda: _read_only(64),
+])
+def test_unusual_tensors_are_argument_errors(make):
+    kernel = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    with pytest.raises(tilelab.TileLabArgumentError):
+        kernel(make())
+
+
+def _read_only(n):
+    import numpy as np
+
+    array = np.zeros(n, np.float32)
+    array.flags.writeable = False
+    return array
+
+
+def test_impossible_tensor_sizes_raise():
+    for shape, match in [((2**31,), "32-bit"), ((2**16, 2**15), "32-bit"),
+                         ((-8,), "positive"), ((0,), "positive")]:
+        with pytest.raises(TileLabError, match=match):
+            @T.prim_func
+            def k(A: T.Tensor(shape, T.float32)):
+                with T.Kernel(1, threads=32):
+                    T.fill(A, 1.0)
+
+
+@pytest.mark.parametrize("shape", [(-8,), (0,), (4, 0), ()])
+def test_bad_tile_shapes(shape):
+    with pytest.raises(TileLabError, match="dimension"):
+        @T.prim_func
+        def k(A: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                t = T.alloc_fragment(shape, T.float32)  # noqa: F841
+
+
+def test_effect_free_kernel_for_cuda_is_a_clear_error():
+    from tilelab.backends.cuda import nvcc
+
+    if not nvcc.find_nvcc():
+        pytest.skip("needs nvcc")
+
+    @T.prim_func
+    def nothing(A: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=32):
+            pass
+
+    with pytest.raises(TileLabError, match="no effect"):
+        tilelab.compile(nothing, target="cuda:sm_90a")
+
+    @T.prim_func
+    def reads_only(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=32):
+            T.print(A[0], msg="first")
+
+    kernel = tilelab.compile(reads_only, target="cuda:sm_90a")  # B unused: still launchable
+    assert kernel.launch["arg_order"] == [0]
+
+
+# ---------------------------------------------------------------- damaged kernel files
+
+
+def _kernel_file(path, members: dict, encrypted=()):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    if encrypted:  # set the "encrypted" flag in the local and central headers of the members
+        raw = bytearray(path.read_bytes())
+        for name in encrypted:
+            encoded = name.encode()
+            for signature, flag_at, name_at in ((b"PK\x03\x04", 6, 30), (b"PK\x01\x02", 8, 46)):
+                at = raw.find(signature)
+                while at >= 0:
+                    if raw[at + name_at:at + name_at + len(encoded)] == encoded:
+                        raw[at + flag_at] |= 0x1
+                    at = raw.find(signature, at + 4)
+        path.write_bytes(bytes(raw))
+    return path
+
+
+META = {"format": "tilelab-kernel", "version": 1, "name": "k", "kernel_name": "k_kernel",
+        "grid": [1, 1, 1], "block": [32, 1, 1], "dynamic_smem": 0, "arch": "sm_90a",
+        "params": [{"name": "A", "shape": [8], "dtype": "float32", "output": False}]}
+
+
+def test_kernel_file_bombs_are_refused_before_unpacking(tmp_path, monkeypatch):
+    import tracemalloc
+
+    from tilelab.runtime import artifact
+
+    monkeypatch.setitem(artifact._LIMITS, "kernel.cubin", 1 << 20)  # 1 MB instead of 256 MB
+    path = _kernel_file(tmp_path / "bomb.tilelab",
+                        {"meta.json": json.dumps(META), "kernel.cubin": bytes(64 << 20)})
+    assert path.stat().st_size < 1 << 20  # 64 MB of zeros, compressed
+    tracemalloc.start()
+    with pytest.raises(artifact.TileLabArtifactError, match="would unpack to 67108864 bytes"):
+        artifact.load_artifact(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 8 << 20
+
+
+def test_deeply_nested_json_is_refused(tmp_path):
+    from tilelab.runtime import artifact
+
+    deep = "[" * 200_000 + "]" * 200_000
+    meta = json.dumps(dict(META, extra="@")).replace('"@"', deep)
+    path = _kernel_file(tmp_path / "deep.tilelab", {"meta.json": meta, "kernel.cubin": b"x"})
+    with pytest.raises(artifact.TileLabArtifactError, match="nested"):
+        artifact.load_artifact(path)
+
+    path = _kernel_file(tmp_path / "deep-trace.tilelab", {
+        "meta.json": json.dumps(META), "kernel.cubin": b"x", "trace.json": deep})
+    loaded = artifact.load_artifact(path)
+    with pytest.warns(tilelab.TileLabWarning, match="could not be read"):
+        trace = loaded.trace()
+    assert trace.kernel == "k"
+
+
+def test_encrypted_members_are_refused(tmp_path):
+    from tilelab.runtime import artifact
+
+    path = _kernel_file(tmp_path / "locked.tilelab",
+                        {"meta.json": json.dumps(META), "kernel.cubin": b"x"},
+                        encrypted=("kernel.cubin",))
+    with pytest.raises(artifact.TileLabArtifactError, match="encrypted"):
+        artifact.load_artifact(path)
+
+
+# ---------------------------------------------------------------- CPU access checks
+
+
+def _check_error(program, *args, marker: str, match: str):
+    kernel = tilelab.compile(program, target="cpu")
+    with pytest.raises(TileLabError, match=match) as info:
+        kernel(*args)
+    assert info.value.location.line == _line_of(marker), str(info.value)
+    return kernel
+
+
+def test_parallel_extent_larger_than_the_fragment_is_reported():
+    @T.prim_func
+    def too_long(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
+        with T.Kernel(2, threads=32) as bx:
+            t = T.alloc_fragment((32,), T.float32)
+            T.copy(A[bx * 32], t)
+            for i in T.Parallel(40):
+                t[i] = t[i] * 2.0  # @too-long
+            T.copy(t, B[bx * 32])
+
+    _check_error(too_long, torch.randn(64), torch.zeros(64), marker="# @too-long",
+                 match=r"index out of bounds: t\[i\] \(the shape of t is \(32,\)\)")
+
+
+def test_wrong_tail_guard_is_reported_and_nothing_is_written_past_the_end():
+    @T.prim_func
+    def tail(A: T.Tensor((50,), T.float32), B: T.Tensor((50,), T.float32)):
+        with T.Kernel(4, threads=32) as bx:
+            for i in T.Parallel(16):
+                if bx * 16 + i <= 50:  # should be <
+                    B[bx * 16 + i] = A[bx * 16 + i]  # @tail
+
+    storage = torch.full((52,), 555.0)
+    _check_error(tail, torch.randn(50), storage[1:-1], marker="# @tail", match="B")
+    assert storage[0] == 555.0 and storage[-1] == 555.0
+
+
+def test_constant_index_out_of_range_and_data_dependent_index():
+    @T.prim_func
+    def gather(A: T.Tensor((8,), T.float32), Idx: T.Tensor((8,), T.int32),
+               B: T.Tensor((8,), T.float32)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(8):
+                B[i] = A[Idx[i]]  # @gather
+
+    kernel = tilelab.compile(gather, target="cpu")
+    a = torch.randn(8)
+    good = torch.randint(0, 8, (8,), dtype=torch.int32)
+    b = torch.zeros(8)
+    kernel(a, good, b)
+    torch.testing.assert_close(b, a[good.long()])
+    bad = good.clone()
+    bad[3] = -1
+    _check_error(gather, a, bad, b, marker="# @gather", match=r"A\[Idx\[i\]\]")
+
+
+def test_integer_division_by_zero_is_an_error_not_sigfpe():
+    @T.prim_func
+    def divide(A: T.Tensor((8,), T.int32), B: T.Tensor((8,), T.int32),
+               C: T.Tensor((8,), T.int32)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(8):
+                C[i] = A[i] // B[i] + A[i] % B[i]  # @divide
+
+    kernel = tilelab.compile(divide, target="cpu")
+    a = torch.randint(-50, 50, (8,), dtype=torch.int32)
+    b = torch.randint(1, 9, (8,), dtype=torch.int32)
+    c = torch.zeros(8, dtype=torch.int32)
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a // b + a % b)
+    b[2] = 0
+    _check_error(divide, a, b, c, marker="# @divide", match="division by zero")
+    a[5], b[5] = -2**31, -1
+    b[2] = 1
+    _check_error(divide, a, b, c, marker="# @divide", match="overflow")
+
+
+def test_checks_can_be_turned_off(monkeypatch):
+    """TILELAB_CHECK_BOUNDS=0 builds (and caches) the kernel without bounds checks."""
+    monkeypatch.setenv("TILELAB_CHECK_BOUNDS", "0")
+    kernel = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    assert "check_status" not in kernel.trace.passes[-1].ir
+    monkeypatch.setenv("TILELAB_CHECK_BOUNDS", "1")
+    kernel = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    assert not kernel.trace.cache_hit
+
+
+# ---------------------------------------------------------------- operators on the wrong types
+
+
+@pytest.mark.parametrize("expr, match", [
+    ("T.Cast(T.float32, bx ** 2 + i)", r"\*\* needs floating-point values"),
+    ("A[i] ^ 1", "needs integer values"),
+    ("T.Cast(T.float32, I[i] << -1)", "cannot shift"),
+    ("T.Cast(T.float32, I[i] + 2**31)", "does not fit in int32"),
+    ("T.Cast(T.float32, I[i] // 0)", "division by zero"),
+    ("A[i] % 0.75", None),   # floats: Python's meaning
+    ("A[i] // 0.75", None),
+])
+def test_operators_check_their_operand_types(tmp_path, monkeypatch, expr, match):
+    import importlib
+
+    (tmp_path / "op_kernel.py").write_text(f'''import tilelab.language as T
+
+@T.prim_func
+def k(A: T.Tensor((8,), T.float32), I: T.Tensor((8,), T.int32), B: T.Tensor((8,), T.float32)):
+    with T.Kernel(1, threads=32) as bx:
+        for i in T.Parallel(8):
+            B[i] = {expr}
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "op_kernel", raising=False)
+    if match is not None:
+        with pytest.raises(TileLabError, match=match) as info:
+            importlib.import_module("op_kernel")
+        assert info.value.location.line == 7 and "Check failed" not in str(info.value)
+        return
+    module = importlib.import_module("op_kernel")
+    a, b = torch.randn(8) * 4, torch.zeros(8)
+    tilelab.compile(module.k, target="cpu")(a, torch.arange(8, dtype=torch.int32), b)
+    expected = a % 0.75 if "%" in expr else a // 0.75
+    torch.testing.assert_close(b, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_division_by_a_loop_index_that_starts_at_zero(tmp_path, monkeypatch):
+    """Found by the fuzzer: TVM's simplifier stops at `x // j` with j = 0."""
+    import importlib
+
+    (tmp_path / "div_kernel.py").write_text('''import tilelab.language as T
+
+@T.prim_func
+def k(A: T.Tensor((4, 8), T.float32), B: T.Tensor((4, 8), T.float32)):
+    with T.Kernel(1, threads=32) as bx:
+        t = T.alloc_fragment((4, 8), T.float32)
+        T.copy(A, t)
+        for i, j in T.Parallel(4, 8):
+            t[i, j] = T.if_then_else(bx * 8 // j < 8, t[i, j], 0.0)
+        T.copy(t, B)
+''')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("div_kernel")
+    try:
+        kernel = tilelab.compile(module.k, target="cpu")
+    except TileLabError as err:
+        assert "divides an integer by a value that is 0" in str(err)
+        assert "Check failed" not in str(err)
+        return
+    with pytest.raises(TileLabError, match="division by zero"):
+        kernel(torch.randn(4, 8), torch.zeros(4, 8))

@@ -289,7 +289,8 @@ def test_a_tile_shared_by_two_pipelined_loops_keeps_one_slot():
         assert all(s["role"] == "compute" for s in plan["statements"])
     x = torch.randn(3, 300)
     cpu = tilelab.compile(make_two_loops_one_tile(3, 300), out_idx=[1], target="cpu")
-    torch.testing.assert_close(cpu(x), x / x.sum(-1, keepdim=True))
+    # a float32 sum of 300 terms: the loop's order and PyTorch's differ by ~1e-5 relative
+    torch.testing.assert_close(cpu(x), x / x.sum(-1, keepdim=True), rtol=1e-4, atol=1e-4)
 
 
 # ---------------------------------------------------------------- who compiles the CUDA C

@@ -560,3 +560,24 @@ def test_every_view_escapes_user_and_compiler_text():
         assert "&lt;" in page
         payload = view.data
         assert payload["version"] == 1 and payload["kernel"] == EVIL
+
+
+def test_rerunning_a_cell_shows_its_views_again(shell):
+    """The second run assigns the same (cached) kernel object; it is still the cell's."""
+    shell.run_cell(KERNEL + "\nx_rerun = torch.randn(300)")
+    cell = "%%tilekernel --passes\nk_rerun = double_kernel.compile(x_rerun)\n"
+    for _ in range(2):
+        result, captured = run(shell, cell)
+        assert result.error_in_exec is None
+        assert bundles(captured, "passes") or "PassExplorer" in bundle_text(captured)
+
+
+def test_syntax_error_in_a_cell_with_args_is_shown_at_its_line(shell):
+    shell.run_cell("x_syntax = torch.randn(300)")
+    cell = kernel_cell("--args x_syntax --passes", "\ny = = 1\n")
+    result, captured = run(shell, cell)
+    payload = one(captured, "error")["application/vnd.tilelab.error+json"]
+    text = json.dumps(payload)
+    assert "invalid Python syntax" in text
+    assert cell.splitlines().index("y = = 1") + 1 == payload.get("line", payload.get(
+        "location", {}).get("line")), payload

@@ -28,7 +28,7 @@ from tilelab.cache import CacheCorruptionWarning
 from tilelab.trace import PassRecord
 
 TILE_PASSES = ["tilelab.CheckFragmentReads", "tilelab.LowerTileOpsToLoops",
-               "tilelab.KernelToCPULoops"]
+               "tilelab.CheckAccesses", "tilelab.KernelToCPULoops"]
 
 
 @pytest.fixture(autouse=True)
@@ -238,7 +238,7 @@ def test_kernel_lower_and_jit_expose_the_trace(gemm_kernel):
     factory_trace = scale_factory.lower(70)
     assert factory_trace.kernel == "scale"
     assert "T.float32(5.0)" in factory_trace.ir_after("tilelab.FrontEnd")
-    assert factory_trace.pass_names()[:4] == ["tilelab.FrontEnd", *TILE_PASSES]
+    assert factory_trace.pass_names()[:5] == ["tilelab.FrontEnd", *TILE_PASSES]
     check_gemm(gemm_kernel)
 
 

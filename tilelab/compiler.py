@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .backends import CompiledArtifact, backend_for
 from .cache import cache_key, default_cache
-from .errors import TileLabCompileError, TileLabError
+from .errors import TileLabCompileError, TileLabError, TileLabTypeError
 from .ir.keys import PassConfigKey
 from .trace import PassRecord, Trace
 
@@ -287,6 +287,12 @@ def _compile_uncached(program, target: str, configs: dict):
                     user_error.with_location(program.source.location(program.source.node))
                 raise user_error from None
             last = recorder.records[-1].name if recorder.records else "the front end"
+            if "divide by zero" in str(err).lower():  # TVM's simplifier met `x // 0`
+                raise TileLabTypeError(
+                    f"{program.name} divides an integer by a value that is 0 here (a loop "
+                    "index that starts at 0, or a size that is 0)",
+                    program.source.location(program.source.node),
+                    hint="look for // and % whose right side can be 0") from None
             raise TileLabCompileError(
                 f"compiling {program.name} for {target} failed after {last}: "
                 f"{_last_words(err)}", program.source.location(program.source.node)) from None

@@ -52,6 +52,9 @@ class Kernel:
         self.program = program  # the TileProgram, when compiled in this process
         self._runner = runner  # called with every tensor, in signature order
         self._fast = None  # checks and allocators for torch tensors, made on the first call
+        # an eager kernel returns what its `return` names (None: no return, every output);
+        # other T.empty tensors are scratch outputs, written but not returned
+        self.returned = getattr(program, "returned", None)
         flags = [p.output for p in params]
         self._outputs_last = flags == sorted(flags)  # inputs first, then outputs
 
@@ -69,13 +72,19 @@ class Kernel:
         return f"<tilelab.Kernel {self.name}({sig}) -> ({outs}) on {self.target}>"
 
     @raised_at_the_caller
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            names = ", ".join(p.name for p in self.inputs)
+            raise TileLabArgumentError(
+                f"{self.name} takes its tensors by position ({names}); unexpected keyword "
+                f"argument(s): {', '.join(kwargs)}",
+                self.inputs[0].location if self.inputs else None)
         fast = self._fast_path()
         if fast and len(args) == len(fast[0]):
             # the common case in a few comparisons; any mismatch takes the explaining path
             for a, (t, d, s, c) in zip(args, fast[0]):
                 if type(a) is not t or a.dtype is not d or a.shape != s or a.is_cuda is not c \
-                        or not a.is_contiguous():
+                        or not (c or a.is_cpu) or not a.is_contiguous():
                     break
             else:
                 device = args[0].device if args else None
@@ -98,6 +107,8 @@ class Kernel:
             for p in self.params:
                 arrays.append(next(it_out) if p.output else next(it_in))
             self._runner(*arrays)
+        if self.returned is not None:
+            outputs = outputs[:self.returned]
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -150,6 +161,10 @@ class Kernel:
         if not contiguous:
             raise TileLabArgumentError(f"{param.name} must be contiguous", where,
                                        hint="pass tensor.contiguous()")
+        flags = getattr(value, "flags", None)
+        if flags is not None and not flags["WRITEABLE"]:  # DLPack cannot pass read-only arrays
+            raise TileLabArgumentError(f"{param.name} is a read-only numpy array", where,
+                                       hint=f"pass a writable copy: {param.name}.copy()")
 
     def _allocate(self, param, args):
         if self.target == "cuda":  # on the inputs' GPU; no tilelab.language (it imports TVM)
@@ -207,6 +222,16 @@ def _is_factory(source) -> bool:
     return True
 
 
+_GONE = object()
+
+
+def _checks() -> str:
+    """TILELAB_CHECK_BOUNDS as set now: CPU kernels are built with or without access checks."""
+    import os
+
+    return os.environ.get("TILELAB_CHECK_BOUNDS", "")
+
+
 def _freeze(value):
     if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
@@ -241,7 +266,12 @@ class JITFunction:
     def __call__(self, *args, **kwargs):
         if self.style == "factory":
             return self._factory_kernel(args, kwargs)
-        kernel, tensors = self._eager_kernel(args, kwargs, need_tensors=True)
+        # an eager call takes compile's target= and pass_configs= too (unless the kernel has
+        # parameters of those names); any other unknown keyword is an error while tracing
+        own = inspect.signature(self.fn).parameters
+        options = {k: kwargs.pop(k) for k in ("target", "pass_configs")
+                   if k in kwargs and k not in own}
+        kernel, tensors = self._eager_kernel(args, kwargs, need_tensors=True, **options)
         return kernel(*tensors)
 
     @raised_at_the_caller
@@ -265,14 +295,38 @@ class JITFunction:
 
     def _factory_kernel(self, args, kwargs, target=None, pass_configs=None):
         configs = self._configs(pass_configs)
-        key = ("factory", _freeze(args), _freeze(kwargs), target,
+        key = ("factory", _freeze(args), _freeze(kwargs), target, _checks(),
                _freeze({str(k): v for k, v in configs.items()}))
-        if key not in self._kernels:
+        kernel = self._cached(key)
+        if kernel is None:
+            try:
+                inspect.signature(self.fn).bind(*args, **kwargs)
+            except TypeError as err:
+                raise TileLabArgumentError(f"{self.fn.__name__}: {err}",
+                                           self.source.location(self.source.node)) from None
             program = self.fn(*args, **kwargs)
-            self._kernels[key] = compile(program, out_idx=self.out_idx,
-                                         target=target or self.target,
-                                         pass_configs=configs)
-        return self._kernels[key]
+            kernel = self._store(key, compile(program, out_idx=self.out_idx,
+                                              target=target or self.target,
+                                              pass_configs=configs))
+        return kernel
+
+    # -- the in-memory cache: a kernel stays valid while the globals it read keep their values
+
+    def _cached(self, key):
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            return None
+        captured = getattr(kernel.program, "captured", None) or {}
+        for name, value in captured.items():
+            current = self.fn.__globals__.get(name, _GONE)
+            if current is not value and _freeze(current) != _freeze(value):
+                del self._kernels[key]  # a global it baked in has changed: trace again
+                return None
+        return kernel
+
+    def _store(self, key, kernel):
+        self._kernels[key] = kernel
+        return kernel
 
     # -- eager style
 
@@ -319,15 +373,14 @@ class JITFunction:
         resolved = resolve_target(target or self.target, tensors)
         dtypes = tuple(_dtype_name(t) for t in tensors)
         configs = self._configs(pass_configs)
-        key = ("eager", tuple(sorted(examples.items())), dtypes, _freeze(values),
+        key = ("eager", tuple(sorted(examples.items())), dtypes, _checks(), _freeze(values),
                _freeze(extra), resolved, _freeze({str(k): v for k, v in configs.items()}))
-        kernel = self._kernels.get(key)
+        kernel = self._cached(key)
         if kernel is None:
             from .language.frontend import trace_eager
 
             program = trace_eager(self.fn, self.source, values, extra, examples)
-            kernel = compile(program, target=resolved, pass_configs=configs)
-            self._kernels[key] = kernel
+            kernel = self._store(key, compile(program, target=resolved, pass_configs=configs))
         return kernel, tensors
 
 

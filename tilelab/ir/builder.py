@@ -126,6 +126,9 @@ class Builder:
     buffer_locations: dict = field(default_factory=dict)  # buffer name -> where allocated
     allocated_names: set = field(default_factory=set)
     has_atomics: bool = False
+    const_names: set = field(default_factory=set)  # names T.const asked for
+    captured: dict = field(default_factory=dict)  # module globals the kernel read: name -> value
+    shared_bytes: int = 0  # shared memory allocated so far (checked against the GPU's limit)
     swizzle: tuple | None = None  # T.use_swizzle(panel, order, enable)
     annotated_layouts: dict = field(default_factory=dict)  # T.annotate_layout: name -> layout
     params: list = field(default_factory=list)  # ParamInfo, in signature order
@@ -155,12 +158,26 @@ class Builder:
                 raise TileLabTypeError(
                     f"the size {extent!r} of {name} uses names no tensor has given yet",
                     hint="declare first the tensors whose shapes have these names")
-            elif example is not None and int(example[axis]) != int(extent):
+            if not _is_integer(extent) or int(extent) <= 0:
+                # zero-size and negative sizes too: nothing to launch, and TVM rejects them
+                raise TileLabTypeError(
+                    f"{name} has shape {_shape_text(shape, self.shape_constants)}: every "
+                    "dimension must be a positive int",
+                    hint="tilelab kernels work on tensors with at least one element")
+            extent = int(extent)  # a numpy or tvm integer too
+            if example is not None and int(example[axis]) != extent:
                 declared = tuple(e if isinstance(e, SymbolicSize) else int(e) for e in shape)
                 raise TileLabArgumentError(
                     f"{name} must have shape {declared} "
                     f"but the tensor passed has shape {tuple(example)}")
-            resolved.append(int(extent))
+            resolved.append(extent)
+        elements = 1
+        for extent in resolved:
+            elements *= extent
+        if elements >= 2**31:  # kernels index with 32-bit integers
+            raise TileLabTypeError(f"{name} has {elements} elements; tilelab kernels index "
+                                   f"with 32-bit integers, so a tensor holds at most 2**31 - 1",
+                                   hint="split the work over several calls")
         buffer = tirx.decl_buffer(tuple(resolved), str(dtype), name=self.fresh_name(name))
         self.params.append(ParamInfo(name, tuple(resolved), str(dtype), output, self.location))
         self.param_buffers.append(buffer)
@@ -201,6 +218,22 @@ class Builder:
         name = self.pending_name or default
         self.pending_name = None
         return self.fresh_name(name)
+
+
+def _is_integer(value) -> bool:
+    import numbers
+
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, numbers.Integral):
+        return True
+    return isinstance(value, tirx.IntImm)
+
+
+def _shape_text(shape, constants: dict) -> str:
+    """A declared shape with the T.const sizes filled in where known."""
+    values = [constants.get(getattr(e, "name", None), e) for e in shape]
+    return "(" + ", ".join(repr(v) for v in values) + ("," if len(values) == 1 else "") + ")"
 
 
 def seq(stmts: list):

@@ -54,6 +54,13 @@ def to_expr(value, dtype: str | None = None):
             dtype = dtype_of(value)
         if isinstance(value, float) and not dtypes.as_dtype(dtype).is_float:
             dtype = "float32"
+        if isinstance(value, int) and not isinstance(value, bool) and \
+                not dtypes.as_dtype(dtype).is_float:
+            bits = dtypes.as_dtype(dtype).bits
+            low, high = (0, 2**bits) if dtype.startswith("uint") else \
+                (-(2**(bits - 1)), 2**(bits - 1))
+            if not low <= value < high:
+                raise TileLabTypeError(f"the constant {value} does not fit in {dtype}")
         return tirx.const(value, dtype)
     raise TileLabTypeError(f"expected a number or a scalar expression, got {type(value).__name__}")
 

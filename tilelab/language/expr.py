@@ -59,12 +59,29 @@ def binary(op: str, a, b):
     a, b = as_ir(a), as_ir(b)
     if not is_expr(a) and not is_expr(b):
         return _PYTHON[op](a, b)
-    if op == "**":
-        a, b = unify(a, b)
-        return tirx.pow(a, b)
-    if op not in _BINARY:
+    if op not in _BINARY and op != "**":
         raise TileLabTypeError(f"operator {op} is not supported on kernel values")
     a, b = unify(a, b)
+    dtype = str(a.ty)
+    is_float = dtypes.as_dtype(dtype).is_float
+    # TVM checks operand types deep inside; say what is wrong at the user's line instead
+    if op == "**":
+        if not is_float:
+            raise TileLabTypeError(f"** needs floating-point values, got {dtype}",
+                                   hint="convert first: T.Cast(T.float32, x) ** y")
+        return tirx.pow(a, b)
+    if op in ("&", "|", "^", "<<", ">>") and not (dtype.startswith(("int", "uint")) or
+                                                  dtype == "bool" and op in "&|^"):
+        raise TileLabTypeError(f"operator {op} needs integer values, got {dtype}")
+    if op in ("<<", ">>") and isinstance(b, tirx.IntImm) and \
+            not 0 <= int(b.value) < dtypes.as_dtype(dtype).bits:
+        raise TileLabTypeError(f"cannot shift a {dtype} by {int(b.value)} bits")
+    if op in ("//", "%", "/") and not is_float and isinstance(b, tirx.IntImm) and \
+            int(b.value) == 0:
+        raise TileLabTypeError("integer division by zero")
+    if is_float and op in ("//", "%"):  # Python's meaning: floor(a / b), a - floor(a / b) * b
+        quotient = tirx.floor(tirx.Div(a, b))
+        return quotient if op == "//" else a - quotient * b
     return _BINARY[op](a, b)
 
 

@@ -99,6 +99,8 @@ class TileProgram:
     buffer_locations: dict = field(default_factory=dict)
     threads: tuple = ()
     layouts: dict = field(default_factory=dict)  # T.annotate_layout: buffer name -> layout
+    captured: dict = field(default_factory=dict)  # module globals read while tracing
+    returned: int | None = None  # eager style: how many outputs `return` names (None: all)
 
     @property
     def outputs(self) -> list[int]:
@@ -121,7 +123,8 @@ class TileProgram:
         params = [ParamInfo(p.name, p.shape, p.dtype, i in indices, p.location)
                   for i, p in enumerate(self.params)]
         return TileProgram(self.func, self.name, params, self.source, self.has_atomics,
-                           self.swizzle, self.buffer_locations, self.threads, self.layouts)
+                           self.swizzle, self.buffer_locations, self.threads, self.layouts,
+                           self.captured, self.returned)
 
 
 class _Return(Exception):
@@ -135,10 +138,12 @@ class _Return(Exception):
 class Interpreter:
     """Walks one function body; `T.*` calls emit into `builder`."""
 
-    def __init__(self, builder: Builder, source: FunctionSource, env: dict):
+    def __init__(self, builder: Builder, source: FunctionSource, env: dict,
+                 module_globals: dict | None = None):
         self.builder = builder
         self.source = source
         self.env = env  # globals and closure of the function
+        self.module_globals = module_globals or {}  # the function's module, to note reads of
         self.locals: dict = {}
 
     # -- names
@@ -147,6 +152,10 @@ class Interpreter:
         for scope in (self.locals, self.env, builtins.__dict__):
             if name in scope:
                 value = scope[name]
+                if scope is self.env and _is_data(value) and \
+                        self.module_globals.get(name, _MISSING) is value:
+                    # a module global the kernel bakes in: a JIT cache key must follow it
+                    self.builder.captured[name] = value
                 if _is_scalar_var(value):
                     return tirx.BufferLoad(value, [0])
                 return value
@@ -172,7 +181,8 @@ class Interpreter:
                 if isinstance(indices, Region):
                     raise TileLabSyntaxError("assign to one element at a time, or use T.copy / "
                                              "T.fill for a whole region")
-                self.builder.emit(tirx.BufferStore(obj, E.to_expr(value, obj.dtype), indices))
+                self.builder.emit(tirx.BufferStore(obj, E.to_expr(value, obj.dtype), indices,
+                                                   span=_span(self.builder.location)))
             else:
                 obj[self.eval(target.slice)] = value
         else:
@@ -273,7 +283,8 @@ class Interpreter:
             with self.builder.block() as else_stmts:
                 self.run(node.orelse)
             else_stmt = seq(else_stmts)
-        self.builder.emit(tirx.IfThenElse(cond, seq(then_stmts), else_stmt))
+        self.builder.emit(tirx.IfThenElse(cond, seq(then_stmts), else_stmt,
+                                          span=_span(self.source.location(node))))
 
     def exec_With(self, node):  # noqa: N802
         if len(node.items) != 1:
@@ -476,6 +487,28 @@ class Interpreter:
 # ---------------------------------------------------------------- helpers
 
 
+_MISSING = object()
+
+
+def _span(location: SourceLocation | None):
+    """A TVM span for a user's statement: the CPU's access checks report its line."""
+    import tvm
+
+    if location is None:
+        return None
+    return tvm.ir.Span(tvm.ir.SourceName(location.filename), location.line, location.line,
+                       location.col, location.col)
+
+
+def _is_data(value) -> bool:
+    """Plain values a kernel can bake into its code (sizes, flags, dtypes' names...)."""
+    import numbers
+
+    if value is None or isinstance(value, (str, numbers.Number)):
+        return True
+    return isinstance(value, (tuple, list)) and all(_is_data(v) for v in value)
+
+
 def _is_scalar_var(value) -> bool:
     return is_buffer(value) and value.scope() == "local.var"
 
@@ -523,6 +556,12 @@ def _user_message(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
+def _plain_globals(fn, enclosing: dict | None = None) -> dict:
+    """The module globals of `fn` that no enclosing or closure variable hides."""
+    hidden = set(enclosing or ()) | set(fn.__code__.co_freevars)
+    return {k: v for k, v in fn.__globals__.items() if k not in hidden}
+
+
 def _function_env(fn, enclosing: dict | None = None) -> dict:
     """Globals, then the variables of the enclosing scope, then the closure (innermost wins)."""
     env = dict(fn.__globals__)
@@ -539,7 +578,7 @@ def _function_env(fn, enclosing: dict | None = None) -> dict:
 def call_macro(builder: Builder, fn, args, kwargs):
     """Run a `@T.macro` helper through the interpreter, sharing the caller's builder."""
     source = FunctionSource.of(fn)
-    interp = Interpreter(builder, source, _function_env(fn))
+    interp = Interpreter(builder, source, _function_env(fn), _plain_globals(fn))
     bound = inspect.signature(fn).bind(*args, **kwargs)
     bound.apply_defaults()
     interp.locals.update(bound.arguments)
@@ -561,7 +600,8 @@ def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
         .with_attr(SOURCE_FILE, source.filename)
     return TileProgram(func, name, list(builder.params), source, builder.has_atomics,
                        builder.swizzle, dict(builder.buffer_locations),
-                       getattr(builder, "threads", ()), dict(builder.annotated_layouts))
+                       getattr(builder, "threads", ()), dict(builder.annotated_layouts),
+                       dict(builder.captured))
 
 
 @dataclass
@@ -588,7 +628,8 @@ def trace_prim_func(fn, enclosing: dict | None = None, example_shapes: dict | No
     """
     source = FunctionSource.of(fn)
     builder = Builder(example_shapes=dict(example_shapes or {}), source_file=source.filename)
-    interp = Interpreter(builder, source, _function_env(fn, enclosing))
+    interp = Interpreter(builder, source, _function_env(fn, enclosing), _plain_globals(fn,
+                                                                                    enclosing))
     with activate(builder), E.kernel_truth_values():
         args = source.node.args
         for arg in args.args:
@@ -628,15 +669,21 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
     """Eager style: trace the whole function with compile-time `values` for its parameters."""
     builder = Builder(shape_constants=dict(shape_constants), example_shapes=example_shapes,
                       source_file=source.filename)
-    interp = Interpreter(builder, source, _function_env(fn))
+    interp = Interpreter(builder, source, _function_env(fn), _plain_globals(fn))
     interp.locals.update(values)
-    returned = None
+    returned, has_return = None, False
     with activate(builder), E.kernel_truth_values():
         try:
             interp.run(source.node.body)
         except _Return as ret:
-            returned = ret.value
+            returned, has_return = ret.value, True
         program = _finish(builder, source, fn.__name__)
+    unknown = [name for name in shape_constants if name not in builder.const_names]
+    if unknown:
+        sizes = ", ".join(sorted(builder.const_names)) or "none"
+        raise TileLabTypeError(
+            f"{fn.__name__} got unexpected keyword argument(s) {', '.join(unknown)}; its "
+            f"sizes (T.const) are: {sizes}", source.location(source.node))
     outputs = returned if isinstance(returned, (tuple, list)) else \
         ([returned] if returned is not None else [])
     order = eager_tensor_params(source)
@@ -656,5 +703,5 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
         "global_symbol", fn.__name__).with_attr(SOURCE_FILE, source.filename)
     program.func = func
     program.params = [p for p, _ in ordered]
-    program.returned = len(outs)
+    program.returned = len(outs) if has_return else None  # `return D`: D alone
     return program

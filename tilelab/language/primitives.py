@@ -9,6 +9,7 @@ user's line while the kernel is traced.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import tvm
@@ -17,9 +18,16 @@ from tvm import tirx
 from ..errors import TileLabSyntaxError, TileLabTypeError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
-from ..ir.expr import to_expr
+from ..ir.expr import is_expr, to_expr
 from ..ir.keys import KERNEL, THREADS
 from ..ir.tile_ops import _const_int, is_buffer
+
+# Limits of every NVIDIA GPU, checked while tracing so that both backends reject the same
+# programs at the user's line (the CUDA backend checks its target's own shared memory too).
+MAX_THREADS = 1024  # threads per block
+MAX_GRID = (2**31 - 1, 65535, 65535)  # blocks along x, y, z
+MAX_SHARED_BYTES = 227 * 1024  # shared memory per block on the largest GPUs (sm_90, sm_100)
+MAX_REGISTER_TILE = 65536  # elements of one fragment or local tile
 
 # ---------------------------------------------------------------- signatures
 
@@ -50,7 +58,11 @@ def const(names: str):
     """`M, N = T.const("M, N")`: compile-time sizes taken from tensors or `.compile(M=...)`."""
     builder = current("const", need_kernel=False)
     parts = [n.strip() for n in names.replace(" ", ",").split(",") if n.strip()]
+    builder.const_names.update(parts)
     values = [builder.shape_constants.get(n, SymbolicDim(n)) for n in parts]
+    for name, value in zip(parts, values):
+        if not isinstance(value, SymbolicDim) and not _positive_int(value):
+            raise TileLabTypeError(f"{name}={_short(value)}: a size must be a positive int")
     return values[0] if len(values) == 1 else tuple(values)
 
 
@@ -87,13 +99,33 @@ class Kernel:
     def __init__(self, *grid, threads=128, prelude=None):
         if not 1 <= len(grid) <= 3:
             raise TileLabSyntaxError("T.Kernel takes 1 to 3 grid dimensions")
+        given = threads
         if isinstance(threads, int):
             threads = (threads,)
+        if not isinstance(threads, (tuple, list)) or not 1 <= len(threads) <= 3:
+            raise TileLabTypeError(f"threads must be a positive int or 1 to 3 of them, got "
+                                   f"{threads!r}")
         self.grid = tuple(grid)
         self.threads = tuple(threads)
+        # the launch limits of every NVIDIA GPU, checked here so that a kernel the GPU could
+        # never launch fails at its T.Kernel line, on the CPU too, before anything is built
         for t in self.threads:
-            if not isinstance(t, int) or t <= 0:
-                raise TileLabTypeError(f"threads must be positive Python ints, got {threads}")
+            if isinstance(t, bool) or not isinstance(t, int) or t <= 0:
+                raise TileLabTypeError(f"threads must be positive Python ints, got {given!r}")
+        if math.prod(self.threads) > MAX_THREADS:
+            raise TileLabTypeError(
+                f"threads={given!r} asks for {math.prod(self.threads)} threads per block; "
+                f"a GPU block has at most {MAX_THREADS}",
+                hint="give each thread more elements (larger tiles per thread), not more threads")
+        for axis, extent in enumerate(self.grid):
+            if isinstance(extent, bool) or not (isinstance(extent, int) or is_expr(extent)):
+                raise TileLabTypeError(f"grid sizes must be ints or integer expressions, got "
+                                       f"{_short(extent)}")
+            value = _const_int(extent)
+            if value is not None and not 1 <= value <= MAX_GRID[axis]:
+                raise TileLabTypeError(
+                    f"grid dimension {'xyz'[axis]} is {value}; it must be between 1 and "
+                    f"{MAX_GRID[axis]}")
 
     def build(self, names: list[str], body_fn):
         """Bind block indices named `names`, trace the body, wrap it in block loops."""
@@ -126,6 +158,29 @@ def _seq(stmts):
     return seq(stmts)
 
 
+def _short(value, limit: int = 60) -> str:
+    """A value's repr for a message, cut short (a tensor's repr runs for pages)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _positive_int(value) -> bool:
+    import numbers
+
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value > 0
+
+
+def _loop_bound(value, primitive: str):
+    """A loop bound is an int or an integer expression (not a bool, float or tensor)."""
+    import numbers
+
+    if isinstance(value, bool) or not (isinstance(value, numbers.Integral) or (
+            is_expr(value) and str(value.ty).startswith(("int", "uint")))):
+        raise TileLabTypeError(f"T.{primitive} bounds must be ints or integer expressions, "
+                               f"got {_short(value)}")
+    return int(value) if isinstance(value, numbers.Integral) else value
+
+
 class Loop:
     """Base of the loop primitives; the front end calls `build` with the body tracer."""
 
@@ -133,7 +188,9 @@ class Loop:
     annotations: dict = {}
 
     def __init__(self, *extents):
-        self.extents = extents
+        if not extents:
+            raise TileLabTypeError(f"T.{type(self).__name__} needs at least one extent")
+        self.extents = tuple(_loop_bound(e, type(self).__name__) for e in extents)
 
     def ranges(self):
         return [(0, e) for e in self.extents]
@@ -173,6 +230,7 @@ class serial(Loop):  # noqa: N801 - TileLang's spelling
         if step != 1:
             raise TileLabSyntaxError("T.serial supports step=1 only")
         self.start, self.stop = (0, start) if stop is None else (start, stop)
+        self.start = _loop_bound(self.start, type(self).__name__)
         super().__init__(self.stop)
 
     def ranges(self):
@@ -207,18 +265,37 @@ class Pipelined(serial):
 def _shape(shape):
     if not isinstance(shape, (tuple, list)):
         shape = (shape,)
+    if not shape:
+        raise TileLabTypeError("a buffer needs at least one dimension, got ()")
     for extent in shape:
-        if _const_int(extent) is None:
+        if isinstance(extent, bool) or _const_int(extent) is None:
             raise TileLabTypeError(f"buffer shapes inside a kernel must be known at compile "
-                                   f"time, got {shape}")
+                                   f"time as ints, got {tuple(shape)!r}")
+        if _const_int(extent) <= 0:
+            raise TileLabTypeError(f"buffer dimensions must be positive, got {tuple(shape)!r}")
     return tuple(int(_const_int(e)) for e in shape)
 
 
 def _alloc(primitive, shape, dtype, scope):
     builder = current(primitive)
     dtype = dtypes.as_dtype(dtype)
+    shape = _shape(shape)
+    size = math.prod(shape)
+    if scope.startswith("local") and size > MAX_REGISTER_TILE:
+        # the compilers unroll work per register; a tile this large could never live in
+        # registers anyway (a GPU has 64K 32-bit registers per multiprocessor)
+        raise TileLabTypeError(
+            f"T.{primitive}({shape}) holds {size} elements; a register tile holds at most "
+            f"{MAX_REGISTER_TILE}", hint="use a smaller tile (loop over the data in pieces)")
+    if scope.startswith("shared"):
+        builder.shared_bytes += size * dtype.bits // 8
+        if builder.shared_bytes > MAX_SHARED_BYTES:
+            raise TileLabTypeError(
+                f"shared memory of this block reaches {builder.shared_bytes // 1024} KB with "
+                f"this tile; no GPU block has more than {MAX_SHARED_BYTES // 1024} KB",
+                hint="use smaller tiles, or fewer pipeline stages")
     name = builder.take_name(primitive.replace("alloc_", ""))
-    buffer = tirx.decl_buffer(_shape(shape), str(dtype), name=name, scope=scope)
+    buffer = tirx.decl_buffer(shape, str(dtype), name=name, scope=scope)
     builder.buffer_locations[name] = builder.location
     builder.emit(tirx.AllocBuffer(buffer))
     return buffer

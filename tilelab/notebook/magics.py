@@ -37,7 +37,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
-from ..errors import TileLabError
+from ..errors import SourceLocation, TileLabError, TileLabSyntaxError
 from ..kernel import JITFunction, Kernel, _is_tensor
 from .views import CheckView, ErrorView, JsonView, PassesView, source_views
 
@@ -82,6 +82,28 @@ def _parse(magic, line: str):
     except ValueError as err:
         raise UsageError(f"cannot read the flags {line!r}: {err}") from None
     return magic.parser.parse_args(argv)
+
+
+def _assigned_names(tree: ast.Module) -> set[str]:
+    """Names a cell binds at its own level: assignment targets, defs, imports (not the
+    locals of the functions it defines)."""
+    names: set[str] = set()
+
+    def visit(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            return  # its body binds its own locals
+        if isinstance(node, ast.Lambda):
+            return
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return names
 
 
 def _tensor_bytes(kernel) -> int:
@@ -169,9 +191,9 @@ class TileLabMagics(Magics):
         filename = f"<tilekernel-{next(self._cell_numbers)}>"
         kernel_name = ""
         try:
-            result = self._execute(filename, line, cell)
+            result, assigned = self._execute(filename, line, cell)
             shown = []  # a factory and the kernel it made in the cell are shown once
-            for kernel_name, value in self._kernels(args, before):
+            for kernel_name, value in self._kernels(args, before, assigned):
                 kernel = self._compile(kernel_name, value, args)
                 if kernel is not None and all(kernel is not k for k in shown):
                     shown.append(kernel)
@@ -183,7 +205,8 @@ class TileLabMagics(Magics):
         return result
 
     def _execute(self, filename: str, line: str, cell: str):
-        """Run the cell in the user's namespace; return its last expression's value."""
+        """Run the cell in the user's namespace; return its last expression's value and the
+        names the cell assigns (a re-run assigns the same objects again, and is shown again)."""
         __tracebackhide__ = True
         text = f"%%tilekernel {line}".rstrip() + "\n" + cell
         # the entry IPython's CachingCompiler.cache makes (mtime None: checkcache keeps it)
@@ -192,18 +215,25 @@ class TileLabMagics(Magics):
         python = self.shell.transform_cell(cell)
         # IPython drops leading blank lines; put them back, and one for the magic's line.
         blank = next((i for i, ln in enumerate(cell.splitlines()) if ln.strip()), 0)
-        tree = self.shell.compile.ast_parse("\n" * (1 + blank) + python, filename=filename)
+        try:
+            tree = self.shell.compile.ast_parse("\n" * (1 + blank) + python, filename=filename)
+        except SyntaxError as err:  # at the cell's own line, like a kernel's errors
+            location = SourceLocation(filename, err.lineno or 1, max((err.offset or 1) - 1, 0),
+                                      (err.text or "").rstrip("\n"))
+            raise TileLabSyntaxError(f"invalid Python syntax: {err.msg}", location) from None
+        assigned = _assigned_names(tree)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         namespace = self.shell.user_ns
         exec(self.shell.compile(tree, filename, "exec"), self.shell.user_global_ns, namespace)
         if last is None:
-            return None
+            return None, assigned
         expression = ast.Expression(last.value)
         return eval(self.shell.compile(expression, filename, "eval"),
-                    self.shell.user_global_ns, namespace)
+                    self.shell.user_global_ns, namespace), assigned
 
-    def _kernels(self, args, before: dict) -> list[tuple[str, object]]:
-        """(name, JITFunction or Kernel): the one --kernel names, or those the cell defined."""
+    def _kernels(self, args, before: dict, assigned: set) -> list[tuple[str, object]]:
+        """(name, JITFunction or Kernel): the one --kernel names, or those the cell defined
+        (assigned by its statements, or new or changed in the namespace)."""
         namespace = self.shell.user_ns
         if args.kernel:
             value = namespace.get(args.kernel)
@@ -212,7 +242,8 @@ class TileLabMagics(Magics):
                                  "in the notebook")
             return [(args.kernel, value)]
         return [(name, value) for name, value in namespace.items()
-                if isinstance(value, _kernel_types()) and before.get(name) is not value]
+                if isinstance(value, _kernel_types())
+                and (name in assigned or before.get(name) is not value)]
 
     def _wants_views(self, args) -> bool:
         return any((args.passes is not None, args.diff, args.source, args.layout, args.pipeline,

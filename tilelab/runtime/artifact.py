@@ -38,6 +38,11 @@ SUFFIX = ".tilelab"
 
 _META, _CUBIN, _TRACE, _SOURCE = "meta.json", "kernel.cubin", "trace.json", "kernel.cu"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed zip timestamps: the same kernel gives the same bytes
+# What a kernel file may hold, checked before anything is decompressed (a zip bomb's
+# headers announce its size): bytes per member, and members in all.
+_LIMITS = {_META: 1 << 20, _CUBIN: 256 << 20, _TRACE: 256 << 20, _SOURCE: 64 << 20}
+_MAX_MEMBERS = 64
+_MAX_DEPTH = 64  # JSON nesting in meta.json (a Trace nests a handful of levels)
 
 
 class TileLabArtifactError(TileLabError):
@@ -94,7 +99,7 @@ class Artifact:
         if self.trace_json:
             try:
                 trace = Trace.from_json(self.trace_json)
-            except (TypeError, ValueError, KeyError) as err:
+            except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as err:
                 warnings.warn(f"the trace in kernel {self.name} could not be read ({err}); "
                               f"it was written by another tilelab version", TileLabWarning,
                               stacklevel=3)
@@ -215,7 +220,8 @@ def load_artifact(path) -> Artifact:
                 if required not in names:
                     raise TileLabArtifactError(f"{path} is not a tilelab kernel file "
                                                f"(it has no {required})")
-            meta = json.loads(zf.read(_META).decode())
+            _check_members(path, zf)
+            meta = _parse_json(zf.read(_META).decode(), _META)
             if not isinstance(meta, dict) or meta.get("format") != FORMAT:
                 raise TileLabArtifactError(f"{path} is not a tilelab kernel file")
             version = meta.get("version")
@@ -232,7 +238,7 @@ def load_artifact(path) -> Artifact:
     except IsADirectoryError:
         raise TileLabArtifactError(f"{path} is a directory, not a kernel file") from None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
-            NotImplementedError, OSError) as err:  # BadZipFile: also a bad CRC
+            NotImplementedError, OSError, RuntimeError) as err:  # BadZipFile: also a bad CRC
         raise TileLabArtifactError(f"{path} is damaged or not a tilelab kernel file: "
                                    f"{err}") from None
     try:
@@ -259,6 +265,54 @@ def load_artifact(path) -> Artifact:
     except (KeyError, TypeError, ValueError) as err:
         raise TileLabArtifactError(f"{path} is damaged: bad or missing field in "
                                    f"{_META}: {err}") from None
+
+
+def _check_members(path: str, zf: zipfile.ZipFile) -> None:
+    """Refuse what would cost memory or fail later: too many members, a member larger than
+    its limit (judged by the sizes the headers declare; reading never goes past them),
+    and encrypted members (a kernel file is never encrypted)."""
+    infos = zf.infolist()
+    if len(infos) > _MAX_MEMBERS:
+        raise TileLabArtifactError(f"{path} is not a tilelab kernel file ({len(infos)} members)")
+    for info in infos:
+        if info.flag_bits & 0x1:
+            raise TileLabArtifactError(f"{path} is not a tilelab kernel file: {info.filename} "
+                                       "is encrypted")
+        limit = _LIMITS.get(info.filename)
+        if limit is not None and info.file_size > limit:
+            raise TileLabArtifactError(
+                f"{path} is damaged or not a tilelab kernel file: {info.filename} would "
+                f"unpack to {info.file_size} bytes (at most {limit} are expected)")
+
+
+def _depth(text: str) -> int:
+    """The deepest nesting of brackets in JSON text (strings skipped), without recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _parse_json(text: str, what: str):
+    """JSON from a kernel file, refusing nesting no tilelab writes (it would exhaust
+    Python's recursion)."""
+    if _depth(text) > _MAX_DEPTH:
+        raise ValueError(f"{what} is nested more than {_MAX_DEPTH} levels deep")
+    return json.loads(text)
 
 
 def load(path):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tvm import tirx
 
+from ...passes.check_bounds import MARKER, CheckAccesses
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
@@ -27,6 +28,7 @@ def passes(program, vectorize: bool = True) -> list:
     return [
         CheckFragmentReads(program.buffer_locations),  # fragments read before written?
         LowerTileOpsToLoops,              # each tile op -> the loop nest that defines it
+        CheckAccesses(_where(program)),   # out-of-bounds accesses, division by zero: errors
         KernelToCPULoops(program.has_atomics),  # blocks -> a parallel loop over the cores
         T.StmtSimplify(),                 # drop bounds checks that always hold
         T.FlattenBuffer(),                # n-d buffers -> 1-d arrays
@@ -42,6 +44,12 @@ def passes(program, vectorize: bool = True) -> list:
         T.MakePackedAPI(),                # the calling convention TVM's runtime uses
         T.BF16StorageLegalize(),
     ]
+
+
+def _where(program) -> str:
+    """The kernel's definition, for checks of accesses that carry no line of their own."""
+    location = program.source.location(program.source.node)
+    return f"{location.filename}|{location.line}|{location.col}"
 
 
 def host_target():
@@ -79,7 +87,25 @@ class CPURunner:
     def __call__(self, *arrays) -> None:
         import tvm_ffi
 
-        self.function(*(tvm_ffi.from_dlpack(a) for a in arrays))
+        try:
+            self.function(*(tvm_ffi.from_dlpack(a) for a in arrays))
+        except Exception as err:  # noqa: BLE001 - only our own checks' reports are converted
+            report = next((line for line in str(err).splitlines() if MARKER in line), None)
+            if report is None:
+                raise
+            raise _check_error(report) from None
+
+
+def _check_error(report: str):
+    """The TileLabError of a failed access check: `tilelab-check|file|line|col|message`."""
+    from ...errors import SourceLocation, TileLabError
+
+    _, filename, line, col, message = report[report.index(MARKER):].split("|", 4)
+    location = SourceLocation(filename, int(line), int(col))
+    hint = "the kernel skipped this statement; " + (
+        "fix the index or its guard (TILELAB_CHECK_BOUNDS=0 turns bounds checks off)"
+        if message.startswith("index") else "guard the division")
+    return TileLabError(message, location, hint=hint)
 
 
 class CPUBackend(Backend):
@@ -92,8 +118,11 @@ class CPUBackend(Backend):
 
         from tvm.target import codegen
 
-        # CPU code is built for this machine's processor
-        return f"cpu:{platform.machine()}:{codegen.llvm_get_system_cpu()}"
+        from ...passes.check_bounds import bounds_checks_enabled
+
+        # CPU code is built for this machine's processor, with or without bounds checks
+        return (f"cpu:{platform.machine()}:{codegen.llvm_get_system_cpu()}:"
+                f"checks={bounds_checks_enabled()}")
 
     def build(self, mod, program, target: str, configs: dict, trace):
         vectorize = not configs.get("tl.disable_vectorize", False)

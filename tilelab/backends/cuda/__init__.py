@@ -166,18 +166,54 @@ def launch_config(device_mod) -> dict:
             hint="write each `with T.Kernel` block as its own @T.prim_func and call them in turn")
     gv, func = kernels[0]
     name = str(gv.name_hint)
-    smem = [0]
+    smem = {"shared.dyn": 0, "shared": 0}
 
     def visit(node):
-        if isinstance(node, tirx.AllocBuffer) and node.buffer.scope() == "shared.dyn":
+        if isinstance(node, tirx.AllocBuffer) and node.buffer.scope() in smem:
             # a lone tile may have been given a vector type (float32x4) by StorageRewrite
             base, _, lanes = str(node.buffer.dtype).partition("x")
-            smem[0] += math.prod(int(s) for s in node.buffer.shape) * \
+            smem[node.buffer.scope()] += math.prod(int(s) for s in node.buffer.shape) * \
                 itemsize(base) * int(lanes or 1)
 
     walk(func.body, tirx.AllocBuffer, visit)  # after merging: the one dynamic allocation
     params = [str(p.name) for p in func.params if not is_buffer(p)]
-    return {"kernel_name": name, "dynamic_smem": smem[0], "param_names": params}
+    return {"kernel_name": name, "dynamic_smem": smem["shared.dyn"],
+            "static_smem": smem["shared"], "param_names": params}
+
+
+# Shared memory one block may use (KB, with the opt-in for more than 48 KB), by architecture.
+SHARED_KB = {"sm_70": 96, "sm_72": 96, "sm_75": 64, "sm_80": 163, "sm_86": 99, "sm_87": 163,
+             "sm_89": 99, "sm_90": 227, "sm_100": 227, "sm_101": 227, "sm_103": 227,
+             "sm_110": 227, "sm_120": 99, "sm_121": 99}
+
+
+def shared_memory_limit(arch: str) -> int | None:
+    """Bytes of shared memory a block may use on `arch` (`sm_90a` reads as `sm_90`)."""
+    kb = SHARED_KB.get(arch.rstrip("af"))
+    return None if kb is None else kb * 1024
+
+
+def check_shared_memory(program, nbytes: int, arch: str) -> None:
+    """A block that needs more shared memory than `arch` has would fail at launch: say so
+    now, before nvcc, at the line of the kernel's largest shared tile."""
+    from ...ir.dtypes import itemsize
+    from ...ir.visit import walk
+
+    limit = shared_memory_limit(arch)
+    if limit is None or nbytes <= limit:
+        return
+    tiles = []
+    walk(program.func.body, tirx.AllocBuffer, lambda node: tiles.append(node.buffer)
+         if node.buffer.scope().startswith("shared") else None)
+    largest = max(tiles, key=lambda b: math.prod(int(s) for s in b.shape) *
+                  itemsize(str(b.dtype)), default=None)
+    where = program.buffer_locations.get(str(largest.name)) if largest is not None else None
+    raise TileLabCompileError(
+        f"{program.name} needs {nbytes / 1024:.1f} KB of shared memory per block; an {arch} "
+        f"block has at most {limit // 1024} KB",
+        where or program.source.location(program.source.node),
+        hint="use smaller tiles or fewer pipeline stages (num_stages), or compile for a GPU "
+             "with more shared memory")
 
 
 # ---------------------------------------------------------------- from the source to a kernel
@@ -185,10 +221,17 @@ def launch_config(device_mod) -> dict:
 
 def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
     """nvcc the generated source; record code, resources and the launch configuration."""
+    if recorder.device_module is None:  # TVM removed a device function with no effect
+        raise TileLabCompileError(
+            f"{program.name} has no effect on the GPU: it writes no tensor and prints "
+            "nothing, so no GPU code is left to run",
+            program.source.location(program.source.node),
+            hint="copy a result into one of the kernel's tensors (T.copy(tile, Out[...]))")
+    config = launch_config(recorder.device_module)
+    check_shared_memory(program, config["dynamic_smem"] + config["static_smem"], arch)
     source = cuda_source(executable)
     fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
     compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
-    config = launch_config(recorder.device_module)
     names = [str(b.name) for b in program.func.params]
     order = []
     for pname in config["param_names"]:
