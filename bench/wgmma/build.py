@@ -1,7 +1,8 @@
-"""Builds the .hopper kernels (run from /work/wt/hopper: PYTHONPATH=$PWD python .../build.py).
+"""Builds the wgmma check kernels here: PYTHONPATH=$PWD python bench/wgmma/build.py.
 
 Compiles for cuda:sm_90a without a GPU and exports each kernel; writes manifest.json
-for check.py. Not part of the repository (.hopper is git-ignored).
+for check.py (run on the GPU from the folder the kernels are in; the run of 2026-12-01
+used .hopper/, results in bench/results/wgmma_h200.json).
 """
 import json
 import os
