@@ -362,6 +362,24 @@ def test_shared_tiles_that_meet_in_one_statement_get_their_own_bytes():
     torch.testing.assert_close(transpose_through_shared(a), a.T.contiguous())  # the CPU too
 
 
+def test_copies_to_and_from_part_of_a_fragment_compile_and_run_on_the_cpu():
+    """The CUDA lowering copies only the region (it once copied the whole fragment,
+    writing past the shared tile); the CPU backend agrees with torch."""
+    from tests.kernels import fragment_regions as k
+
+    for kernel, expected in ((k.fragment_region_to_shared, k.expected_to_shared),
+                             (k.fragment_regions_between_fragments,
+                              k.expected_between_fragments)):
+        compiled = kernel.compile(M=100, N=77, target="cuda:sm_90a")
+        assert compiled.launch["dynamic_smem"] <= 2 * 32 * 32 * 4
+        a = torch.randn(100, 77)
+        torch.testing.assert_close(kernel(a), expected(a))
+    cuda = k.fragment_region_to_shared.compile(M=100, N=77, target="cuda:sm_90a").trace.code[
+        "cuda"]
+    # thread t keeps row t // 4 of the fragment: only rows 4..27 (threads 16..111) store
+    assert "(16 <= ((int)threadIdx.x)) && (((int)threadIdx.x) < 112)" in cuda, cuda
+
+
 @tilelab.jit
 def ignores_its_second_input(X, Unused):
     N = T.const("N")

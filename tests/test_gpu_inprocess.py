@@ -87,6 +87,19 @@ def test_transpose_through_two_shared_tiles():
         torch.testing.assert_close(transpose_through_shared(a), a.T.contiguous())
 
 
+def test_copies_to_and_from_part_of_a_fragment():
+    import torch
+
+    from tests.kernels import fragment_regions as k
+
+    for seed, shape in enumerate([(100, 77), (64, 64), (33, 129)]):
+        torch.manual_seed(seed)
+        a = torch.randn(*shape, device="cuda")
+        torch.testing.assert_close(k.fragment_region_to_shared(a), k.expected_to_shared(a))
+        torch.testing.assert_close(k.fragment_regions_between_fragments(a),
+                                   k.expected_between_fragments(a))
+
+
 # ---------------------------------------------------------------- the notebook on the GPU
 
 

@@ -104,6 +104,20 @@ def test_parse_counts_records_past_the_print_limit_from_the_summary():
     assert len(run.reports) == 1 and run.count == 500
 
 
+def test_driver_entry_point_probes_are_not_kernel_errors():
+    """PyTorch asks the driver for entry points it may lack; memcheck reports each call."""
+    probe = ('========= Program hit CUDA_ERROR_NOT_FOUND (error 500) due to "named symbol not '
+             'found" on CUDA API call to cuGetProcAddress_v2.\n'
+             "=========     Saved host backtrace up to driver entry point at error\n"
+             "=========         Host Frame: [0x2f1a3] in libcuda.so.1\n=========\n")
+    text = (probe * 2 + "@@tilelab-sanitize kernel k\n" + probe
+            + "========= Invalid __shared__ write of size 16 bytes\n"
+            "=========     at k+0x10 in k.cu:3\n=========\n@@tilelab-sanitize done\n"
+            "========= ERROR SUMMARY: 4 errors\n")
+    run = sanitize.parse(text, "memcheck")
+    assert run.probes == 3 and run.count == 1 and run.by_kernel() == {"k": 1}
+
+
 def test_a_child_that_stops_early_is_not_finished():
     run = sanitize.parse("@@tilelab-sanitize kernel gemm\nSegmentation fault\n", "memcheck")
     assert not run.finished and run.started == ["gemm"] and run.count == 0

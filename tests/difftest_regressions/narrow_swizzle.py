@@ -1,5 +1,7 @@
 # Found by difftest (seed 1, an earlier generator), shrunk by hand to this recipe.
 # Symptom (compile_error on cuda): TileLabCompileError: compiling difftest_1_21 for cuda:sm_90a failed after tilelab.InferLayouts: 'Layout' object has no attribute 'column'
+# Then (H200, 2026-12-01): wrong values and an out-of-bounds shared write - a copy from a
+# fragment sub-region was lowered as if the whole fragment were copied (fixed: region_map).
 # tests/test_difftest.py runs it on the CPU, and on CUDA when a GPU is present.
 """difftest program 21 of seed 1 (tilelab.testing.generator)."""
 
@@ -19,5 +21,3 @@ def make():
             T.copy(f0[4:53, 3:8], s1[1:50, 3:8])
             T.copy(s1, Y1[by * 64, bx * 8])
     return difftest_1_21
-
-KNOWN_BUG = {'cuda': 'wrong results on the H200 (2026-12-01, after the op-registry merge): a 16-bit shared tile too narrow to swizzle, written from a fragment'}

@@ -20,5 +20,3 @@ def make():
                 s1[i, j] = s0[j, i]
             T.copy(s1, Y0[bx * 32, by * 32])
     return difftest_0_9001
-
-KNOWN_CRASH = {'cuda': 'illegal memory access on the H200 (2026-12-01); the course form of this transpose (tests/kernels/transpose_shared.py) passes there'}

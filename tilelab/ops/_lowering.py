@@ -69,15 +69,40 @@ def index_map(region: Region):
     return indices
 
 
-def squeezed_map(frag_shape, region: Region):
-    """Map a fragment element's index to the memory region it is copied to or from.
+def is_whole(region: Region) -> bool:
+    return all(_const_int(s) == 0 and _const_int(e) == int(n)
+               for s, e, n in zip(region.starts, region.extents, region.buffer.shape))
 
-    Unit dimensions on either side do not count: a (1, N) fragment matches
+
+def region_map(region: Region, mem: Region):
+    """How a fragment element meets the other side of a copy.
+
+    Returns `at(element)`, the index on the other side, and `inside(element)`, the
+    conditions that the element lies in the fragment's copied region (none for a whole
+    fragment). Unit dimensions on either side do not count: a (1, N) fragment matches
     `Y[row, 0:N]`, and a (64, 64) tile matches `Q[b, h, 0:64, 0:64]`.
     """
-    free = [d for d, s in enumerate(frag_shape) if s != 1]
-    region_at = index_map(region)
-    return lambda element: region_at([element[d] for d in free])
+    free = [d for d, e in enumerate(region.extents) if _const_int(e) != 1]
+    mem_at = index_map(mem)
+
+    def offset(element, d):
+        start = region.starts[d]
+        return element[d] if _const_int(start) == 0 else element[d] - start
+
+    def at(element):
+        return mem_at([offset(element, d) for d in free])
+
+    def inside(element):
+        conds = []
+        for d, (start, extent, size) in enumerate(
+                zip(region.starts, region.extents, region.buffer.shape)):
+            if _const_int(start) == 0 and _const_int(extent) == int(size):
+                continue
+            conds += [tirx.LE(to_expr(start), element[d]),
+                      tirx.LT(element[d], to_expr(start + extent))]
+        return [simplify(c) for c in conds]
+
+    return at, inside
 
 
 def unravel(flat, extents):

@@ -28,8 +28,8 @@ from ._lowering import (
     in_bounds,
     index_map,
     is_fragment,
+    region_map,
     seq,
-    squeezed_map,
     unravel,
 )
 from ._operands import resolve_pair
@@ -114,7 +114,7 @@ def atomic_threads(ctx, dst: Region, src):
         frag = ctx.layout_of(src.buffer)
         elements = thread_elements(frag)
         rank = len(frag.shape)
-        dst_at = squeezed_map(frag.shape, dst)
+        dst_at, inside = region_map(src, dst)
         stmts = []
         for reg in range(frag.local_size):
             if all(elements[t][reg] is None for t in range(frag.threads)):
@@ -122,7 +122,7 @@ def atomic_threads(ctx, dst: Region, src):
             index = ctx.inverse(frag, reg)
             di = dst_at(index[:rank])
             value = to_expr(tirx.BufferLoad(ctx.local(src.buffer), [reg]), dst.dtype)
-            conds = in_bounds(dst, di)
+            conds = inside(index[:rank]) + in_bounds(dst, di)
             if frag.replicate > 1:
                 conds.append(tirx.EQ(index[rank], 0))
             stmts.append(ctx.only_if_valid(frag, reg, guard(conds, extern(

@@ -36,9 +36,10 @@ from ._lowering import (
     in_bounds,
     index_map,
     is_fragment,
+    is_whole,
+    region_map,
     seq,
     simplify,
-    squeezed_map,
     unravel,
     vector_width,
 )
@@ -113,45 +114,56 @@ def lower_threads(call, ctx):
     src, dst = regions(call)
     fs, fd = is_fragment(src.buffer), is_fragment(dst.buffer)
     if fs and fd:
-        return fragment_to_fragment(ctx, src.buffer, dst.buffer)
+        return fragment_to_fragment(ctx, src, dst)
     if fs or fd:
         return fragment_memory(ctx, src, dst)
     return cooperative(ctx, src, dst, bool(config(call).get("asynchronous")))
 
 
-def fragment_to_fragment(ctx, src, dst):
-    """Same layout: each thread copies its registers. Different layouts: the tile goes
-    through a shared-memory scratch tile (TVM's ThreadSync adds the barrier)."""
-    a, b = ctx.layout_of(src), ctx.layout_of(dst)
+def fragment_to_fragment(ctx, src: Region, dst: Region):
+    """Whole fragments of one layout: each thread copies its registers. Otherwise (other
+    layouts, or sub-regions) the elements go through a shared-memory scratch tile of the
+    copied region's shape (TVM's ThreadSync adds the barrier)."""
+    a, b = ctx.layout_of(src.buffer), ctx.layout_of(dst.buffer)
     reg = tirx.Var("reg", "int32")
-    if a.same_as(b):
-        value = to_expr(tirx.BufferLoad(ctx.local(src), [reg]), str(dst.dtype))
+    whole = is_whole(src) and is_whole(dst)
+    if whole and a.same_as(b):
+        value = to_expr(tirx.BufferLoad(ctx.local(src.buffer), [reg]), dst.dtype)
         return tirx.For(reg, 0, a.local_size, tirx.ForKind.UNROLLED,
-                        tirx.BufferStore(ctx.local(dst), value, [reg]))
-    scratch = tirx.decl_buffer(a.shape, dst.dtype, name=f"{src.name}_to_{dst.name}",
+                        tirx.BufferStore(ctx.local(dst.buffer), value, [reg]))
+    shape = [int(_const_int(e)) for e in src.squeezed_extents()] or [1]
+    scratch = tirx.decl_buffer(shape, dst.dtype, name=f"{src.buffer.name}_to_{dst.buffer.name}",
                                scope="shared.dyn")
     ctx.scratch.append(scratch)
-    rank = len(a.shape)
+    middle = Region.whole(scratch)
     stmts = []
-    for frag, is_src in ((a, True), (b, False)):
+    for frag, region, is_src in ((a, src, True), (b, dst, False)):
+        to_scratch, inside = region_map(region, middle)
         for r in range(frag.local_size):
             index = ctx.inverse(frag, r)
+            element = index[:len(frag.shape)]
+            at = [simplify(e) for e in to_scratch(element)]
             if is_src:
-                value = to_expr(tirx.BufferLoad(ctx.local(src), [r]), str(dst.dtype))
-                stmt = tirx.BufferStore(scratch, value, index[:rank])
+                value = to_expr(tirx.BufferLoad(ctx.local(src.buffer), [r]), dst.dtype)
+                conds = inside(element)
                 if frag.replicate > 1:
-                    stmt = tirx.IfThenElse(tirx.EQ(index[rank], 0), stmt, None)
+                    conds.append(tirx.EQ(index[-1], 0))
+                stmt = guard(conds, tirx.BufferStore(scratch, value, at))
             else:
-                stmt = tirx.BufferStore(ctx.local(dst),
-                                        tirx.BufferLoad(scratch, index[:rank]), [r])
+                stmt = guard(inside(element), tirx.BufferStore(
+                    ctx.local(dst.buffer), tirx.BufferLoad(scratch, at), [r]))
             stmts.append(ctx.only_if_valid(frag, r, stmt))
     return seq(stmts)
 
 
-def _consecutive(elements, v: int) -> bool:
+def _consecutive(elements, v: int, aligned_start: bool = False) -> bool:
+    """Do registers reg..reg+v-1 hold consecutive elements of the last dimension (starting
+    at a multiple of v, if `aligned_start`), for every thread?"""
     for per_thread in elements:
         for reg in range(0, len(per_thread), v):
             first = per_thread[reg]
+            if aligned_start and first is not None and first[-1] % v:
+                return False
             for k in range(1, v):
                 e = per_thread[reg + k] if reg + k < len(per_thread) else None
                 if first is None or e is None or e[:-1] != first[:-1] or e[-1] != first[-1] + k:
@@ -167,15 +179,19 @@ def fragment_memory(ctx, src: Region, dst: Region):
     local = ctx.local(frag_region.buffer)
     elements = thread_elements(frag)
     rank = len(frag.shape)
-    mem_at = squeezed_map(frag.shape, mem)
+    mem_at, inside = region_map(frag_region, mem)
     # registers reg..reg+v-1 hold consecutive elements of the last dimension?
     nbytes = max(itemsize(src.dtype), itemsize(dst.dtype))
     v = vector_width(nbytes, frag.local_size, frag.shape[-1])
     if mem.scope == "global":
         v = vector_width(nbytes, v, int(mem.buffer.shape[-1]))
-    if not aligned(mem.starts[-1], v):
+    # a region that cuts the last dimension: a vector lies wholly inside it or outside
+    cut = _const_int(frag_region.extents[-1]) != frag.shape[-1]
+    if cut:
+        v = vector_width(nbytes, v, int(_const_int(frag_region.extents[-1])))
+    if not (aligned(mem.starts[-1], v) and aligned(frag_region.starts[-1], v)):
         v = 1
-    while v > 1 and not _consecutive(elements, v):
+    while v > 1 and not _consecutive(elements, v, aligned_start=cut):
         v //= 2
     stmts = []
     vv = tirx.Var("v", "int32")
@@ -191,7 +207,7 @@ def fragment_memory(ctx, src: Region, dst: Region):
         if to_memory:
             value = to_expr(tirx.BufferLoad(local, [loc]), mem.dtype)
             stmt = tirx.BufferStore(mem.buffer, value, mem_index)
-            conds = in_bounds(mem, mem_at(element))
+            conds = inside(element) + in_bounds(mem, mem_at(element))
             if frag.replicate > 1:
                 conds.append(tirx.EQ(rep, 0))
             stmt = guard(conds, stmt)
@@ -200,7 +216,7 @@ def fragment_memory(ctx, src: Region, dst: Region):
             ok = all_of(in_bounds(mem, mem_at(element)))
             if ok is not None:
                 value = tirx.if_then_else(ok, value, to_expr(0, str(local.dtype)))
-            stmt = tirx.BufferStore(local, value, [loc])
+            stmt = guard(inside(element), tirx.BufferStore(local, value, [loc]))
         if v > 1:
             stmt = tirx.For(vv, 0, v, tirx.ForKind.VECTORIZED, stmt)
         stmts.append(ctx.only_if_valid(frag, reg, stmt))

@@ -113,10 +113,20 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}"
 
 
+# An illegal memory access leaves a process's CUDA context unusable: every later launch
+# fails with the same error. After one, this process checks programs in fresh child
+# processes (`--one`), so that each is judged on its own.
+_CONTEXT_LOST = False
+
+
 def check_program(p: Program, target: str, workdir: Path, module_path: Path | None = None,
                   attempt: int = 0) -> Outcome:
     """Compile `p` for both backends, run what this machine can, compare."""
+    global _CONTEXT_LOST
     import tilelab
+
+    if target == "cuda" and _CONTEXT_LOST:
+        return _check_in_child(p, module_path)
 
     if module_path is None:
         module_path = workdir / f"{p.name}_{attempt}.py"
@@ -148,11 +158,39 @@ def check_program(p: Program, target: str, workdir: Path, module_path: Path | No
             kernels["cuda"](*gpu.values())
             torch.cuda.synchronize()
         except Exception as err:  # noqa: BLE001
+            _CONTEXT_LOST = True
             return Outcome("mismatch", "crashed: " + _first_line(err), "cuda")
         message = compare(p, gpu, {k: cpu[k] for k in expected}, "CUDA vs CPU backend")
         if message:
             return Outcome("mismatch", message, "cuda")
     return Outcome("ok")
+
+
+def _check_in_child(p: Program, module_path: Path | None) -> Outcome:
+    import json
+    import subprocess
+
+    command = [sys.executable, "-m", "tilelab.testing.difftest", "--one", p.to_json()]
+    if module_path is not None:
+        command += ["--module", str(module_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return Outcome("mismatch", f"crashed: the checking process failed: {tail}", "cuda")
+    return Outcome(**json.loads(lines[-1]))
+
+
+def _one(program_json: str, module: str | None) -> int:
+    """Child mode: check one program on CUDA in this fresh process; print the outcome."""
+    import json
+
+    with tempfile.TemporaryDirectory(prefix="tilelab-difftest-") as tmp:
+        outcome = check_program(Program.from_json(program_json), "cuda", Path(tmp),
+                                module_path=Path(module) if module else None)
+    print(json.dumps({"status": outcome.status, "message": outcome.message,
+                      "where": outcome.where}))
+    return 0
 
 
 # ---------------------------------------------------------------- shrinking
@@ -325,7 +363,11 @@ def main(argv=None) -> int:
     parser.add_argument("--save", type=Path, help="write shrunk failures here as regression tests")
     parser.add_argument("--shrink-seconds", type=float, default=180.0,
                         help="time allowed to shrink each failure (0: do not shrink)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # child mode: a program as JSON
+    parser.add_argument("--module", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one:
+        return _one(args.one, args.module)
 
     cache = tempfile.TemporaryDirectory(prefix="tilelab-difftest-cache-")
     _init_worker(cache.name)

@@ -97,6 +97,10 @@ _NOT_A_REPORT = re.compile(
     r"^(COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|LEAK SUMMARY|Target application "
     r"returned|Saved host backtrace|Internal Sanitizer Error|This tool is deprecated)")
 _SUMMARY = re.compile(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:errors?|hazards? displayed)")
+# Not a kernel's fault: PyTorch and the CUDA runtime ask the driver for entry points it may
+# not have (cuGetProcAddress answers "named symbol not found" by design); memcheck reports
+# each such call as an API error. They are counted apart and do not fail the run.
+_HOST_PROBE = re.compile(r"Program hit \S+ .* on CUDA API call to cuGetProcAddress")
 
 
 @dataclass
@@ -122,13 +126,14 @@ class ToolRun:
     tool: str
     reports: list = field(default_factory=list)
     summary_total: int = 0  # what the sanitizer's summary lines add up to
+    probes: int = 0  # driver entry-point probes (_HOST_PROBE), not kernel errors
     started: list = field(default_factory=list)  # kernels the child began
     failed: dict = field(default_factory=dict)  # kernel -> the child's error line
     finished: bool = False  # the child reached its end
 
     @property
     def count(self) -> int:
-        return max(len(self.reports), self.summary_total)
+        return max(len(self.reports), self.summary_total - self.probes)
 
     def by_kernel(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -177,6 +182,10 @@ def parse(output: str, tool: str) -> ToolRun:
             current.text.append(body.rstrip())
             continue
         if body.startswith(" ") or _NOT_A_REPORT.match(body):
+            current = None
+            continue
+        if _HOST_PROBE.match(body):
+            run.probes += 1
             current = None
             continue
         current = Report(kernel, [body.rstrip()])
@@ -280,6 +289,7 @@ def run_tool(tool: str, kernels: dict, sanitizer: str, timeout: float) -> ToolRu
             print(f"    the child stopped early; its last lines:\n    {tail}")
         merged.reports += run.reports
         merged.summary_total += run.summary_total
+        merged.probes += run.probes
         merged.started += run.started
         merged.failed.update(run.failed)
         merged.finished &= run.finished
@@ -331,6 +341,8 @@ def main(argv=None) -> int:
             print(f"    {kernel}: {n} report(s); first: {first.title} {first.where}")
         for kernel, message in run.failed.items():
             print(f"    {kernel}: did not finish: {message}")
+        if run.probes:
+            print(f"    ({run.probes} driver entry-point probes by the host, not counted)")
         problems += len(run.failed) + (not run.finished)
     summary = ", ".join(f"{tool} {counts[tool]}" for tool in tools)
     print(f"sanitize: {summary} reports ({total} kernels"

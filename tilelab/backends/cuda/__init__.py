@@ -26,6 +26,7 @@ from ...passes.insert_barriers import InsertBarriers
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
+from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
 from . import nvcc
 
@@ -59,8 +60,10 @@ def passes(program, on_plan, pipelines: list, vectorize: bool = True,
         T.CommonSubexprElim(),
         T.VerifyMemory(),
         T.AnnotateEntryFunc(),
+        HideUniformBranches,                       # `if bx ...`: barriers may go inside
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
+        RestoreUniformBranches,
         SeparateSharedLifetimes,                   # tiles that meet in a statement stay apart
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,

@@ -1,0 +1,76 @@
+"""Copies to and from part of a fragment (a regression: the CUDA lowering once copied the
+whole fragment, ignoring the region - wrong values and writes past a shared tile)."""
+
+import tilelab
+import tilelab.language as T
+
+
+@tilelab.jit
+def fragment_region_to_shared(A, block: int = 32):
+    """Per tile: B[0:24, 16:32] = A[4:28, 8:24], the rest of the tile zero."""
+    M, N = T.const("M"), T.const("N")
+    A: T.Tensor((M, N), T.float32)
+    B = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=128) as (bx, by):
+        whole = T.alloc_fragment((block, block), T.float32)
+        tile = T.alloc_shared((block, block), T.float32)
+        T.copy(A[by * block, bx * block], whole)
+        T.clear(tile)
+        T.copy(whole[4:28, 8:24], tile[0:24, 16:32])
+        T.copy(tile, B[by * block, bx * block])
+    return B
+
+
+@tilelab.jit
+def fragment_regions_between_fragments(A, block: int = 32):
+    """Per tile: a (16, 16) fragment takes A[8:24, 0:16] of the tile and goes back into a
+    cleared (32, 32) fragment at [16:32, 16:32]; also global -> part of a fragment."""
+    M, N = T.const("M"), T.const("N")
+    A: T.Tensor((M, N), T.float32)
+    B = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=64) as (bx, by):
+        whole = T.alloc_fragment((block, block), T.float32)
+        part = T.alloc_fragment((16, 16), T.float32)
+        out = T.alloc_fragment((block, block), T.float32)
+        T.copy(A[by * block, bx * block], whole)
+        T.copy(whole[8:24, 0:16], part)
+        T.clear(out)
+        T.copy(part, out[16:32, 16:32])
+        T.copy(A[by * block, bx * block], out[0:8, 0:32])
+        T.copy(out, B[by * block, bx * block])
+    return B
+
+
+def tiles(a, block: int = 32):
+    """`a` zero-padded to whole tiles, as (tiles_m, tiles_n, block, block)."""
+    import torch
+
+    m, n = a.shape
+    pm, pn = -(-m // block) * block, -(-n // block) * block
+    padded = torch.zeros(pm, pn, dtype=a.dtype, device=a.device)
+    padded[:m, :n] = a
+    return padded.reshape(pm // block, block, pn // block, block).permute(0, 2, 1, 3)
+
+
+def untile(t, shape):
+    tm, tn, b, _ = t.shape
+    return t.permute(0, 2, 1, 3).reshape(tm * b, tn * b)[: shape[0], : shape[1]]
+
+
+def expected_to_shared(a):
+    import torch
+
+    t = tiles(a)
+    out = torch.zeros_like(t)
+    out[:, :, 0:24, 16:32] = t[:, :, 4:28, 8:24]
+    return untile(out, a.shape)
+
+
+def expected_between_fragments(a):
+    import torch
+
+    t = tiles(a)
+    out = torch.zeros_like(t)
+    out[:, :, 16:32, 16:32] = t[:, :, 8:24, 0:16]
+    out[:, :, 0:8, :] = t[:, :, 0:8, :]
+    return untile(out, a.shape)

@@ -1,0 +1,92 @@
+"""Let TVM's barrier pass see that a branch is taken by the whole block.
+
+`if bx % 2 == 0:` around a `T.Parallel` loop is a branch every thread of a
+block takes the same way: its condition depends on block indices only. A
+barrier inside it is legal CUDA. TVM's ThreadSync pass cannot tell: it refuses
+to put a barrier inside any `if` ("Cannot insert syncs inside condition"), and
+it wants one there more often than needed, because it treats all dynamic shared
+tiles as one buffer (they are merged later) and so sees a loop that reads one
+tile and writes another as racing with itself.
+
+`HideUniformBranches` rewrites such a branch, before ThreadSync, as a loop that
+runs once or not at all (`for _ in range(select(cond, 1, 0))`), which ThreadSync
+handles like any loop; `RestoreUniformBranches`, right after it, turns the loop
+back into the `if`, keeping the barriers ThreadSync put inside. Branches whose
+condition depends on a thread index or on data are left alone.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from ..ir.visit import rewrite, walk
+
+ANNOTATION = "tilelab.uniform_branch"
+
+
+def _block_uniform_vars(func) -> list:
+    """Variables with one value per block: block indices, scalar parameters, and lets
+    (in program order) whose values use only those."""
+    uniform = [p for p in func.params if str(p.dtype) != "handle"]
+
+    def note(node):
+        if isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
+            iv = node.node
+            if str(iv.thread_tag).startswith("blockIdx"):
+                uniform.append(iv.var)
+        elif isinstance(node, tirx.Bind | tirx.LetStmt) and _uses_only(node.value, uniform):
+            uniform.append(node.var)
+
+    walk(func.body, tirx.Stmt, note)
+    return uniform
+
+
+def _uses_only(expr, allowed: list) -> bool:
+    used = []
+    walk(expr, tirx.Var, used.append)
+    return all(any(v.same_as(a) for a in allowed) for v in used)
+
+
+def _touches_shared(stmt) -> bool:
+    found = []
+
+    def visit(node):
+        buffer = node.buffer if isinstance(node, tirx.BufferStore) else node.source
+        if buffer.scope().startswith("shared"):
+            found.append(buffer)
+
+    walk(stmt, tirx.BufferStore, visit)
+    walk(stmt, tvm.ir.TensorLoad, visit)
+    return bool(found)
+
+
+def _once_if(cond, body):
+    extent = tirx.Select(cond, tirx.const(1, "int32"), tirx.const(0, "int32"))
+    return tirx.For(tirx.Var("uniform", "int32"), tirx.const(0, "int32"), extent,
+                    tirx.ForKind.SERIAL, body, annotations={ANNOTATION: tirx.const(1, "int32")})
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.HideUniformBranches")
+def HideUniformBranches(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
+    uniform = _block_uniform_vars(func)
+
+    def hide(branch):
+        if not (_uses_only(branch.condition, uniform) and _touches_shared(branch)):
+            return branch
+        loops = [_once_if(branch.condition, branch.then_case)]
+        if branch.else_case is not None:
+            loops.append(_once_if(tirx.Not(branch.condition), branch.else_case))
+        return loops[0] if len(loops) == 1 else tirx.SeqStmt(loops)
+
+    return func.with_body(rewrite(func.body, tirx.IfThenElse, hide))
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.RestoreUniformBranches")
+def RestoreUniformBranches(func, mod, ctx):  # noqa: N802
+    def restore(loop):
+        if ANNOTATION not in loop.annotations:
+            return loop
+        return tirx.IfThenElse(loop.extent.condition, loop.body, None)
+
+    return func.with_body(rewrite(func.body, tirx.For, restore))
