@@ -15,7 +15,9 @@ So inference runs by priority:
    their neighbours until nothing changes;
 3. a fragment still free gets a default (block-cyclic, vectorized where the
    size allows; fully replicated when it is too small to share), and step 2
-   runs again.
+   runs again. The largest free fragment goes first: tiles decide, and the
+   row and column vectors reduced from them follow (a vector given a default
+   first could not be the result of reducing a tile).
 
 Finally every parallel loop is checked: each fragment it reads or writes must
 be held by the thread that runs the iteration. If not, the error names the
@@ -96,6 +98,13 @@ def _is_fragment(buffer) -> bool:
 
 def _shape(buffer) -> tuple:
     return tuple(int(s) for s in buffer.shape)
+
+
+def _elements(buffer) -> int:
+    total = 1
+    for s in _shape(buffer):
+        total *= s
+    return total
 
 
 def default_fragment(shape, threads: int, dtype_bits: int) -> Fragment:
@@ -207,7 +216,8 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
 
     # 2. known layouts spread to neighbours; 3. a fragment still free gets a default.
     propagate()
-    for name, buffer in fragments.items():
+    by_size = sorted(fragments.items(), key=lambda item: -_elements(item[1]))  # stable
+    for name, buffer in by_size:
         if name not in ctx.layouts:
             bits = as_dtype(str(buffer.dtype)).bits
             ctx.layouts[name] = default_fragment(_shape(buffer), threads, bits)
