@@ -111,8 +111,10 @@ class ThreadLowering:
                 for v in vector_vars:
                     if last.b.same_as(v):
                         last, lane = last.a, v
-                    elif last.a.same_as(v):
+                        break
+                    if last.a.same_as(v):
                         last, lane = last.b, v
+                        break
             row, col = _placed(layout, indices[-2], last)
             indices[-2:] = [row, col + lane if lane is not None else col]
             return indices
@@ -145,7 +147,7 @@ class ThreadLowering:
         item = c * self.threads + self.tx if rounds > 1 else self.tx
         stmt = body_fn(item)
         if count % self.threads:
-            stmt = tirx.IfThenElse(tirx.LT(item, count), stmt, None)
+            stmt = guard_each(tirx.LT(item, count), stmt)
         if rounds == 1:
             return stmt
         kind = tirx.ForKind.UNROLLED if rounds <= unroll_up_to else tirx.ForKind.SERIAL
@@ -157,7 +159,7 @@ class ThreadLowering:
         if all(elements[t][reg] is not None for t in range(frag.threads)):
             return stmt
         cond = simplify(frag.valid(self.tx, tirx.const(reg, "int32")))
-        return tirx.IfThenElse(cond, stmt, None)
+        return guard_each(cond, stmt)
 
     # ------------------------------------------------------------ statements
 
@@ -254,7 +256,10 @@ class ThreadLowering:
                 index = self.inverse(layout, reg)
                 mapped = self.map_fragment_accesses(body, nest, layout, reg)
                 mapped = substitute(mapped, dict(zip(nest.loop_vars, index)))
-                stmts.append(self.only_if_valid(layout, reg, self.lower(mapped)))
+                lowered = self.lower(mapped)
+                if layout.replicate > 1:  # every copy runs the iteration; one writes memory
+                    lowered = _first_copy_writes(lowered, index[len(nest.loop_vars)])
+                stmts.append(self.only_if_valid(layout, reg, lowered))
             return seq(stmts)
         finally:
             self.in_parallel = outer
@@ -265,9 +270,11 @@ class ThreadLowering:
         When every thread gets several iterations, each takes a run of `vector`
         consecutive ones (up to four 32-bit elements: one 16-byte access), marked
         vectorized; otherwise iterations go round-robin, one per thread per round.
+        A body that writes a thread's own scalar (`T.alloc_local`) is not vectorized:
+        the lanes of a vector would all write the one scalar.
         """
         total = math.prod(nest.extents)
-        vector = 4
+        vector = 1 if _writes_private(body) else 4
         while vector > 1 and (total % (self.threads * vector) or nest.extents[-1] % vector):
             vector //= 2
         vv = tirx.Var("v", "int32")
@@ -330,6 +337,51 @@ class ThreadLowering:
             if self.in_parallel and not op.in_parallel:
                 raise TileLabTypeError(f"T.{op.name} cannot be used inside a T.Parallel loop")
             return op.lowering("cuda")(stmt, self)
+
+
+def guard_each(cond, stmt):
+    """`if cond: a; b` as `if cond: a` and `if cond: b`, for a condition on thread and
+    loop indices (which the statements cannot change).
+
+    TVM's ThreadSync treats all dynamic shared tiles as one buffer, so it may want a
+    barrier between `a` and `b` (one reads a tile, the other writes another); inside
+    an `if` that depends on the thread it cannot put one, and fails. Between two
+    `if`s it can.
+    """
+    if isinstance(stmt, tirx.SeqStmt):
+        return seq([guard_each(cond, s) for s in stmt])
+    return tirx.IfThenElse(cond, stmt, None)
+
+
+def _first_copy_writes(stmt, rep):
+    """In a loop over a replicated layout, the threads holding copies of an element all
+    run its iteration: they keep their registers up to date, but only copy 0 stores to
+    shared or global memory or adds atomically (every copy adding would count it again)."""
+    first = tirx.EQ(rep, 0)
+
+    def store(node):
+        if node.buffer.scope() in ("local", "local.var"):
+            return node
+        return tirx.IfThenElse(first, node, None)
+
+    def atomic(node):
+        call = node.value
+        if isinstance(call, tvm.ir.Call) and "atomic" in str(call.args[0] if call.args else ""):
+            return tirx.IfThenElse(first, node, None)
+        return node
+
+    return rewrite(rewrite(stmt, tirx.BufferStore, store), tirx.Evaluate, atomic)
+
+
+def _writes_private(body) -> bool:
+    found = []
+
+    def visit(store):
+        if store.buffer.scope() in ("local", "local.var"):
+            found.append(store)
+
+    walk(body, tirx.BufferStore, visit)
+    return bool(found)
 
 
 # ---------------------------------------------------------------- the pass

@@ -16,6 +16,13 @@ touches the same tiles. The tiles are then all born at the marker (or earlier)
 and die at the real statement (or later), so none of them can take another's
 place. `DropLifetimeMarkers`, right after the merge, removes the markers; the
 generated code never sees them.
+
+A tile whose last access is a write (it is written and never read again: a
+result nobody uses) has the same problem in another form: the planner frees it
+after that write, the next tile takes its bytes, and its first writes race with
+the late writes of slow threads to the dead tile - no barrier orders two writes
+to different tiles. Such tiles get a marker at the end of the kernel, so their
+bytes are never reused.
 """
 
 from __future__ import annotations
@@ -62,10 +69,62 @@ def _mark(store):
     return tirx.SeqStmt([marker, store])
 
 
+def _last_written(body) -> list:
+    """Shared tiles whose last access in program order is a write (conservative in loops:
+    a read earlier in the loop body, run again after the write, is not seen)."""
+    last: dict = {}  # name -> "read" | "write"
+    tiles: dict = {}  # name -> the tile's data variable
+
+    def note(buffer, kind):
+        if _is_shared(buffer):
+            tiles[str(buffer.data)] = buffer.data
+            last[str(buffer.data)] = kind
+
+    def visit(node):
+        if isinstance(node, tirx.BufferStore):
+            for index in [node.value, *node.indices]:
+                for buffer in _loaded(index):
+                    note(buffer, "read")
+            note(node.buffer, "write")
+            return tvm_ffi.WalkResult.SKIP
+        if isinstance(node, tvm.ir.TensorLoad):
+            note(node.source, "read")
+        elif isinstance(node, tvm.ir.Call) and node.op.name == "tirx.tvm_access_ptr":
+            name = str(node.args[1])  # the tile's data variable, read (1) or written (2)
+            if name in tiles:
+                last[name] = "write" if int(node.args[4].value) == 2 else "read"
+        return None
+
+    tvm_ffi.structural_walk(body, (object, visit), order="pre")
+    return [tiles[name] for name, kind in last.items() if kind == "write"]
+
+
+def _loaded(expr) -> list:
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda load: found.append(load.source)),
+                            order="pre")
+    return found
+
+
+def _keep_to_the_end(body, tiles):
+    marker = tirx.Evaluate(tirx.call_extern("int32", MARKER, *tiles))
+
+    def at_threads(attr):
+        if attr.attr_key == "thread_extent" and str(attr.node.thread_tag) == "threadIdx.x":
+            return tirx.AttrStmt(attr.node, attr.attr_key, attr.value,
+                                 tirx.SeqStmt([attr.body, marker]))
+        return attr
+
+    return tvm_ffi.structural_map(body, (tirx.AttrStmt, at_threads), order="post")
+
+
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SeparateSharedLifetimes")
 def SeparateSharedLifetimes(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
     """Expects flat buffers (after FlattenBuffer), before MergeSharedMemoryAllocations."""
     body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, _mark), order="post")
+    dead = _last_written(body)
+    if dead:
+        body = _keep_to_the_end(body, dead)
     return func.with_body(body)
 
 

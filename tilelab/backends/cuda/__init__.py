@@ -53,6 +53,7 @@ def passes(program, on_plan, pipelines: list, vectorize: bool = True,
         T.NarrowDataType(32),
         T.StmtSimplify(),                      # drop edge guards that always hold
         T.VectorizeLoop(vectorize),            # 16-byte loads and stores (or scalar loops)
+        SeparateSharedLifetimes,               # tiles that meet in a statement stay apart
         T.StorageRewrite(),
         T.UnrollLoop(),
         T.StmtSimplify(),
@@ -64,7 +65,6 @@ def passes(program, on_plan, pipelines: list, vectorize: bool = True,
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
         RestoreUniformBranches,
-        SeparateSharedLifetimes,                   # tiles that meet in a statement stay apart
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
         T.SplitHostDevice(),
