@@ -324,9 +324,13 @@ def save(p: Program, outcome: Outcome, directory: Path) -> Path:
 # ---------------------------------------------------------------- driver
 
 
-def _init_worker(cache_dir: str):
+def _init_worker(cache_dir: str, threads: int | None = None):
     os.environ["TILELAB_CACHE_DIR"] = cache_dir
     warnings.simplefilter("ignore")
+    if threads:  # one thread per worker: J workers on J cores, not J x cores threads
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def run_one(args: tuple) -> dict:
@@ -377,8 +381,10 @@ def main(argv=None) -> int:
     if args.jobs > 1:
         import multiprocessing
 
+        for name in ("OMP_NUM_THREADS", "TVM_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")  # the workers inherit it when they start
         ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(args.jobs, initializer=_init_worker, initargs=(cache.name,)) as pool:
+        with ctx.Pool(args.jobs, initializer=_init_worker, initargs=(cache.name, 1)) as pool:
             results = list(_report(pool.imap_unordered(run_one, work), args))
     else:
         results = list(_report(map(run_one, work), args))

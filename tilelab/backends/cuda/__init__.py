@@ -24,6 +24,7 @@ from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.infer_layouts import InferLayouts
 from ...passes.insert_barriers import InsertBarriers
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
+from ...passes.pad_tiny_shared import PadTinySharedTiles
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
@@ -54,7 +55,8 @@ def passes(program, on_plan, pipelines: list, vectorize: bool = True,
         T.StmtSimplify(),                      # drop edge guards that always hold
         T.VectorizeLoop(vectorize),            # 16-byte loads and stores (or scalar loops)
         SeparateSharedLifetimes,               # tiles that meet in a statement stay apart
-        T.StorageRewrite(),
+        T.StorageRewrite(),                    # (it plans shared memory too)
+        DropLifetimeMarkers,                   # it renames tiles; the markers would go stale
         T.UnrollLoop(),
         T.StmtSimplify(),
         T.RemoveNoOp(),
@@ -65,6 +67,8 @@ def passes(program, on_plan, pipelines: list, vectorize: bool = True,
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
         RestoreUniformBranches,
+        PadTinySharedTiles,                        # the merge below loses 4-byte tiles
+        SeparateSharedLifetimes,                   # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
         T.SplitHostDevice(),
