@@ -65,6 +65,7 @@ def main(argv=None) -> int:
 
     import torch
 
+    from tilelab.kernel import Kernel
     from tilelab.runtime import launch_overhead_us, load_artifact
 
     paths = sorted(glob.glob(os.path.join(args.folder, "*.tilelab")))
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
                "correct": correct,
                "launcher_us": launch_overhead_us(launcher, (*arrays, *scalars), n=args.n)}
         if not artifact.scalar_params:
-            kernel = artifact.to_kernel()
+            kernel = Kernel.from_artifact(artifact)
             row["kernel_us"] = launch_overhead_us(kernel, inputs, n=args.n)
         results.append(row)
     a = torch.randn(1 << 16, device="cuda")

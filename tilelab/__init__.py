@@ -26,7 +26,7 @@ _LAZY = {
     "JITFunction": ("kernel", "JITFunction"),
     "PassConfigKey": ("compiler", "PassConfigKey"),
     "Trace": ("trace", "Trace"),
-    "load": ("runtime.artifact", "load"),
+    "load": ("kernel", "load"),
     "language": ("language", None),
     "profiler": ("profiler", None),
     "bench": ("benchmark", "bench"),

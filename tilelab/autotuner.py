@@ -50,7 +50,7 @@ from pathlib import Path
 from .errors import TileLabArgumentError, TileLabError
 from .errors import raised_at_the_caller as _user_error
 from .kernel import JITFunction, Kernel, _dtype_name, _freeze, _is_tensor
-from .notebook.views import AutotuneView
+from .viz.measurements import AutotuneView
 
 __all__ = ["AutoTuner", "AutotuneResult", "BuiltKernel", "autotune"]
 

@@ -25,8 +25,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .notebook.views import BenchView
 from .profiler import do_bench
+from .viz.measurements import BenchView
 
 
 @dataclass(frozen=True)

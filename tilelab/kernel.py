@@ -58,6 +58,22 @@ class Kernel:
         flags = [p.output for p in params]
         self._outputs_last = flags == sorted(flags)  # inputs first, then outputs
 
+    @classmethod
+    def from_artifact(cls, artifact) -> Kernel:
+        """The Kernel of an exported kernel file (`runtime.load_artifact`): CUDA, no TVM."""
+        from .runtime.artifact import TileLabArtifactError
+
+        if artifact.scalar_params:
+            raise TileLabArtifactError(
+                f"kernel {artifact.name} takes scalar parameters "
+                f"({', '.join(artifact.scalar_params)}), which tilelab.Kernel cannot pass yet",
+                hint="use tilelab.runtime.load_artifact(path).launcher() and call it with the "
+                     "tensors followed by the scalars")
+        kernel = cls(artifact.name, artifact.runtime_params(), artifact.launcher(), "cuda",
+                     trace=artifact.trace(), program=None)
+        kernel.config = artifact.config
+        return kernel
+
     @property
     def inputs(self):
         return [p for p in self.params if not p.output]
@@ -469,3 +485,10 @@ def lower(program_or_jit, *args, out_idx=None, target="auto", pass_configs=None,
         return program_or_jit.lower(*args, **kwargs)
     return compile(program_or_jit, out_idx=out_idx, target=target,
                    pass_configs=pass_configs).trace
+
+
+def load(path) -> Kernel:
+    """Load an exported kernel (`kernel.export(path)`) as a callable Kernel: CUDA, no TVM."""
+    from .runtime.artifact import load_artifact
+
+    return Kernel.from_artifact(load_artifact(path))

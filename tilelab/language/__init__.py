@@ -42,6 +42,7 @@ from .expr import (  # noqa: F401
     sqrt,
     tanh,
 )
+from .frontend import prim_func  # noqa: F401
 from .primitives import (  # noqa: F401
     Buffer,
     Fragment,
@@ -58,7 +59,6 @@ from .primitives import (  # noqa: F401
     const,
     empty,
     macro,
-    prim_func,
     serial,
     unroll,
     use_swizzle,
@@ -110,11 +110,12 @@ def _report_at_the_users_line():
     """
     from .. import ops
     from ..errors import raised_at_the_caller
-    from . import primitives
+    from . import frontend, primitives
 
     for name in ("alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "const",
-                 "empty", "use_swizzle", "annotate_layout", "prim_func"):
+                 "empty", "use_swizzle", "annotate_layout"):
         globals()[name] = raised_at_the_caller(getattr(primitives, name))
+    globals()["prim_func"] = raised_at_the_caller(frontend.prim_func)
     for op in ops.all_ops():
         for primitive in op.primitives:
             globals()[primitive.__name__] = raised_at_the_caller(primitive)

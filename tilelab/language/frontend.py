@@ -705,3 +705,29 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
     program.params = [p for p, _ in ordered]
     program.returned = len(outs) if has_return else None  # `return D`: D alone
     return program
+
+
+def prim_func(fn=None, **kwargs):
+    """Mark a kernel function in the factory style; it is traced right away."""
+    if fn is None:
+        return lambda f: trace_prim_func(f, enclosing=_defining_locals(f), **kwargs)
+    return trace_prim_func(fn, enclosing=_defining_locals(fn), **kwargs)
+
+
+def _defining_locals(fn) -> dict:
+    """The locals of the functions whose bodies define `fn` (the factory, and the
+    functions around it), innermost first.
+
+    A kernel's annotations may name factory variables its body never uses, which
+    Python then leaves out of the closure (always, under `from __future__ import
+    annotations`); the defining frames have them.
+    """
+    import sys
+
+    frame, code, env = sys._getframe(1), fn.__code__, {}
+    while frame is not None:
+        if code in frame.f_code.co_consts:
+            env = {**frame.f_locals, **env}
+            code = frame.f_code
+        frame = frame.f_back
+    return env

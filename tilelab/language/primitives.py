@@ -371,34 +371,6 @@ def annotate_layout(layouts: dict):
         builder.annotated_layouts[buffer.name] = layout
 
 
-def prim_func(fn=None, **kwargs):
-    """Mark a kernel function in the factory style; it is traced right away."""
-    from .frontend import trace_prim_func
-
-    if fn is None:
-        return lambda f: trace_prim_func(f, enclosing=_defining_locals(f), **kwargs)
-    return trace_prim_func(fn, enclosing=_defining_locals(fn), **kwargs)
-
-
-def _defining_locals(fn) -> dict:
-    """The locals of the functions whose bodies define `fn` (the factory, and the
-    functions around it), innermost first.
-
-    A kernel's annotations may name factory variables its body never uses, which
-    Python then leaves out of the closure (always, under `from __future__ import
-    annotations`); the defining frames have them.
-    """
-    import sys
-
-    frame, code, env = sys._getframe(1), fn.__code__, {}
-    while frame is not None:
-        if code in frame.f_code.co_consts:
-            env = {**frame.f_locals, **env}
-            code = frame.f_code
-        frame = frame.f_back
-    return env
-
-
 def macro(fn):
     """Mark a helper whose body uses kernel control flow (T.Parallel loops, `if` on values)."""
     fn.__tilelab_macro__ = True

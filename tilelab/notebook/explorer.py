@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from .render import MUTED, escape, highlight, side_by_side_diff, unified_diff
+from ..viz.render import MUTED, escape, highlight, side_by_side_diff, unified_diff
 from .views import PassesView, _trace_of, first_change_index, pass_diff, select_passes
 
 _MODES = [("IR", "ir"), ("diff", "unified"), ("side by side", "side")]

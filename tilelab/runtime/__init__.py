@@ -10,7 +10,6 @@ from .artifact import (  # noqa: F401
     Artifact,
     RuntimeParam,
     TileLabArtifactError,
-    load,
     load_artifact,
     save_artifact,
 )

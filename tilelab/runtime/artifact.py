@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from ..errors import TileLabError, TileLabWarning
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "RuntimeParam", "TileLabArtifactError", "load",
+__all__ = ["FORMAT", "FORMAT_VERSION", "Artifact", "RuntimeParam", "TileLabArtifactError",
            "load_artifact", "save_artifact"]
 
 FORMAT = "tilelab-kernel"
@@ -109,21 +109,6 @@ class Artifact:
         if self.source and not trace.code.get("cuda"):
             trace.code["cuda"] = self.source
         return trace
-
-    def to_kernel(self):
-        """A `tilelab.Kernel`: call it with the input tensors; it returns the outputs."""
-        from ..kernel import Kernel
-
-        if self.scalar_params:
-            raise TileLabArtifactError(
-                f"kernel {self.name} takes scalar parameters ({', '.join(self.scalar_params)}),"
-                f" which tilelab.Kernel cannot pass yet",
-                hint="use tilelab.runtime.load_artifact(path).launcher() and call it with the "
-                     "tensors followed by the scalars")
-        kernel = Kernel(self.name, self.runtime_params(), self.launcher(), "cuda",
-                        trace=self.trace(), program=None)
-        kernel.config = self.config
-        return kernel
 
 
 # ---------------------------------------------------------------- writing
@@ -313,8 +298,3 @@ def _parse_json(text: str, what: str):
     if _depth(text) > _MAX_DEPTH:
         raise ValueError(f"{what} is nested more than {_MAX_DEPTH} levels deep")
     return json.loads(text)
-
-
-def load(path):
-    """Load an exported kernel as a callable `tilelab.Kernel` (CUDA; no TVM needed)."""
-    return load_artifact(path).to_kernel()

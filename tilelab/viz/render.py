@@ -25,6 +25,11 @@ LEXERS = {"tir": "python", "python": "python", "cuda": "cuda", "ptx": "ptx", "ll
           "sass": "text", "diff": "diff"}
 
 
+def number(value, digits: int = 4) -> str:
+    """A measured value with `digits` significant digits; empty when there is none."""
+    return "" if value is None else f"{value:.{digits}g}"
+
+
 def escape(value) -> str:
     """Text as HTML text (quotes too, so it is safe inside attributes)."""
     return html.escape(str(value), quote=True)
