@@ -130,6 +130,33 @@ def test_install_makes_tilelang_imports_find_tilelab():
         importlib.import_module("tilelang.carver.arch")
 
 
+def test_tilelang_pass_config_names_compile_with_a_warning():
+    """TileLang's examples pass `tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED` and the
+    like: the names exist, tilelab's own keys keep their effect, the others warn once."""
+    import warnings
+
+    key = tilelang.PassConfigKey
+    assert key.TL_DISABLE_WARP_SPECIALIZED.value == "tl.disable_warp_specialized"
+    assert key.TL_DISABLE_TMA_LOWER.value == "tl.disable_tma_lower"
+    assert key.TL_ENABLE_FAST_MATH.value == tilelab.PassConfigKey.TL_ENABLE_FAST_MATH.value
+
+    @tilelang.jit(out_idx=[-1], pass_configs={key.TL_DISABLE_WARP_SPECIALIZED: True,
+                                              key.TL_DISABLE_TMA_LOWER: True})
+    def double(N, block=64):
+        @T.prim_func
+        def main(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+            with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+                for i in T.Parallel(block):
+                    if bx * block + i < N:
+                        B[bx * block + i] = A[bx * block + i] * 2
+        return main
+
+    a = _rand(100)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        torch.testing.assert_close(double(100)(a), a * 2)
+
+
 @pytest.mark.parametrize("spelling, expected", [
     (T.float, "float32"), (T.half, "float16"), (T.double, "float64"), (T.int, "int32"),
     (T.uint, "uint32"), (T.long, "int64"), ("float", "float32"), (torch.bfloat16, "bfloat16"),

@@ -15,6 +15,7 @@ The steps, top to bottom:
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import time
 from functools import lru_cache
@@ -115,7 +116,7 @@ def normalize_configs(pass_configs) -> dict:
 
     out = {}
     for key, value in (pass_configs or {}).items():
-        name = key.value if isinstance(key, PassConfigKey) else str(key)
+        name = key.value if isinstance(key, enum.Enum) else str(key)  # tilelang's too
         name = CONFIG_ALIASES.get(name, name)
         if name in TILELANG_ONLY_CONFIGS:
             if name not in _warned_configs:

@@ -11,16 +11,31 @@ Names of TileLang's that tilelab does not have raise a `TileLabError` saying so.
 
 from __future__ import annotations
 
+import enum
 import importlib.abc
 import importlib.machinery
 import sys
 import types
 
 from .. import kernel as _kernel
-from ..compiler import PassConfigKey  # noqa: F401 - tilelang.PassConfigKey
+from ..compiler import TILELANG_ONLY_CONFIGS
+from ..compiler import PassConfigKey as _PassConfigKey
 from ..errors import TileLabError
 from ..profiler import Profiler, TensorSupplyType, do_bench  # noqa: F401
 
+
+def _pass_config_key():
+    """`tilelang.PassConfigKey`: tilelab's keys, and TileLang's others under TileLang's names
+    (`TL_DISABLE_WARP_SPECIALIZED`, ...), which compile with one warning and no effect."""
+    members = {k.name: k.value for k in _PassConfigKey}
+    for key in sorted(TILELANG_ONLY_CONFIGS):
+        prefix, _, rest = key.partition(".")
+        members.setdefault({"tl": "TL_", "tirx": "TIR_"}.get(prefix, prefix.upper() + "_")
+                           + rest.upper(), key)
+    return enum.Enum("PassConfigKey", members, type=str, module=__name__)
+
+
+PassConfigKey = _pass_config_key()
 jit = _kernel.jit
 compile = _kernel.compile  # noqa: A001
 JITKernel = _kernel.Kernel
