@@ -281,6 +281,32 @@ def test_clear_removes_its_own_subfolder_when_empty(isolated_cache):
     assert isolated_cache.exists() and not (isolated_cache / "tilelab-v1").exists()
 
 
+def test_clear_removes_entries_of_the_layout_before_v1_and_nothing_else(isolated_cache):
+    """Earlier versions wrote `<cache_dir>/<xx>/<key>/` and a CACHEDIR.TAG in the cache
+    directory itself: clear() removes those (they carry tilelab's manifest and comment)."""
+    key = cache_key("old-layout")
+    old = isolated_cache / key[:2] / key
+    old.mkdir(parents=True)
+    (old / "kernel.so").write_bytes(b"\x7fELF")
+    (old / "MANIFEST.json").write_text("{}")
+    (isolated_cache / key[:2] / "thesis.tex").write_text("years of work")
+    (isolated_cache / "zz").mkdir()
+    (isolated_cache / "zz" / "draft.txt").write_text("mine")
+    (isolated_cache / "CACHEDIR.TAG").write_text(
+        "Signature: 8a477f597d28d172789f06886806bc55\n"
+        "# This file marks the tilelab compile cache; see https://bford.info/cachedir/\n")
+
+    tl_cache.clear()
+    assert not old.exists() and not (isolated_cache / "CACHEDIR.TAG").exists()
+    assert (isolated_cache / key[:2] / "thesis.tex").read_text() == "years of work"
+    assert (isolated_cache / "zz" / "draft.txt").read_text() == "mine"
+
+    # a tag someone else wrote (another tool's cache) stays
+    (isolated_cache / "CACHEDIR.TAG").write_text("Signature: 8a477f597d28d172789f06886806bc55\n")
+    tl_cache.clear()
+    assert (isolated_cache / "CACHEDIR.TAG").exists()
+
+
 def test_stale_leftovers_of_killed_writers_are_swept(isolated_cache):
     cache = CompileCache()
     key = cache_key("sweep")

@@ -558,24 +558,26 @@ class CompileCache:
         """
         with self._mutex:
             self._memory.clear()
-        for prefix in self._prefix_dirs():
-            for path in prefix.iterdir():
-                name = path.name
-                if path.is_symlink():
-                    continue
-                if _KEY_RE.fullmatch(name) and (path / MANIFEST).is_file():
-                    _remove_tree(path)  # an entry: its manifest is tilelab's marker
-                elif name.startswith((".tmp-", ".trash-")) and path.is_dir():
-                    shutil.rmtree(path, ignore_errors=True)
-                elif name.endswith(".lock") and path.is_file():
-                    with contextlib.suppress(OSError):
-                        path.unlink()
-            with contextlib.suppress(OSError):
-                prefix.rmdir()  # only if empty
+        _remove_entries(self._prefix_dirs())
         with contextlib.suppress(OSError):
             if [p.name for p in self.home.iterdir()] == ["CACHEDIR.TAG"]:
                 (self.home / "CACHEDIR.TAG").unlink()
                 self.home.rmdir()
+        self._clear_before_v1()
+
+    def _clear_before_v1(self) -> None:
+        """Versions before `tilelab-v1` kept entries (and their CACHEDIR.TAG) in the cache
+        directory itself. Those entries carry tilelab's manifest and the tag its comment, so
+        they can be told from other files there; they go, and nothing else does."""
+        if not self.root.is_dir() or self.root.is_symlink():
+            return
+        _remove_entries([p for p in sorted(self.root.iterdir())
+                         if len(p.name) == 2 and p.is_dir() and not p.is_symlink()])
+        tag = self.root / "CACHEDIR.TAG"
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if tag.is_file() and not tag.is_symlink() and \
+                    "marks the tilelab compile cache" in tag.read_text()[:200]:
+                tag.unlink()
 
     def info(self) -> dict[str, Any]:
         """Entry count and bytes on disk, entries in memory, the directory."""
@@ -594,6 +596,25 @@ class CompileCache:
             "memory_entries": in_memory,
             "disabled": self.disabled,
         }
+
+
+def _remove_entries(prefixes) -> None:
+    """In each two-character prefix folder: the entries (folders with tilelab's manifest),
+    temporary folders and lock files; then the prefix folder, if nothing else is left."""
+    for prefix in prefixes:
+        for path in prefix.iterdir():
+            name = path.name
+            if path.is_symlink():
+                continue
+            if _KEY_RE.fullmatch(name) and (path / MANIFEST).is_file():
+                _remove_tree(path)  # an entry: its manifest is tilelab's marker
+            elif name.startswith((".tmp-", ".trash-")) and path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            elif name.endswith(".lock") and path.is_file():
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        with contextlib.suppress(OSError):
+            prefix.rmdir()  # only if empty
 
 
 # --------------------------------------------------------------------------- the default cache
