@@ -24,7 +24,7 @@ from pathlib import Path
 from .backends import CompiledArtifact, backend_for
 from .cache import cache_key, default_cache
 from .errors import TileLabCompileError, TileLabError, TileLabTypeError
-from .ir.keys import PassConfigKey
+from .ir.keys import LAYOUT_PLAN, PIPELINE_PLAN, PassConfigKey, facts_in
 from .trace import PassRecord, Trace
 
 # Other spellings of tilelab's keys (TileLang's and TVM's names for the same setting).
@@ -154,6 +154,14 @@ class PassRecorder:
         self._previous_text = ""
         self.stage = "pipeline"
         self.device_module = None  # the last module holding a GPU kernel
+        self.facts: dict = {}  # the facts (ir/keys.py) tilelab's passes left, latest of each
+
+    def fill(self, trace) -> None:
+        """The Trace's layouts, GEMM instructions and pipeline schedules, from the facts."""
+        for plan in self.facts.get(LAYOUT_PLAN, []):
+            trace.layouts.update(plan.to_json())
+            trace.instructions.extend(plan.instructions)
+        trace.pipelines = list(self.facts.get(PIPELINE_PLAN, []))
 
 
     def record(self, name: str, mod, duration_ms: float, owner: str, stage: str):
@@ -161,6 +169,8 @@ class PassRecorder:
 
         changed = self._previous is None or not tvm_ffi.structural_equal(mod, self._previous)
         text = mod.script() if changed else self._previous_text
+        if changed and owner == "tilelab":  # what tilelab's passes decided rides on the IR
+            self.facts.update(facts_in(mod))
         self.records.append(PassRecord(name, text, bool(changed), round(duration_ms, 3),
                                        owner, stage))
         self._previous, self._previous_text = mod, text
@@ -300,6 +310,7 @@ def _compile_uncached(program, target: str, configs: dict):
     trace.warnings = [str(w.message) for w in caught]
     _warn(program, trace.warnings)
     trace.passes = recorder.records
+    recorder.fill(trace)
     return backend.finish(program, trace, executable, recorder, target, configs)
 
 

@@ -8,13 +8,18 @@ so that every pass, the Trace and the cache see the same program.
 from __future__ import annotations
 
 import enum
+import itertools
 import math
+import threading
 
 # loop annotations
 KERNEL = "tilelab.kernel"  # the outermost block loop of a T.Kernel
 THREADS = "tilelab.threads"  # on that loop: the block's thread extents
 NUM_STAGES = "num_stages"  # a T.Pipelined loop's stages (TileLang's name)
 PIPELINED = "tilelab.pipelined"  # a loop PipelineLoops has already rewritten
+PIPELINE_PLAN = "tilelab.pipeline_plan"  # on it: the schedule it was given (a fact, below)
+LAYOUT_PLAN = "tilelab.layout_plan"  # a T.Kernel loop: InferLayouts' LayoutPlan (a fact)
+FACTS = (PIPELINE_PLAN, LAYOUT_PLAN)
 
 # PrimFunc attributes
 SOURCE_FILE = "tilelab.source_file"  # the kernel's file; a tile op's `loc` is relative to it
@@ -22,6 +27,58 @@ SOURCE_FILE = "tilelab.source_file"  # the kernel's file; a tile op's `loc` is r
 # tile-op config
 LOC = "loc"  # "line:col" (or "file:line:col") of the statement that wrote the op
 ASYNCHRONOUS = "asynchronous"  # a copy issued by a software pipeline (cp.async)
+
+
+# A fact is a Python value (a LayoutPlan, a schedule) that a pass leaves in the IR for
+# later passes and the Trace. TVM hashes and compares IR, which it cannot do with an
+# arbitrary Python object, so the annotation holds a handle ("tilelab.fact 3"), and the
+# value waits here until the compile that made it is done. The pass that uses a fact
+# last removes it (`without_facts`), so TVM's own passes never see one.
+_FACTS: dict = {}
+_FACTS_KEPT = 4096  # far more than one compile makes; the oldest go first
+_facts_lock = threading.Lock()
+_fact_numbers = itertools.count()
+
+
+def fact(value) -> str:
+    """A handle to `value`, to put in the IR."""
+    with _facts_lock:
+        handle = f"tilelab.fact {next(_fact_numbers)}"
+        _FACTS[handle] = value
+        while len(_FACTS) > _FACTS_KEPT:
+            del _FACTS[next(iter(_FACTS))]
+    return handle
+
+
+def fact_value(handle):
+    """The value behind a handle that `fact` made."""
+    with _facts_lock:
+        return _FACTS[str(handle)]
+
+
+def without_facts(annotations) -> dict:
+    """A loop's annotations, less the facts tilelab's passes left on it."""
+    return {k: v for k, v in annotations.items() if k not in FACTS}
+
+
+def facts_in(node) -> dict:
+    """Every fact on the loops of `node` (an IRModule or a statement): key -> values."""
+    import tvm
+    import tvm_ffi
+    from tvm import tirx
+
+    found: dict = {}
+
+    def visit(loop):
+        for key in FACTS:
+            if key in loop.annotations:
+                found.setdefault(key, []).append(fact_value(loop.annotations[key]))
+
+    roots = [f.body for f in node.functions.values() if hasattr(f, "body")] \
+        if isinstance(node, tvm.ir.IRModule) else [node]
+    for root in roots:
+        tvm_ffi.structural_walk(root, (tirx.For, visit), order="pre")
+    return found
 
 
 def block_threads(kernel_loop) -> int:

@@ -34,10 +34,10 @@ from tvm_ffi import WalkResult
 
 from ..errors import TileLabTypeError
 from ..ir.dtypes import as_dtype
-from ..ir.keys import KERNEL, block_threads
+from ..ir.keys import KERNEL, LAYOUT_PLAN, block_threads, fact
 from ..ir.layout import Fragment, owner_table, reshaped, thread_elements
 from ..ir.tile_ops import is_buffer, is_load
-from ..ir.visit import keep_user_errors, walk
+from ..ir.visit import keep_user_errors, rewrite_pre, walk
 from ..ops import at_user_line, lookup
 
 
@@ -304,22 +304,22 @@ def _check_nest(nest, layouts, plan, threads):
                              "through shared memory")
 
 
-def InferLayouts(plans: dict, on_plan=None):  # noqa: N802
-    """Runs layout inference on each kernel and keeps the plan for the lowering pass."""
+def InferLayouts(annotated: dict | None = None, wgmma_off: str | None = NO_WGMMA):  # noqa: N802
+    """Runs layout inference on each kernel; its LayoutPlan rides on the kernel loop
+    (`LAYOUT_PLAN`) to the thread lowering, and from the IR into the Trace. `annotated`:
+    the layouts the program chose itself (T.annotate_layout)."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.InferLayouts")
     @keep_user_errors
     def _pass(func, _mod, _ctx):
-        def visit(loop):
-            if isinstance(loop, tirx.For) and KERNEL in loop.annotations:
-                threads = block_threads(loop)
-                plans["plan"] = infer_layouts(loop, threads, plans.get("annotated"), func,
-                                              plans.get("wgmma_off", NO_WGMMA))
-                if on_plan is not None:
-                    on_plan(plans["plan"])
+        def on_kernel(loop):
+            if KERNEL not in loop.annotations:
+                return loop
+            plan = infer_layouts(loop, block_threads(loop), annotated, func, wgmma_off)
+            return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
+                            thread_binding=loop.thread_binding,
+                            annotations={**loop.annotations, LAYOUT_PLAN: fact(plan)})
 
-        walk(func.body, tirx.For, visit)
-        return func
+        return func.with_body(rewrite_pre(func.body, tirx.For, on_kernel))
 
     return _pass
-

@@ -30,7 +30,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import TileLabTypeError
-from ..ir.keys import KERNEL, block_threads
+from ..ir.keys import KERNEL, LAYOUT_PLAN, block_threads, fact_value, without_facts
 from ..ir.layout import Fragment, owner_table, thread_elements
 from ..ir.tile_ops import _const_int, is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
@@ -174,7 +174,7 @@ class ThreadLowering:
             if stmt.kind == tirx.ForKind.PARALLEL:
                 return self.lower_parallel(stmt)
             return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
-                            self.lower(stmt.body), annotations=stmt.annotations)
+                            self.lower(stmt.body), annotations=without_facts(stmt.annotations))
         if isinstance(stmt, tirx.IfThenElse):
             return tirx.IfThenElse(self.fragment_scalars(stmt.condition),
                                    self.lower(stmt.then_case),
@@ -422,12 +422,13 @@ def _add_threads(loop, lowering_fn, threads, swizzle=None):
     body = tirx.For(tx, 0, threads, tirx.ForKind.THREAD_BINDING, body, thread_binding=iter_var)
     for b in reversed(block_loops):
         body = tirx.For(b.loop_var, b.min, b.extent, b.kind, body,
-                        thread_binding=b.thread_binding, annotations=b.annotations)
+                        thread_binding=b.thread_binding, annotations=without_facts(b.annotations))
     return body
 
 
-def LowerTileOpsToThreads(plans: dict):  # noqa: N802
-    """Expects tile ops and a LayoutPlan per kernel (in `plans`, filled by InferLayouts)."""
+def LowerTileOpsToThreads(swizzle=None):  # noqa: N802
+    """Expects tile ops, and the LayoutPlan InferLayouts left on each kernel loop.
+    `swizzle`: the program's T.use_swizzle (panel, order, enable), if any."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.LowerTileOpsToThreads")
     @keep_user_errors
@@ -435,13 +436,17 @@ def LowerTileOpsToThreads(plans: dict):  # noqa: N802
         def on_kernel(loop):
             if KERNEL not in loop.annotations:
                 return loop
+            if LAYOUT_PLAN not in loop.annotations:
+                raise TileLabTypeError("LowerTileOpsToThreads needs the layout plan that "
+                                       "InferLayouts leaves on each T.Kernel loop")
+            plan = fact_value(loop.annotations[LAYOUT_PLAN])
             threads = block_threads(loop)
 
             def lower(body, tx, block_vars):
-                lowering = ThreadLowering(plans["plan"], threads, tx, block_vars, func)
+                lowering = ThreadLowering(plan, threads, tx, block_vars, func)
                 return lowering.swizzle_accesses(lowering.lower(body)), lowering.scratch
 
-            return _add_threads(loop, lower, threads, plans.get("swizzle"))
+            return _add_threads(loop, lower, threads, swizzle)
 
         return func.with_body(rewrite_pre(func.body, tirx.For, on_kernel))
 

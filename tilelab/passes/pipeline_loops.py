@@ -27,7 +27,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.builder import seq
-from ..ir.keys import PIPELINED
+from ..ir.keys import PIPELINE_PLAN, PIPELINED, fact
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
 from ..ir.visit import keep_user_errors, rewrite, substitute
 
@@ -143,7 +143,7 @@ def buffer_uses(node) -> dict:
     return counts
 
 
-def pipeline_loop(loop, plans: list, timeline=None, block=None, uses=None):
+def pipeline_loop(loop, timeline=None, block=None, uses=None):
     """`uses`: buffer use counts of the whole kernel. A tile also used outside the loop keeps
     its single slot (its copy stays synchronous): other code may expect its last contents."""
     stages = int(loop.annotations["num_stages"])
@@ -191,8 +191,6 @@ def pipeline_loop(loop, plans: list, timeline=None, block=None, uses=None):
         new_body = [_stamp(timeline, block, k, 0)] + new_body[:2] + \
             [_stamp(timeline, block, k, 1)] + new_body[2:4] + \
             [_stamp(timeline, block, k, 2)] + new_body[4:] + [_stamp(timeline, block, k, 3)]
-    new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
-                        annotations={"num_stages": stages, PIPELINED: True})
     plan = {
         "loop": str(k.name), "num_stages": stages,
         "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
@@ -205,7 +203,9 @@ def pipeline_loop(loop, plans: list, timeline=None, block=None, uses=None):
         "async_groups": [[_describe(p) for p in producers]],
         "waits": f"cp.async.wait_group {stages - 2} then a barrier, at the top of each iteration",
     }
-    plans.append(plan)
+    new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
+                        annotations={"num_stages": stages, PIPELINED: True,
+                                     PIPELINE_PLAN: fact(plan)})
     return seq(prologue + [new_loop]), staging
 
 
@@ -223,8 +223,9 @@ def _linear_block(body):
     return linear
 
 
-def PipelineLoops(plans: list):  # noqa: N802
-    """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc)."""
+def PipelineLoops():  # noqa: N802
+    """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
+    Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.PipelineLoops")
     @keep_user_errors
@@ -239,7 +240,7 @@ def PipelineLoops(plans: list):  # noqa: N802
             for stmt in seq_stmt:
                 if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
                         PIPELINED not in stmt.annotations:
-                    new, staging = pipeline_loop(stmt, plans, timeline, block, uses)
+                    new, staging = pipeline_loop(stmt, timeline, block, uses)
                     if staging is not None:
                         stagings.append(staging)
                         changed = True

@@ -19,7 +19,7 @@ import threading
 from tvm import tirx
 
 from ...errors import TileLabCompileError, TileLabError
-from ...ir.keys import KERNEL, PassConfigKey, block_threads
+from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.infer_layouts import InferLayouts
 from ...passes.insert_barriers import InsertBarriers
@@ -34,20 +34,19 @@ from . import nvcc
 PIPELINE_NAME = "tilelab_cuda"
 
 
-def passes(program, on_plan, pipelines: list, vectorize: bool = True,
-           wgmma_off: str | None = "no sm_90a target") -> list:
-    """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering."""
+def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target") -> list:
+    """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
+    What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
+    the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
-    plans: dict = {"swizzle": program.swizzle, "annotated": program.layouts,
-                   "wgmma_off": wgmma_off}
     return [
         CheckFragmentReads(program.buffer_locations),
-        PipelineLoops(pipelines),              # T.Pipelined: load ahead with cp.async
+        PipelineLoops(),                       # T.Pipelined: load ahead with cp.async
         InsertBarriers(),                      # __syncthreads where threads share a tile
-        InferLayouts(plans, on_plan),          # a Fragment for every fragment buffer
-        LowerTileOpsToThreads(plans),          # tile ops -> per-thread code
+        InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
+        LowerTileOpsToThreads(program.swizzle),    # tile ops -> per-thread code
         s_tir.transform.LowerOpaqueBlock(),    # thread-bound loops -> kernel launch attributes
         T.FlattenBuffer(),
         T.BF16ComputeLegalize(),
@@ -295,9 +294,9 @@ def plans_without_code(program) -> tuple[dict, list]:
     from ...passes.infer_layouts import infer_layouts
     from ...passes.pipeline_loops import PipelineLoops
 
-    pipelines: list = []
     try:
-        mod = PipelineLoops(pipelines)(tvm.IRModule({program.name: program.func}))
+        mod = PipelineLoops()(tvm.IRModule({program.name: program.func}))
+        pipelines = facts_in(mod).get(PIPELINE_PLAN, [])
         layouts: dict = {}
 
         def visit(loop):
@@ -310,7 +309,7 @@ def plans_without_code(program) -> tuple[dict, list]:
         from ...ir.visit import UserErrors
 
         UserErrors.take()
-        return {}, pipelines
+        return {}, []
     return layouts, pipelines
 
 
@@ -326,12 +325,7 @@ class CUDABackend(Backend):
         arch = target.partition(":")[2] or nvcc.default_arch()
         vectorize = not configs.get(PassConfigKey.TL_DISABLE_VECTORIZE.value, False)
 
-        def on_plan(plan):
-            trace.layouts.update(plan.to_json())
-            trace.instructions.extend(plan.instructions)
-
-        pass_list = passes(program, on_plan, trace.pipelines, vectorize,
-                           wgmma_unavailable(arch, configs))
+        pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs))
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
