@@ -112,6 +112,35 @@ def test_factory_kernel_tunes_and_returns_the_fastest_correct_kernel():
     assert default["speedup_vs_default"] == pytest.approx(1.0)
 
 
+@tilelab.jit(out_idx=[-1])
+def scaled(block=64, factor=3.0):
+    """Factory of a kernel with a T.dynamic size: compiled per call shape."""
+    N = T.dynamic("N")
+
+    @T.prim_func
+    def kernel(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, block), threads=32) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    B[bx * block + i] = A[bx * block + i] * factor
+    return kernel
+
+
+def test_a_kernel_with_dynamic_sizes_tunes_per_call_shape():
+    """The factory's kernel has `T.dynamic` sizes: tuning waits for the first call's
+    tensors, then runs per shape; every candidate is compiled for that shape."""
+    tuner = tuned(scaled, {"block": [32, 128]})
+    kernel = tuner()
+    assert "tuned per call shape" in repr(kernel)
+    for n in (1000, 77):
+        a = torch.randn(n)
+        torch.testing.assert_close(kernel(a), a * 3.0)
+        result = kernel.autotune_result
+        assert [r["status"] for r in result.rows] == ["ok"] * 3  # the default and two
+        assert kernel.config == result.best_config
+    assert kernel.specialize(torch.randn(77)) is kernel.specialize(torch.randn(77))
+
+
 def test_eager_kernel_tunes_by_shape_and_records_wrong_results():
     tuner = tuned(scaled_copy, [{"block": 32}, {"block": 128}, {"block": 32, "scale": 2}])
     a = torch.randn(300)

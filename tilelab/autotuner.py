@@ -138,13 +138,17 @@ def _reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[-1] if text else ''}".rstrip(": ")
 
 
-def compile_candidate(spec: KernelSpec, args: tuple, kwargs: dict, target: str) -> dict:
-    """Compile one candidate (in a worker process): {"built": BuiltKernel} or {"reason"}."""
+def compile_candidate(spec: KernelSpec, args: tuple, kwargs: dict, target: str,
+                      call: tuple = ()) -> dict:
+    """Compile one candidate (in a worker process): {"built": BuiltKernel} or {"reason"}.
+    `call`: the shapes of the tensors a kernel with `T.dynamic` sizes is called with."""
     started = time.perf_counter()
     try:
         jit = spec.jit()
         args = tuple(a.meta() if isinstance(a, TensorShape) else a for a in args)
         kernel = jit.compile(*args, target=target, **kwargs)
+        if call:
+            kernel = kernel.specialize(*(shape.meta() for shape in call), target=target)
     except Exception as err:  # noqa: BLE001 - every failure is a result, with its reason
         return {"reason": _reason(err)}
     trace = kernel.trace
@@ -546,6 +550,29 @@ class AutotuneResult(AutotuneView):
 # ---------------------------------------------------------------- the tuner
 
 
+class TunedPerShape:
+    """An autotuned kernel with `T.dynamic` sizes: the first call with tensors of new
+    shapes tunes for them (cached, like every tune); later calls run the winner."""
+
+    def __init__(self, tuner, args: tuple, kwargs: dict):
+        self.tuner, self.args, self.kwargs = tuner, args, kwargs
+        self.name = tuner.jit.fn.__name__
+        self.config = self.autotune_result = None
+
+    def __repr__(self) -> str:
+        return f"<tilelab.autotune {self.name}: tuned per call shape>"
+
+    def specialize(self, *tensors) -> Kernel:
+        """The tuned Kernel for these tensors (tuning on first use)."""
+        kernel = self.tuner._kernel(self.args, self.kwargs, call=tensors)
+        self.config, self.autotune_result = kernel.config, kernel.autotune_result
+        return kernel
+
+    @_user_error
+    def __call__(self, *tensors):
+        return self.specialize(*tensors)(*tensors)
+
+
 class AutoTuner:
     """What `@tilelab.autotune` returns: call it like the kernel it wraps."""
 
@@ -581,6 +608,8 @@ class AutoTuner:
 
     @_user_error
     def __call__(self, *args, **kwargs):
+        if self.jit.style == "factory" and self._sized_by_call(args, kwargs):
+            return TunedPerShape(self, args, kwargs)  # tunes when called with tensors
         kernel = self._kernel(args, kwargs)
         if self.jit.style == "factory":
             return kernel
@@ -597,7 +626,18 @@ class AutoTuner:
     def _where(self):
         return self.jit.source.location(self.jit.source.node)
 
-    def _kernel(self, args: tuple, kwargs: dict) -> Kernel:
+    def _sized_by_call(self, args: tuple, kwargs: dict) -> bool:
+        """Does the factory make a kernel with `T.dynamic` sizes (traced, not compiled)?"""
+        from .language.frontend import ShapedByCall
+
+        try:
+            return isinstance(self.jit.fn(*args, **kwargs), ShapedByCall)
+        except Exception:  # noqa: BLE001 - tuning reports what is wrong, per configuration
+            return False
+
+    def _kernel(self, args: tuple, kwargs: dict, call: tuple = ()) -> Kernel:
+        """The tuned Kernel for these arguments; `call`: the tensors a kernel with
+        `T.dynamic` sizes is called with (it is tuned, and cached, per their shapes)."""
         from .compiler import resolve_target
 
         where = self._where()
@@ -611,7 +651,7 @@ class AutoTuner:
                     where, hint=f"its parameters: {', '.join(signature.parameters)}")
         fixed = {k: v for k, v in kwargs.items() if k not in knobs}
         knobs = [k for k in knobs if k not in kwargs]  # the caller's own values win
-        tensors = [a for a in (*args, *kwargs.values()) if _is_tensor(a)]
+        tensors = [a for a in (*args, *kwargs.values(), *call) if _is_tensor(a)]
         target = resolve_target(self.jit.target, tensors)
         if target == "cuda":
             from .backends.cuda import nvcc
@@ -621,7 +661,8 @@ class AutoTuner:
                              (tuple(a.shape), _dtype_name(a)) for a in args),
                _freeze({k: v if not _is_tensor(v) else (tuple(v.shape), _dtype_name(v))
                         for k, v in kwargs.items()}), target,
-               self.baseline is not None)  # a baseline is timed in the same run as the rest
+               self.baseline is not None,  # a baseline is timed in the same run as the rest
+               tuple((tuple(t.shape), _dtype_name(t)) for t in call))
         if key not in self._tuned:
             default = {k: kwargs.get(k, signature.parameters[k].default) for k in knobs
                        if k in kwargs or signature.parameters[k].default is not
@@ -637,7 +678,9 @@ class AutoTuner:
                             if _is_tensor(a) else a for a in args)
             shipped_kwargs = {k: TensorShape(tuple(int(s) for s in v.shape), _dtype_name(v))
                               if _is_tensor(v) else v for k, v in fixed.items()}
-            result = self._tune(candidates, knobs, shipped, shipped_kwargs, target)
+            shapes = tuple(TensorShape(tuple(int(x) for x in t.shape), _dtype_name(t))
+                           for t in call)
+            result = self._tune(candidates, knobs, shipped, shipped_kwargs, target, shapes)
             best = result.best_config
             if best is None:
                 failures = "; ".join(f"{config_label(result.configs[r['index']])}: "
@@ -645,6 +688,8 @@ class AutoTuner:
                 raise TileLabError(f"autotune: no configuration of {self.jit.fn.__name__} ran "
                                    f"correctly ({failures})", where)
             kernel = self.jit.compile(*args, target=target, **{**kwargs, **best})
+            if call:
+                kernel = kernel.specialize(*call, target=target)
             self._tuned[key] = (kernel, best, result)
         kernel, best, result = self._tuned[key]
         kernel.config, kernel.autotune_result = dict(best), result
@@ -653,7 +698,7 @@ class AutoTuner:
 
     # -- one tune
 
-    def _tune(self, candidates, knobs, args, kwargs, target) -> AutotuneResult:
+    def _tune(self, candidates, knobs, args, kwargs, target, call=()) -> AutotuneResult:
         from .cache import cache_key, default_cache
         from .compiler import compiler_fingerprint
 
@@ -671,6 +716,7 @@ class AutoTuner:
                             {k: _plain(v) if not isinstance(v, TensorShape) else
                              [list(v.shape), v.dtype] for k, v in kwargs.items()},
                             [{k: _plain(v) for k, v in c.items()} for c in candidates],
+                            [[list(t.shape), t.dtype] for t in call],
                             target, device, compiler_fingerprint(), _toolchain(plain_target),
                             warmup, rep, self.skip_check, self.rtol, self.atol,
                             self.ref_prog is not None, self.baseline is not None)
@@ -679,7 +725,7 @@ class AutoTuner:
                 result = self._result_from(json.loads(cached["autotune.json"]), cached=True)
             else:
                 result = self._measure(backend, candidates, knobs, args, kwargs, target,
-                                       device, warmup, rep, show)
+                                       device, warmup, rep, show, call)
                 if self.cache_results:
                     default_cache().put(key, {"autotune.json": result.to_json().encode()})
         finally:
@@ -702,7 +748,7 @@ class AutoTuner:
                               cached, data.get("baseline"))
 
     def _measure(self, backend, candidates, knobs, args, kwargs, target, device, warmup,
-                 rep, show) -> AutotuneResult:
+                 rep, show, call=()) -> AutotuneResult:
         spec = KernelSpec.of(self.jit)
         progress = Progress(self.jit.fn.__name__, len(candidates), show)
         rows = [{"index": i, "config": {k: _plain(v) for k, v in c.items()},
@@ -721,7 +767,7 @@ class AutoTuner:
                     rows[i].update(status="compile failed", reason=outcome["reason"])
                     progress.step(failed=1)
 
-            outcomes = backend.compile([(spec, args, {**kwargs, **c}, target)
+            outcomes = backend.compile([(spec, args, {**kwargs, **c}, target, call)
                                         for c in candidates], compiled)
             compile_seconds = time.perf_counter() - started
             built = {i: o["built"] for i, o in enumerate(outcomes) if "built" in o}

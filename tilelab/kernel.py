@@ -448,8 +448,9 @@ class ShapedKernel:
     def __repr__(self) -> str:
         return f"<tilelab.ShapedKernel {self.name}: compiled per call shape>"
 
-    def specialize(self, *tensors) -> Kernel:
-        """The Kernel for these input tensors (compiled on first use)."""
+    def specialize(self, *tensors, target=None) -> Kernel:
+        """The Kernel for these input tensors (compiled on first use); `target` overrides
+        the kernel's (the autotuner compiles for a GPU from shapes alone)."""
         names = list(inspect.signature(self.program.fn).parameters)
         outputs = [] if self.out_idx is None else \
             [self.out_idx] if isinstance(self.out_idx, int) else list(self.out_idx)
@@ -460,12 +461,12 @@ class ShapedKernel:
                                        f"({', '.join(inputs)})")
         shapes = {n: tuple(int(s) for s in t.shape) for n, t in zip(inputs, tensors)}
         key = (tuple(shapes.items()), tuple(_dtype_name(t) for t in tensors),
-               tuple(_device_of(t) for t in tensors))
+               tuple(_device_of(t) for t in tensors), target)
         if key not in self._kernels:
             from .compiler import resolve_target
 
             traced = self.program.trace(shapes)
-            target = resolve_target(self.target, tensors)
+            target = resolve_target(target or self.target, tensors)
             self._kernels[key] = compile(traced, out_idx=self.out_idx, target=target,
                                          pass_configs=self.pass_configs)
         return self._kernels[key]
