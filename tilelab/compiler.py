@@ -213,7 +213,7 @@ def program_key(program, target: str, configs: dict) -> str:
     layouts = {name: layout.to_json() for name, layout in sorted(program.layouts.items())}
     target = backend_for(target).cache_target(target)
     return cache_key("tilelab-kernel", program.script(), target, configs,
-                     bool(program.has_atomics), list(program.swizzle or ()), layouts,
+                     bool(program.has_atomics), layouts,
                      compiler_fingerprint())
 
 

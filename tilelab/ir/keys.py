@@ -18,6 +18,7 @@ THREADS = "tilelab.threads"  # on that loop: the block's thread extents
 NUM_STAGES = "num_stages"  # a T.Pipelined loop's stages (TileLang's name)
 PIPELINED = "tilelab.pipelined"  # a loop PipelineLoops has already rewritten
 PIPELINE_PLAN = "tilelab.pipeline_plan"  # on it: the schedule it was given (a fact, below)
+SWIZZLE = "tilelab.swizzle"  # a T.Kernel loop: T.use_swizzle's [panel, order, enable]
 LAYOUT_PLAN = "tilelab.layout_plan"  # a T.Kernel loop: InferLayouts' LayoutPlan (a fact)
 FACTS = (PIPELINE_PLAN, LAYOUT_PLAN)
 

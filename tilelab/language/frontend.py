@@ -95,7 +95,6 @@ class TileProgram:
     params: list[ParamInfo]
     source: FunctionSource
     has_atomics: bool = False
-    swizzle: tuple | None = None
     buffer_locations: dict = field(default_factory=dict)
     threads: tuple = ()
     layouts: dict = field(default_factory=dict)  # T.annotate_layout: buffer name -> layout
@@ -123,7 +122,7 @@ class TileProgram:
         params = [ParamInfo(p.name, p.shape, p.dtype, i in indices, p.location)
                   for i, p in enumerate(self.params)]
         return TileProgram(self.func, self.name, params, self.source, self.has_atomics,
-                           self.swizzle, self.buffer_locations, self.threads, self.layouts,
+                           self.buffer_locations, self.threads, self.layouts,
                            self.captured, self.returned)
 
 
@@ -599,7 +598,7 @@ def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
     func = tirx.PrimFunc(builder.param_buffers, body).with_attr("global_symbol", name) \
         .with_attr(SOURCE_FILE, source.filename)
     return TileProgram(func, name, list(builder.params), source, builder.has_atomics,
-                       builder.swizzle, dict(builder.buffer_locations),
+                       dict(builder.buffer_locations),
                        getattr(builder, "threads", ()), dict(builder.annotated_layouts),
                        dict(builder.captured))
 

@@ -19,7 +19,7 @@ from ..errors import TileLabSyntaxError, TileLabTypeError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
 from ..ir.expr import is_expr, to_expr
-from ..ir.keys import KERNEL, THREADS
+from ..ir.keys import KERNEL, SWIZZLE, THREADS
 from ..ir.tile_ops import _const_int, is_buffer
 
 # Limits of every NVIDIA GPU, checked while tracing so that both backends reject the same
@@ -148,6 +148,8 @@ class Kernel:
             body = tirx.For(var, 0, to_expr(extent), tirx.ForKind.THREAD_BINDING, body,
                             thread_binding=iter_var)
         annotations = {KERNEL: True, THREADS: list(self.threads)}
+        if builder.swizzle is not None:
+            annotations[SWIZZLE] = list(builder.swizzle)
         return tirx.For(body.loop_var, body.min, body.extent, body.kind, body.body,
                         thread_binding=body.thread_binding, annotations=annotations)
 

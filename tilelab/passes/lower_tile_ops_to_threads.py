@@ -30,7 +30,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import TileLabTypeError
-from ..ir.keys import KERNEL, LAYOUT_PLAN, block_threads, fact_value, without_facts
+from ..ir.keys import KERNEL, LAYOUT_PLAN, SWIZZLE, block_threads, fact_value, without_facts
 from ..ir.layout import Fragment, owner_table, thread_elements
 from ..ir.tile_ops import _const_int, is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
@@ -426,9 +426,9 @@ def _add_threads(loop, lowering_fn, threads, swizzle=None):
     return body
 
 
-def LowerTileOpsToThreads(swizzle=None):  # noqa: N802
-    """Expects tile ops, and the LayoutPlan InferLayouts left on each kernel loop.
-    `swizzle`: the program's T.use_swizzle (panel, order, enable), if any."""
+def LowerTileOpsToThreads():  # noqa: N802
+    """Expects tile ops, and the LayoutPlan InferLayouts left on each kernel loop (and
+    T.use_swizzle's setting there, if the program has one)."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.LowerTileOpsToThreads")
     @keep_user_errors
@@ -446,6 +446,9 @@ def LowerTileOpsToThreads(swizzle=None):  # noqa: N802
                 lowering = ThreadLowering(plan, threads, tx, block_vars, func)
                 return lowering.swizzle_accesses(lowering.lower(body)), lowering.scratch
 
+            swizzle = loop.annotations.get(SWIZZLE)
+            if swizzle is not None:
+                swizzle = (int(swizzle[0]), str(swizzle[1]), bool(swizzle[2]))
             return _add_threads(loop, lower, threads, swizzle)
 
         return func.with_body(rewrite_pre(func.body, tirx.For, on_kernel))

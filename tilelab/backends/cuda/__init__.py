@@ -46,7 +46,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         PipelineLoops(),                       # T.Pipelined: load ahead with cp.async
         InsertBarriers(),                      # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
-        LowerTileOpsToThreads(program.swizzle),    # tile ops -> per-thread code
+        LowerTileOpsToThreads(),               # tile ops -> per-thread code
         s_tir.transform.LowerOpaqueBlock(),    # thread-bound loops -> kernel launch attributes
         T.FlattenBuffer(),
         T.BF16ComputeLegalize(),
