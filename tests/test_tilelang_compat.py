@@ -130,6 +130,26 @@ def test_install_makes_tilelang_imports_find_tilelab():
         importlib.import_module("tilelang.carver.arch")
 
 
+def test_get_kernel_source_on_the_decorated_function_and_datatype():
+    """TileLang's examples print `kernel_fn.get_kernel_source(sizes...)` and size tiles with
+    `DataType(dtype).bits`."""
+
+    @tilelang.jit
+    def copy_kernel(A, block=32):
+        N = T.const("N")
+        A: T.Tensor((N,), T.float32)
+        B = T.empty((N,), T.float32)
+        with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < N:
+                    B[bx * block + i] = A[bx * block + i]
+        return B
+
+    source = copy_kernel.get_kernel_source(N=100)
+    assert "copy_kernel" in source and source == copy_kernel.compile(N=100).get_kernel_source()
+    assert tilelang.DataType("float16").bits == 16 and tilelang.DataType("int8").bits == 8
+
+
 def test_tilelang_pass_config_names_compile_with_a_warning():
     """TileLang's examples pass `tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED` and the
     like: the names exist, tilelab's own keys keep their effect, the others warn once."""

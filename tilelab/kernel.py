@@ -299,6 +299,10 @@ class JITFunction:
                                        pass_configs=pass_configs)
         return kernel
 
+    def get_kernel_source(self, *args, **kwargs) -> str:
+        """The generated code of the kernel these arguments compile to (TileLang's name)."""
+        return self.compile(*args, **kwargs).get_kernel_source()
+
     def lower(self, *args, **kwargs):
         """The Trace of a compilation (the IR after every pass)."""
         return self.compile(*args, **kwargs).trace

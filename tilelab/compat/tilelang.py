@@ -21,6 +21,7 @@ from .. import kernel as _kernel
 from ..compiler import TILELANG_ONLY_CONFIGS
 from ..compiler import PassConfigKey as _PassConfigKey
 from ..errors import TileLabError
+from ..ir.dtypes import as_dtype as _as_dtype
 from ..profiler import Profiler, TensorSupplyType, do_bench  # noqa: F401
 
 
@@ -36,6 +37,7 @@ def _pass_config_key():
 
 
 PassConfigKey = _pass_config_key()
+DataType = _as_dtype  # `DataType("float16").bits`
 jit = _kernel.jit
 compile = _kernel.compile  # noqa: A001
 JITKernel = _kernel.Kernel
