@@ -380,6 +380,18 @@ def test_copies_to_and_from_part_of_a_fragment_compile_and_run_on_the_cpu():
     assert "(16 <= ((int)threadIdx.x)) && (((int)threadIdx.x) < 112)" in cuda, cuda
 
 
+def test_a_branch_on_a_read_only_tensor_holds_barriers():
+    """`if Flags[bx] > 0:` around a loop over shared tiles is taken by whole blocks (the
+    kernel never writes Flags): TVM's ThreadSync may put its barrier inside."""
+    from tests.kernels import fragment_regions as k
+
+    compiled = k.reverse_flagged_tiles.compile(N=100, G=4, target="cuda:sm_90a")
+    assert "__syncthreads" in compiled.trace.code["cuda"]
+    a, flags = torch.randn(100), torch.tensor([1, 0, 2, -1], dtype=torch.int32)
+    torch.testing.assert_close(k.reverse_flagged_tiles(a, flags),
+                               k.expected_reverse_flagged(a, flags))
+
+
 @tilelab.jit
 def ignores_its_second_input(X, Unused):
     N = T.const("N")

@@ -100,6 +100,19 @@ def test_copies_to_and_from_part_of_a_fragment():
                                    k.expected_between_fragments(a))
 
 
+def test_a_branch_on_a_read_only_tensor():
+    import torch
+
+    from tests.kernels import fragment_regions as k
+
+    for seed in range(3):
+        torch.manual_seed(seed)
+        a = torch.randn(1000, device="cuda")
+        flags = torch.randint(-1, 2, (32,), dtype=torch.int32, device="cuda")
+        torch.testing.assert_close(k.reverse_flagged_tiles(a, flags),
+                                   k.expected_reverse_flagged(a, flags))
+
+
 # ---------------------------------------------------------------- the notebook on the GPU
 
 

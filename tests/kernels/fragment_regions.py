@@ -74,3 +74,39 @@ def expected_between_fragments(a):
     out[:, :, 16:32, 16:32] = t[:, :, 8:24, 0:16]
     out[:, :, 0:8, :] = t[:, :, 0:8, :]
     return untile(out, a.shape)
+
+
+@tilelab.jit
+def reverse_flagged_tiles(A, Flags, block: int = 32):
+    """Per tile: reversed through shared memory where Flags[tile] > 0, else zeros; each
+    block does two tiles in a loop. The branch reads a tensor the kernel never writes,
+    so every thread of a block takes it the same way and barriers may go inside it."""
+    N, G = T.const("N"), T.const("G")
+    A: T.Tensor((N,), T.float32)
+    Flags: T.Tensor((G,), T.int32)
+    B = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(G, 2), threads=64) as bx:
+        tile = T.alloc_shared((block,), T.float32)
+        flipped = T.alloc_shared((block,), T.float32)
+        for k in T.serial(2):
+            T.clear(flipped)
+            g = bx * 2 + k
+            if Flags[g] > 0:
+                T.copy(A[g * block], tile)
+                for i in T.Parallel(block):
+                    flipped[i] = tile[block - 1 - i]
+            T.copy(flipped, B[g * block])
+    return B
+
+
+def expected_reverse_flagged(a, flags, block: int = 32):
+    import torch
+
+    out = torch.zeros_like(a)
+    for g, flag in enumerate(flags.tolist()):
+        if flag > 0:
+            tile = torch.zeros(block, dtype=a.dtype, device=a.device)
+            part = a[g * block:(g + 1) * block]
+            tile[:len(part)] = part
+            out[g * block:(g + 1) * block] = tile.flip(0)[:len(part)]
+    return out

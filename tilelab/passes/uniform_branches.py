@@ -1,18 +1,21 @@
 """Let TVM's barrier pass see that a branch is taken by the whole block.
 
 `if bx % 2 == 0:` around a `T.Parallel` loop is a branch every thread of a
-block takes the same way: its condition depends on block indices only. A
-barrier inside it is legal CUDA. TVM's ThreadSync pass cannot tell: it refuses
-to put a barrier inside any `if` ("Cannot insert syncs inside condition"), and
-it wants one there more often than needed, because it treats all dynamic shared
-tiles as one buffer (they are merged later) and so sees a loop that reads one
-tile and writes another as racing with itself.
+block takes the same way: its condition depends on block indices only, or on
+an element, at such an index, of a tensor the kernel only reads (`if
+BlockIndices[b, i] >= 0`). A barrier inside it is legal CUDA. TVM's
+ThreadSync pass cannot tell: it refuses to put a barrier inside any `if`
+("Cannot insert syncs inside condition"), and it wants one there more often
+than needed, because it treats all dynamic shared tiles as one buffer (they
+are merged later) and so sees a loop that reads one tile and writes another as
+racing with itself.
 
 `HideUniformBranches` rewrites such a branch, before ThreadSync, as a loop that
 runs once or not at all (`for _ in range(select(cond, 1, 0))`), which ThreadSync
 handles like any loop; `RestoreUniformBranches`, right after it, turns the loop
 back into the `if`, keeping the barriers ThreadSync put inside. Branches whose
-condition depends on a thread index or on data are left alone.
+condition depends on a thread index, or on data threads may see differently,
+are left alone.
 """
 
 from __future__ import annotations
@@ -20,32 +23,71 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from ..ir.tile_ops import is_buffer
 from ..ir.visit import rewrite, walk
 
 ANNOTATION = "tilelab.uniform_branch"
 
 
 def _block_uniform_vars(func) -> list:
-    """Variables with one value per block: block indices, scalar parameters, and lets
-    (in program order) whose values use only those."""
+    """Variables with one value per block: block indices, scalar parameters, and (in
+    program order) lets whose values and loops whose bounds use only those (and
+    read-only tensors, below)."""
     uniform = [p for p in func.params if str(p.dtype) != "handle"]
+    readonly = _read_only_tensors(func)
 
     def note(node):
         if isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
             iv = node.node
             if str(iv.thread_tag).startswith("blockIdx"):
                 uniform.append(iv.var)
-        elif isinstance(node, tirx.Bind | tirx.LetStmt) and _uses_only(node.value, uniform):
+        elif isinstance(node, tirx.Bind | tirx.LetStmt) and \
+                _is_uniform(node.value, uniform, readonly):
             uniform.append(node.var)
+        elif isinstance(node, tirx.For) and node.kind != tirx.ForKind.THREAD_BINDING and \
+                _is_uniform(node.min, uniform, readonly) and \
+                _is_uniform(node.extent, uniform, readonly):
+            uniform.append(node.loop_var)  # every thread runs the same trips
 
     walk(func.body, tirx.Stmt, note)
-    return uniform
+    return uniform, readonly
 
 
-def _uses_only(expr, allowed: list) -> bool:
-    used = []
-    walk(expr, tirx.Var, used.append)
-    return all(any(v.same_as(a) for a in allowed) for v in used)
+def _read_only_tensors(func) -> list:
+    """Global tensors the kernel never writes: every thread that reads one element reads
+    the same value (`i_s = BlockIndices[b, 0, h, i]` is the same for the whole block)."""
+    written, loaded = [], []
+
+    def visit(node):
+        if isinstance(node, tirx.BufferStore):
+            written.append(node.buffer.data)
+        elif isinstance(node, tvm.ir.TensorLoad):
+            loaded.append(node.source)
+        elif isinstance(node, tvm.ir.Call) and node.op.name in (
+                "tirx.address_of", "tirx.tvm_access_ptr"):  # an atomic, say, may write
+            walk(node, tvm.ir.TensorLoad, lambda load: written.append(load.source.data))
+            walk(node, tirx.Var, written.append)
+
+    walk(func.body, object, visit)
+    return [b for b in loaded if b.scope() == "global"
+            and not any(b.data.same_as(w) for w in written)]
+
+
+def _is_uniform(expr, uniform: list, readonly: list) -> bool:
+    """Does `expr` use only block-uniform variables and loads of read-only tensors?"""
+    ok = True
+
+    def visit(node):
+        nonlocal ok
+        if isinstance(node, tvm.ir.TensorLoad):
+            if not any(node.source.same_as(b) for b in readonly):
+                ok = False
+        elif isinstance(node, tirx.Var) and not is_buffer(node):
+            if not any(node.same_as(u) for u in uniform):
+                ok = False
+
+    walk(expr, object, visit)
+    return ok
 
 
 def _touches_shared(stmt) -> bool:
@@ -69,10 +111,10 @@ def _once_if(cond, body):
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.HideUniformBranches")
 def HideUniformBranches(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
-    uniform = _block_uniform_vars(func)
+    uniform, readonly = _block_uniform_vars(func)
 
     def hide(branch):
-        if not (_uses_only(branch.condition, uniform) and _touches_shared(branch)):
+        if not (_is_uniform(branch.condition, uniform, readonly) and _touches_shared(branch)):
             return branch
         loops = [_once_if(branch.condition, branch.then_case)]
         if branch.else_case is not None:
