@@ -101,6 +101,27 @@ def test_gemm_shared_tiles_conflicts(gemm_traces):
     assert {a["swizzled"]: a["max_degree"] for a in ldmatrix} == {True: 1, False: 8}
 
 
+def test_the_bank_view_replays_what_the_compiler_recorded(gemm_traces):
+    """Each copy through shared memory is recorded with the vector width its lowering uses
+    (here: 16-byte cp.async in the pipeline, 2-element register stores would be 4 bytes)."""
+    trace = gemm_traces[3]
+    copies = {(r["src"], r["dst"]): r for r in trace.instructions if r["op"] == "copy"}
+    assert copies[("A", "a_shared")]["vector"] == 8
+    assert copies[("A", "a_shared")]["instruction"] == "cp.async 16 B per lane"
+    (gemm,) = [r for r in trace.instructions if r["op"] == "gemm"]
+    assert gemm["instruction"] == "mma.sync" and (gemm["a"], gemm["b"]) == ("a_shared",
+                                                                             "b_shared")
+    view = bank_conflict_view(trace, "a_shared")
+    assert any(a["instruction"].startswith("cp.async 16 B per lane") for a in
+               view.data["accesses"])
+    from examples.gemm import gemm_kernel
+
+    cuda = gemm_kernel.compile(M=256, N=256, K=256, num_stages=3, target="cuda:sm_90a")
+    assert "tl::cp_async<16>" in cuda.trace.code["cuda"]  # what the record says it emits
+    assert {(r["src"], r["dst"]): r for r in cuda.trace.instructions if r["op"] == "copy"} \
+        == copies  # the CPU trace shows what the CUDA compile records
+
+
 def test_fragment_to_shared_copy_conflicts():
     # Each thread stores its accumulator registers in pairs (4 bytes of fp16): lane l writes
     # row l >> 2, columns 2 * (l % 4). Rows are 128 bytes apart, so all 8 rows hit the same
@@ -111,7 +132,10 @@ def test_fragment_to_shared_copy_conflicts():
                      "shape": [64, 64]},
                     {"name": "o", "scope": "shared.dyn", "dtype": "float16", "shape": [64, 64]}],
         "ops": [{"op": "copy", "reads": ["acc"], "writes": ["o"], "loops": [], "config": {}}],
-        "loops": []}}
+        "loops": []},
+        # what the compiler recorded: registers in pairs, 4 bytes of fp16 a lane
+        "instructions": [{"op": "copy", "loc": "", "src": "acc", "dst": "o", "kind": "registers",
+                          "vector": 2, "instruction": "st.shared 4 B per lane"}]}
     (access,) = shared_accesses(trace, "o")
     assert access["lane_bytes"] == 4
     assert access["instructions"][0][:5] == [[0, 0], [0, 2], [0, 4], [0, 6], [1, 0]]

@@ -198,6 +198,10 @@ def test_descriptors_reach_every_element(k_major, rows, cols, width, piece_mn):
 # ---------------------------------------------------------------- compiling
 
 
+def _gemms(trace) -> list:
+    return [r for r in trace.instructions if r["op"] == "gemm"]
+
+
 def _compile(name, target="cuda:sm_90a", pass_configs=None, **extra):
     pass_configs = pass_configs or {tilelab.PassConfigKey.TL_ENABLE_WGMMA: True}
     cfg = dict(CONFIGS[name], **extra)
@@ -213,7 +217,7 @@ def test_sm90a_gemm_is_wgmma(name):
     assert "wgmma.mma_async.sync.aligned.m64n" in ptx and "mma.sync" not in ptx
     assert "wgmma.wait_group.sync.aligned 0" in ptx and "fence.proxy.async" in ptx
     assert kernel.trace.resources["spill_stores_bytes"] == 0
-    [record] = kernel.trace.instructions
+    [record] = _gemms(kernel.trace)
     assert record["instruction"] == "wgmma.mma_async" and record["loc"]
     layouts = kernel.trace.layouts
     assert layouts["acc"]["recipe"]["kind"] == "wgmma_accumulator"
@@ -231,7 +235,7 @@ def test_sm80_and_the_config_key_keep_mma_sync():
         ptx = kernel.trace.code["ptx"]
         assert "mma.sync.aligned.m16n8k16" in ptx and "wgmma" not in ptx
         assert kernel.trace.layouts["acc"]["recipe"]["kind"] == "accumulator"
-        [record] = kernel.trace.instructions
+        [record] = _gemms(kernel.trace)
         assert record["instruction"] == "mma.sync"
     assert "sm_90a" in _compile("course", target="cuda:sm_80").trace.instructions[0]["why"]
     assert "TL_DISABLE_WGMMA" in kernel.trace.instructions[0]["why"]
@@ -244,7 +248,7 @@ def test_sm80_and_the_config_key_keep_mma_sync():
     ({"block_k": 8}, "multiple of 16")])
 def test_what_wgmma_cannot_take_falls_back_with_a_reason(extra, why):
     kernel = _compile("course", **extra)
-    [record] = kernel.trace.instructions
+    [record] = _gemms(kernel.trace)
     assert record["instruction"] in ("mma.sync", "fma") and why in record["why"]
     assert "wgmma" not in kernel.trace.code["ptx"]
 
@@ -253,7 +257,7 @@ def test_what_wgmma_cannot_take_falls_back_with_a_reason(extra, why):
 def test_wgmma_is_opt_in():
     a, b = _inputs(CONFIGS["course"], 256, 264, 96)
     kernel = matmul.compile(a, b, target="cuda:sm_90a", **CONFIGS["course"])
-    [record] = kernel.trace.instructions
+    [record] = _gemms(kernel.trace)
     assert record["instruction"] == "mma.sync" and "TL_ENABLE_WGMMA" in record["why"]
 
 

@@ -45,7 +45,9 @@ class Trace:
     passes: list[PassRecord] = field(default_factory=list)
     layouts: dict = field(default_factory=dict)  # buffer -> Layout/Fragment as JSON
     pipelines: list = field(default_factory=list)  # plans of T.Pipelined loops
-    instructions: list = field(default_factory=list)  # each T.gemm: instruction path and why
+    # what the ops emit: each T.gemm's instruction and why; each copy through shared
+    # memory, its vector width and instruction (the bank view replays these)
+    instructions: list = field(default_factory=list)
     code: dict = field(default_factory=dict)  # "llvm", "cuda", "ptx", "sass", ...
     resources: dict = field(default_factory=dict)  # registers, spills, shared memory, ...
     bench: list = field(default_factory=list)

@@ -52,6 +52,8 @@ class TileOp:
     in_parallel: bool = False  # may it stand inside a T.Parallel loop?
     fix_layouts: Callable | None = None  # (call, ctx): layouts the op insists on
     propagate_layouts: Callable | None = None  # (call, ctx) -> bool: layouts passed along
+    # (call, ctx): once layouts are final, what the op will emit, for the Trace's views
+    describe: Callable | None = None
     lowerings: dict = field(default_factory=dict)  # backend ("cpu", "cuda") -> rule
 
     def lowering(self, backend: str) -> Callable:

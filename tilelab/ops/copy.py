@@ -172,15 +172,10 @@ def _consecutive(elements, v: int, aligned_start: bool = False) -> bool:
     return True
 
 
-def fragment_memory(ctx, src: Region, dst: Region):
-    to_memory = is_fragment(src.buffer)
-    frag_region, mem = (src, dst) if to_memory else (dst, src)
-    frag = ctx.layout_of(frag_region.buffer)
-    local = ctx.local(frag_region.buffer)
-    elements = thread_elements(frag)
-    rank = len(frag.shape)
-    mem_at, inside = region_map(frag_region, mem)
-    # registers reg..reg+v-1 hold consecutive elements of the last dimension?
+def fragment_width(frag, src: Region, dst: Region) -> int:
+    """Registers a thread moves at once between a fragment and memory: up to 16 bytes of
+    consecutive elements of the last dimension, within the copied region."""
+    frag_region, mem = (src, dst) if is_fragment(src.buffer) else (dst, src)
     nbytes = max(itemsize(src.dtype), itemsize(dst.dtype))
     v = vector_width(nbytes, frag.local_size, frag.shape[-1])
     if mem.scope == "global":
@@ -191,8 +186,46 @@ def fragment_memory(ctx, src: Region, dst: Region):
         v = vector_width(nbytes, v, int(_const_int(frag_region.extents[-1])))
     if not (aligned(mem.starts[-1], v) and aligned(frag_region.starts[-1], v)):
         v = 1
+    elements = thread_elements(frag)
     while v > 1 and not _consecutive(elements, v, aligned_start=cut):
         v //= 2
+    return v
+
+
+def describe(call, ctx) -> None:
+    """A copy that touches shared memory: how it will move data (for the bank view)."""
+    src, dst = regions(call)
+    if not any(r.scope.startswith("shared") for r in (src, dst)):
+        return
+    fs, fd = is_fragment(src.buffer), is_fragment(dst.buffer)
+    if fs and fd:
+        return  # through a scratch tile of the lowering's own
+    asynchronous = bool(config(call).get("asynchronous"))
+    if fs or fd:
+        v, kind = fragment_width(ctx.layouts[(src if fs else dst).buffer.name], src, dst), \
+            "registers"
+    else:
+        v, kind = cooperative_width(src, dst), "cooperative"
+    lane_bytes = v * itemsize(dst.dtype if dst.scope.startswith("shared") else src.dtype)
+    if kind == "cooperative" and uses_cp_async(src, dst, v, asynchronous):
+        instruction = f"cp.async {lane_bytes} B per lane"
+    else:
+        verb = "st" if dst.scope.startswith("shared") else "ld"
+        instruction = f"{verb}.shared {lane_bytes} B per lane"
+    ctx.plan.instructions.append({
+        "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
+        "dst": dst.buffer.name, "kind": kind, "vector": v, "instruction": instruction})
+
+
+def fragment_memory(ctx, src: Region, dst: Region):
+    to_memory = is_fragment(src.buffer)
+    frag_region, mem = (src, dst) if to_memory else (dst, src)
+    frag = ctx.layout_of(frag_region.buffer)
+    local = ctx.local(frag_region.buffer)
+    elements = thread_elements(frag)
+    rank = len(frag.shape)
+    mem_at, inside = region_map(frag_region, mem)
+    v = fragment_width(frag, src, dst)
     stmts = []
     vv = tirx.Var("v", "int32")
     for reg in range(0, frag.local_size, v):
@@ -223,14 +256,10 @@ def fragment_memory(ctx, src: Region, dst: Region):
     return seq(stmts)
 
 
-def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False):
-    """All threads copy a tile between global and shared memory, 16 bytes at a time.
-
-    `asynchronous` copies (issued by a software pipeline) use `cp.async`, which
-    writes shared memory straight from global memory, zero-filling past the edge.
-    """
+def cooperative_width(src: Region, dst: Region) -> int:
+    """Elements each thread moves at once in a cooperative copy: up to 16 bytes, dividing
+    the tile's rows (and a global tensor's), starting aligned on both sides."""
     extents = [int(_const_int(e)) for e in dst.squeezed_extents()] or [1]
-    total = math.prod(extents)
     nbytes = max(itemsize(src.dtype), itemsize(dst.dtype))
     limits = [extents[-1]]
     for region in (src, dst):
@@ -241,11 +270,28 @@ def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False):
     v = vector_width(nbytes, *limits)
     if not (aligned(src.starts[-1], v) and aligned(dst.starts[-1], v)):
         v = 1
+    return v
+
+
+def uses_cp_async(src: Region, dst: Region, v: int, asynchronous: bool) -> bool:
+    """A pipelined copy into shared memory of 4, 8 or 16 bytes a thread, same type."""
+    return asynchronous and src.dtype == dst.dtype and \
+        v * itemsize(dst.dtype) in (4, 8, 16) and dst.scope.startswith("shared")
+
+
+def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False):
+    """All threads copy a tile between global and shared memory, 16 bytes at a time.
+
+    `asynchronous` copies (issued by a software pipeline) use `cp.async`, which
+    writes shared memory straight from global memory, zero-filling past the edge.
+    """
+    extents = [int(_const_int(e)) for e in dst.squeezed_extents()] or [1]
+    total = math.prod(extents)
+    v = cooperative_width(src, dst)
     vv = tirx.Var("v", "int32")
     src_at, dst_at = index_map(src), index_map(dst)
     nbytes_vector = v * itemsize(dst.dtype)
-    use_cp_async = asynchronous and src.dtype == dst.dtype and \
-        nbytes_vector in (4, 8, 16) and dst.scope.startswith("shared")
+    use_cp_async = uses_cp_async(src, dst, v, asynchronous)
 
     def chunk_copy(chunk):
         base = unravel(chunk * v, extents)
@@ -270,5 +316,5 @@ def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False):
 
 
 register(TileOp("copy", primitives=(copy,), effects=effects, fix_layouts=fix_layouts,
-                propagate_layouts=propagate_layouts,
+                propagate_layouts=propagate_layouts, describe=describe,
                 lowerings={"cpu": lower_loops, "cuda": lower_threads}))

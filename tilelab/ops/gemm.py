@@ -118,11 +118,12 @@ def fix_layouts(call, ctx) -> None:
     if ctx.warps < 1:
         raise TileLabTypeError("T.gemm needs at least one warp (32 threads)")
     loc = str(call.config.get("loc", ""))
+    names = {"a": a.buffer.name, "b": b.buffer.name, "c": c.buffer.name}
     choice = _gemm_wgmma.plan(call, ctx)
     if isinstance(choice, _gemm_wgmma.WgmmaPlan):
         ctx.plan.wgmma[call] = choice
         ctx.plan.instructions.append({
-            "op": "gemm", "loc": loc, "instruction": "wgmma.mma_async",
+            "op": "gemm", "loc": loc, **names, "instruction": "wgmma.mma_async",
             "why": f"sm_90a: {choice.groups[0]}x{choice.groups[1]} warpgroups, "
                    f"m64n{choice.n_instr}k16, A from "
                    f"{'registers' if not choice.a.swizzle_bytes else 'shared memory'}"})
@@ -130,7 +131,7 @@ def fix_layouts(call, ctx) -> None:
         return
     k = int(a.extents[-2] if cfg["transpose_A"] else a.extents[-1])
     ampere = "mma.sync" if _tensor_cores(a, b, str(c.buffer.dtype), k) else "fma"
-    ctx.plan.instructions.append({"op": "gemm", "loc": loc, "instruction": ampere,
+    ctx.plan.instructions.append({"op": "gemm", "loc": loc, **names, "instruction": ampere,
                                   "why": f"not wgmma: {choice}"})
     wm, wn = warp_grid(cfg["policy"], m, n, ctx.warps)
     ctx.plan.gemm_warps[call] = (wm, wn)

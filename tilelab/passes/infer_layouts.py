@@ -224,6 +224,11 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
             propagate()
     for nest in plan.nests:
         _check_nest(nest, ctx.layouts, plan, threads)
+    # 4. with layouts final, ops say what they will emit (plan.instructions, for the Trace)
+    for call, op in calls:
+        if op.describe is not None:
+            with at_user_line(call, func):
+                op.describe(call, ctx)
     return plan
 
 

@@ -14,7 +14,11 @@ that share a group. An instruction's degree is the largest over its phases;
 1 means conflict-free, 4 means that phase takes four times as long.
 
 Which addresses a warp instruction touches follows from how tilelab lowers
-tile ops (passes/lower_tile_ops_to_threads.py and passes/lower_gemm.py):
+tile ops (tilelab/ops/copy.py and gemm.py). The compiler records, for every
+copy through shared memory, the vector width and instruction its lowering
+uses, and for every GEMM its instruction (`trace.instructions`, written when
+layouts are inferred: a CPU compile records what the CUDA lowering would do);
+this module replays those records, it does not decide them again:
 
 * a copy between global and shared memory is cooperative: thread t moves the
   t-th 16-byte chunk of the tile in row-major order, so one warp instruction
@@ -98,34 +102,18 @@ def bank_conflicts(layout_json: dict, access: dict) -> list[int]:
 # ---------------------------------------------------------------- accesses of a kernel
 
 
-def _vector_width(nbytes: int, *limits) -> int:
-    """Elements per lane of a vectorized copy: 16 bytes, halved until it divides every limit."""
-    v = max(16 // nbytes, 1)
-    while v > 1 and any(lim % v for lim in limits):
-        v //= 2
-    return v
-
-
-def _cooperative(name, rows, cols, size, other, writing, asynchronous) -> dict:
+def _cooperative(name, rows, cols, size, record) -> dict:
     """Thread t moves chunk t (v elements) of the tile in row-major order; 32 chunks a warp."""
-    limits = [cols]
-    if other["scope"] == "global" and other["shape"] and isinstance(other["shape"][-1], int):
-        limits.append(other["shape"][-1])
-    v = _vector_width(max(size, dtype_bits(other["dtype"]) // 8), *limits)
+    v = record["vector"]
     chunks = rows * cols // v
     instructions = [[list(divmod(q * v, cols)) if q < chunks else None
                      for q in range(32 * w, 32 * w + 32)] for w in range(-(-chunks // 32))]
-    lane_bytes = v * size
-    if asynchronous and lane_bytes in (4, 8, 16):
-        instruction = f"cp.async {lane_bytes} B per lane"
-    else:
-        instruction = f"{'st' if writing else 'ld'}.shared {lane_bytes} B per lane"
-    return {"name": name, "instruction": instruction + " (cooperative copy)",
-            "lane_bytes": lane_bytes, "element_bytes": size, "instructions": instructions}
+    return {"name": name, "instruction": record["instruction"] + " (cooperative copy)",
+            "lane_bytes": v * size, "element_bytes": size, "instructions": instructions}
 
 
-def _fragment_copy(name, rows, cols, size, fragment, fragment_bytes, writing) -> dict | None:
-    """Each thread moves its own registers, v consecutive ones at a time (if they are adjacent)."""
+def _fragment_copy(name, rows, cols, size, fragment, record, writing) -> dict | None:
+    """Each thread moves its own registers, v consecutive ones at a time."""
     thread = np.asarray(fragment["thread"])
     if thread[0].size != rows * cols:
         return None
@@ -135,21 +123,7 @@ def _fragment_copy(name, rows, cols, size, fragment, fragment_bytes, writing) ->
     for rep, r, c in np.ndindex(*thread.shape):
         held[(int(thread[rep, r, c]), int(local[rep, r, c]))] = (r, c, rep)
     threads, registers = fragment["threads"], fragment["local_size"]
-
-    def consecutive(v):
-        for t in range(threads):
-            for reg in range(0, registers, v):
-                first = held.get((t, reg))
-                for k in range(1, v):
-                    e = held.get((t, reg + k))
-                    if (first is None) != (e is None) or (
-                            e is not None and (e[0], e[1]) != (first[0], first[1] + k)):
-                        return False
-        return True
-
-    v = _vector_width(max(size, fragment_bytes), registers, cols)
-    while v > 1 and not consecutive(v):
-        v //= 2
+    v = record["vector"]
     instructions = []
     for reg in range(0, registers, v):
         for warp in range(threads // 32):
@@ -160,8 +134,7 @@ def _fragment_copy(name, rows, cols, size, fragment, fragment_bytes, writing) ->
                 lanes.append(None if e is None or (writing and e[2] != 0) else [e[0], e[1]])
             if any(lane is not None for lane in lanes):
                 instructions.append(lanes)
-    verb = "st" if writing else "ld"
-    return {"name": name, "instruction": f"{verb}.shared {v * size} B per lane (per thread, "
+    return {"name": name, "instruction": f"{record['instruction']} (per thread, "
             f"{'from' if writing else 'to'} registers)", "lane_bytes": v * size,
             "element_bytes": size, "instructions": instructions}
 
@@ -202,57 +175,60 @@ def _ldmatrix(name, role, size, cfg, accumulator, k) -> dict:
 
 
 def shared_accesses(trace, buffer: str) -> list[dict]:
-    """The warp-level accesses of the lowered kernel to shared tile `buffer` (see module doc)."""
+    """The warp-level accesses of the lowered kernel to shared tile `buffer` (see module
+    doc), as the compiler recorded them (`trace.instructions`): each copy's vector width
+    and instruction, each GEMM's instruction."""
     program = trace_field(trace, "program") or {}
     layouts = trace_field(trace, "layouts") or {}
+    records = trace_field(trace, "instructions") or []
     info = buffer_info(trace, buffer)
     rows, cols = grid_shape(info["shape"])
     size = dtype_bits(info["dtype"]) // 8
-    pipelined = {loop["var"] for loop in program.get("loops", [])
-                 if loop.get("kind") == "pipelined" and (loop.get("num_stages") or 0) >= 2}
     accesses = []
     for op in program.get("ops", []):
+        loc = str(op.get("config", {}).get("loc", ""))
         if op["op"] == "copy" and op["reads"] and op["writes"]:
             src, dst = op["reads"][0], op["writes"][0]
             if buffer not in (src, dst) or src == dst:
                 continue
+            record = _record(records, "copy", loc, src=src, dst=dst)
+            if record is None:
+                continue
             writing = dst == buffer
             other = buffer_info(trace, src if writing else dst)
             name = f"copy({src}, {dst})"
-            if other["scope"] == "local.fragment":
+            if record["kind"] == "registers":
                 fragment = layouts.get(other["name"])
                 if fragment and "thread" in fragment:
-                    access = _fragment_copy(name, rows, cols, size, fragment,
-                                            dtype_bits(other["dtype"]) // 8, writing)
+                    access = _fragment_copy(name, rows, cols, size, fragment, record, writing)
                     if access:
                         accesses.append(access)
             else:
-                # a pipelined loop's producers become cp.async (same dtype on both sides)
-                asynchronous = writing and other["scope"] == "global" and \
-                    other["dtype"] == info["dtype"] and bool(op["loops"]) and \
-                    op["loops"][-1] in pipelined
-                accesses.append(_cooperative(name, rows, cols, size, other, writing,
-                                             asynchronous))
+                accesses.append(_cooperative(name, rows, cols, size, record))
         elif op["op"] == "gemm" and len(op["reads"]) >= 2 and op["writes"]:
+            record = _record(records, "gemm", loc, a=op["reads"][0], b=op["reads"][1])
+            if record is None or record["instruction"] != "mma.sync":
+                continue  # wgmma reads shared memory itself; fma reads no 16-byte rows
             a, b, c = op["reads"][0], op["reads"][1], op["writes"][0]
             accumulator = (layouts.get(c) or {}).get("recipe", {})
-            a_info, b_info = buffer_info(trace, a), buffer_info(trace, b)
-            tensor_cores = (a_info["dtype"] in ("float16", "bfloat16")
-                            and b_info["dtype"] == a_info["dtype"]
-                            and accumulator.get("kind") == "accumulator"
-                            and b_info["scope"] != "local.fragment")
-            if not tensor_cores:
-                continue  # per-thread multiply-adds: no ldmatrix
+            a_info = buffer_info(trace, a)
             a_shape = grid_shape(a_info["shape"])
             k = a_shape[0] if op["config"].get("transpose_A") else a_shape[1]
-            if k % 16:
-                continue
             for role, operand in (("A", a), ("B", b)):
                 if operand == buffer:
                     accesses.append(_ldmatrix(f"gemm {role} operand ({op['reads'][0]} @ "
                                               f"{op['reads'][1]})", role, size, op["config"],
                                               accumulator, k))
     return accesses
+
+
+def _record(records: list, op: str, loc: str, **names) -> dict | None:
+    """The compiler's record of an op, by its buffers (and its line, where known: a copy a
+    software pipeline issued again keeps its buffers)."""
+    matching = [r for r in records if r.get("op") == op and
+                all(r.get(k) == v for k, v in names.items())]
+    at_line = [r for r in matching if loc and str(r.get("loc", "")) == loc]
+    return (at_line or matching or [None])[0]
 
 
 # ---------------------------------------------------------------- the view

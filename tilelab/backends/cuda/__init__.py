@@ -285,8 +285,9 @@ def cuda_runner(program, launch: dict, cubin: bytes):
                         arch=launch["arch"], arg_order=launch["arg_order"])
 
 
-def plans_without_code(program) -> tuple[dict, list]:
-    """Layouts and pipeline plans the CUDA backend would choose (analyses only, no code)."""
+def plans_without_code(program) -> tuple[dict, list, list]:
+    """Layouts, pipeline plans and instruction records the CUDA backend would choose
+    (analyses only, no code)."""
     import tvm
     from tvm import tirx
 
@@ -298,19 +299,22 @@ def plans_without_code(program) -> tuple[dict, list]:
         mod = PipelineLoops()(tvm.IRModule({program.name: program.func}))
         pipelines = facts_in(mod).get(PIPELINE_PLAN, [])
         layouts: dict = {}
+        instructions: list = []
 
         def visit(loop):
             if KERNEL in loop.annotations:
                 threads = block_threads(loop)
-                layouts.update(infer_layouts(loop, threads, program.layouts).to_json())
+                plan = infer_layouts(loop, threads, program.layouts)
+                layouts.update(plan.to_json())
+                instructions.extend(plan.instructions)
 
         walk(mod[program.name].body, tirx.For, visit)
     except Exception:  # noqa: BLE001 - a CPU-only kernel need not fit the GPU's rules
         from ...ir.visit import UserErrors
 
         UserErrors.take()
-        return {}, []
-    return layouts, pipelines
+        return {}, [], []
+    return layouts, pipelines, instructions
 
 
 class CUDABackend(Backend):
