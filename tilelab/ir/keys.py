@@ -36,7 +36,7 @@ ASYNCHRONOUS = "asynchronous"  # a copy issued by a software pipeline (cp.async)
 # value waits here until the compile that made it is done. The pass that uses a fact
 # last removes it (`without_facts`), so TVM's own passes never see one.
 _FACTS: dict = {}
-_FACTS_KEPT = 4096  # far more than one compile makes; the oldest go first
+_FACTS_KEPT = 256  # a compile makes a few, used within it; the oldest go first
 _facts_lock = threading.Lock()
 _fact_numbers = itertools.count()
 
