@@ -48,6 +48,8 @@ def test_generator_covers_the_language():
         assert f"num_stages={stages}" in text
     assert re.search(r"T\.copy\(\w+\[\d+:\d+, \d+:\d+\], \w+\[\d+:\d+, \d+:\d+\]\)", text)
     assert re.search(r"\[by \* \d+ \+ [1-9]", text)  # a copy at a shifted region
+    # a block-uniform branch on an element of an input (barriers may go inside it)
+    assert re.search(r"if X\d+\[by \* \d+, bx \* \d+\] > 0:", text)
 
 
 def test_reference_reads_programs_as_the_cpu_backend_runs_them(tmp_path):

@@ -204,7 +204,7 @@ def _without_unused(p: Program) -> Program:
     used = _used_buffers(q)
     named = set()
     for step in q.steps:
-        for key in ("src", "dst", "A", "B"):
+        for key in ("src", "dst", "A", "B", "flag"):
             if isinstance(step.get(key), str):
                 named.add(step[key])
     q.buffers = [b for b in q.buffers if b["name"] in used]
@@ -228,7 +228,7 @@ def _expr_edits(expr):
 
 
 # the options of each kind of step, and their plainest value (None: leave the option out)
-_PLAIN = {"load": (("shift", None),), "ew": (("guard", None), ("tmp", None)),
+_PLAIN = {"load": (("shift", None),), "ew": (("flag", None), ("guard", None), ("tmp", None)),
           "gemm": (("stages", 1), ("clear_accum", None), ("a_frag", None), ("policy", "Square")),
           "ksum": (("stages", 1),), "atomic": (("sliced", None),)}
 

@@ -382,9 +382,11 @@ def _emit_ew(p, s):
     at = "[i, j]" if len(p.buffer_shape(kind)) == 2 else "[i]"
     value = _render(s["expr"])
     lines = []
-    if s.get("guard"):
+    if s.get("flag"):  # block-uniform: an element of an input the kernel never writes
+        lines.append(f"if {s['flag']}[by * {p.bm}, bx * {p.bn}] > 0:")
+    elif s.get("guard"):
         lines.append(f"if bx % 2 == {s['guard'] - 1}:")
-    pad = "    " if s.get("guard") else ""
+    pad = "    " if s.get("guard") or s.get("flag") else ""
     lines.append(pad + _loop(p, kind))
     if s.get("tmp"):
         lines.append(f"{pad}    {s['tmp']}[0] = {value}")
@@ -395,7 +397,10 @@ def _emit_ew(p, s):
 
 
 def _run_ew(b, s):
-    if s.get("guard") and b.bx % 2 != s["guard"] - 1:
+    if s.get("flag"):
+        if not b.full[s["flag"]][b.by * b.p.bm, b.bx * b.p.bn] > 0:
+            return
+    elif s.get("guard") and b.bx % 2 != s["guard"] - 1:
         return
     dst = b.p.buffer(s["dst"])
     shape = b.p.buffer_shape(dst["kind"])
@@ -548,6 +553,8 @@ def _reads(step) -> list[str]:
         names += [step["src"], step["dst"]]
     if op == "reduce" and not step["clear"]:
         names.append(step["dst"])
+    if step.get("flag"):
+        names.append(step["flag"])  # an input tensor: it must still be there
     return names
 
 
@@ -562,7 +569,8 @@ def validate(p: Program) -> bool:
                 return False
             if name not in buffers and name not in tensors:
                 return False
-        if step["op"] == "ew" and step.get("guard") and step["dst"] not in written:
+        if step["op"] == "ew" and (step.get("guard") or step.get("flag")) and \
+                step["dst"] not in written:
             return False  # half the blocks skip the loop: dst must hold something already
         if step.get("dst") in buffers:
             written.add(step["dst"])
@@ -796,6 +804,9 @@ def _random_step(g: _Gen, dtype: str, acc: str, is_int: bool):
         step = {"op": "ew", "dst": dst["name"], "expr": expr}
         if guard:
             step["guard"] = guard
+            inputs = [t for t in g.p.tensors if not t["output"] and t["kind"] == "mn"]
+            if inputs and rng.random() < 0.5:  # a condition on an input's element instead
+                step["flag"] = rng.choice(inputs)["name"]
         if tmp:
             step["tmp"] = tmp
         g.step(**step)
