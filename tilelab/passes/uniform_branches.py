@@ -29,10 +29,10 @@ from ..ir.visit import rewrite, walk
 ANNOTATION = "tilelab.uniform_branch"
 
 
-def _block_uniform_vars(func) -> list:
-    """Variables with one value per block: block indices, scalar parameters, and (in
-    program order) lets whose values and loops whose bounds use only those (and
-    read-only tensors, below)."""
+def _block_uniform_vars(func) -> tuple[list, list]:
+    """Variables with one value per block, and the read-only tensors (below): block
+    indices, scalar parameters, and (in program order) lets whose values and loops
+    whose bounds use only those and loads of read-only tensors."""
     uniform = [p for p in func.params if str(p.dtype) != "handle"]
     readonly = _read_only_tensors(func)
 
