@@ -392,6 +392,25 @@ def test_a_branch_on_a_read_only_tensor_holds_barriers():
                                k.expected_reverse_flagged(a, flags))
 
 
+def test_register_spills_are_a_warning_at_the_kernel(monkeypatch):
+    """ptxas keeps what does not fit in registers in local memory: the user is told why,
+    at the kernel, and the warning stays with the Trace (it comes again from the cache)."""
+    import warnings
+
+    from tests.kernels.fragment_regions import wide_softmax
+
+    monkeypatch.setenv("TILELAB_DISABLE_CACHE", "1")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = wide_softmax.compile(M=64, target="cuda:sm_90a")
+    assert kernel.trace.resources["spill_stores_bytes"] > 0
+    (message,) = [str(w.message) for w in caught if "spills, slow" in str(w.message)]
+    assert "use more threads or smaller fragments" in message
+    assert message in kernel.trace.warnings
+    a = torch.randn(64, 512)
+    torch.testing.assert_close(wide_softmax(a), torch.softmax(a, dim=1))  # the CPU: no spill
+
+
 @tilelab.jit
 def ignores_its_second_input(X, Unused):
     N = T.const("N")

@@ -110,3 +110,25 @@ def expected_reverse_flagged(a, flags, block: int = 32):
             tile[:len(part)] = part
             out[g * block:(g + 1) * block] = tile.flip(0)[:len(part)]
     return out
+
+
+@tilelab.jit
+def wide_softmax(A, rows: int = 32, cols: int = 512):
+    """Softmax of 512-wide rows by 32 threads: each thread holds 512 values of the tile
+    across two reductions, more than its 255 registers (ptxas spills them)."""
+    M = T.const("M")
+    A: T.Tensor((M, cols), T.float32)
+    B = T.empty((M, cols), T.float32)
+    with T.Kernel(T.ceildiv(M, rows), threads=32) as bx:
+        tile = T.alloc_fragment((rows, cols), T.float32)
+        top = T.alloc_fragment((rows,), T.float32)
+        total = T.alloc_fragment((rows,), T.float32)
+        T.copy(A[bx * rows, 0], tile)
+        T.reduce_max(tile, top, dim=1)
+        for i, j in T.Parallel(rows, cols):
+            tile[i, j] = T.exp(tile[i, j] - top[i])
+        T.reduce_sum(tile, total, dim=1)
+        for i, j in T.Parallel(rows, cols):
+            tile[i, j] = tile[i, j] / total[i]
+        T.copy(tile, B[bx * rows, 0])
+    return B

@@ -253,9 +253,28 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
                       ptxas=compiled["ptxas"])
     trace.resources = dict(compiled["resources"], dynamic_smem_bytes=launch["dynamic_smem"],
                            grid=launch["grid"], block=launch["block"], arch=arch)
+    _warn_about_spills(program, trace)
     files = {"kernel.cubin": compiled["cubin"], "launch.json": json.dumps(launch).encode()}
     runner = cuda_runner(program, launch, compiled["cubin"])
     return CompiledArtifact(runner, trace, launch, compiled["cubin"]), files
+
+
+def _warn_about_spills(program, trace) -> None:
+    """Registers ptxas could not find become local memory: say so, at the kernel."""
+    import warnings
+
+    from ...errors import TileLabWarning
+
+    spilled = trace.resources.get("spill_stores_bytes", 0)
+    if not spilled:
+        return
+    message = (f"{program.name}: each thread needs more than its "
+               f"{trace.resources.get('registers', '?')} registers, so ptxas keeps "
+               f"{spilled} bytes per thread in local memory (spills, slow); every thread "
+               "holds its share of every fragment: use more threads or smaller fragments")
+    trace.warnings.append(message)
+    warnings.warn_explicit(message, TileLabWarning, program.source.filename,
+                           program.source.line_offset + 1)
 
 
 def kernel_grid(program) -> tuple[int, int, int]:
