@@ -118,6 +118,35 @@ def test_driver_entry_point_probes_are_not_kernel_errors():
     assert run.probes == 3 and run.count == 1 and run.by_kernel() == {"k": 1}
 
 
+def test_kernels_after_a_lost_cuda_context_run_in_a_new_child(monkeypatch):
+    """An illegal access leaves the child's CUDA context unusable: the kernels after it are
+    judged again in a fresh child, not charged with the first one's failure."""
+    import subprocess
+
+    calls = []
+
+    def child(names, lines):
+        out = "".join(f"@@tilelab-sanitize kernel {n}\n" + lines.get(n, "") for n in names)
+        return out + "@@tilelab-sanitize done\n========= ERROR SUMMARY: 9 errors\n"
+
+    def fake_run(command, **_):
+        names = command[command.index("--names") + 1].split(",")
+        calls.append(names)
+        lost = "@@tilelab-sanitize failed {} CudaError: an illegal memory access was " \
+               "encountered\n"
+        lines = {} if len(calls) > 1 else {
+            "b": "========= Invalid __global__ write of size 4 bytes\n=========\n" +
+                 lost.format("b"),
+            "c": lost.format("c")}
+        return subprocess.CompletedProcess(command, 0, child(names, lines), "")
+
+    monkeypatch.setattr(sanitize.subprocess, "run", fake_run)
+    run = sanitize.run_tool("memcheck", {"generated": ["a", "b", "c", "d"]}, "cs", 10)
+    assert calls == [["a", "b", "c", "d"], ["c", "d"]]
+    assert list(run.failed) == ["b"] and run.by_kernel() == {"b": 1}
+    assert run.started == ["a", "b", "c", "d"] and run.finished
+
+
 def test_a_child_that_stops_early_is_not_finished():
     run = sanitize.parse("@@tilelab-sanitize kernel gemm\nSegmentation fault\n", "memcheck")
     assert not run.finished and run.started == ["gemm"] and run.count == 0

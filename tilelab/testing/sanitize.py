@@ -10,7 +10,8 @@ with tails), the GPU suite's checks (`bench/gpu_suite.py`, each kernel once on
 fresh inputs) and `--programs` generated programs (`tilelab.testing.generator`,
 compared with the CPU backend as difftest does). The child prints a marker
 line before each kernel and synchronizes after it, so every report the
-sanitizer prints is charged to the kernel that was running. The parent
+sanitizer prints is charged to the kernel that was running; after a kernel that
+loses the CUDA context (an illegal access), the rest run in a fresh child. The parent
 prints, per tool, the number of reports and the kernels they came from, and
 ends with one line:
 
@@ -262,37 +263,76 @@ def child(group: str, names: list[str]) -> int:
 # ---------------------------------------------------------------- the parent
 
 
+# A failure that leaves the process's CUDA context unusable: every later kernel of that
+# child would fail the same way, so the rest run in a new child.
+_CONTEXT_LOST = re.compile(r"illegal (memory )?(access|address|instruction)|unspecified launch "
+                           r"failure|misaligned address|LaunchFailure|context is destroyed",
+                           re.IGNORECASE)
+
+
+def _run_child(tool: str, group: str, names: list, sanitizer: str, timeout: float):
+    command = sanitizer_command(tool, group, names, sanitizer)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              env=env, cwd=ROOT)
+        output = done.stdout + done.stderr
+    except subprocess.TimeoutExpired as err:
+        output = (err.stdout or b"").decode(errors="replace") if isinstance(
+            err.stdout, bytes) else (err.stdout or "")
+        output += f"\n{MARKER} failed {group}-timeout after {timeout:.0f} s\n"
+    return parse(output, tool), output
+
+
+def _lost_at(run: ToolRun, names: list) -> int | None:
+    """Index of the kernel after which this child's results mean nothing more: the first
+    whose failure lost the CUDA context, or the last started if the child died."""
+    for i, name in enumerate(names):
+        if _CONTEXT_LOST.search(run.failed.get(name, "")):
+            return i
+    if not run.finished and run.started and run.started[-1] in names:
+        return names.index(run.started[-1])
+    return None
+
+
 def run_tool(tool: str, kernels: dict, sanitizer: str, timeout: float) -> ToolRun:
-    """One sanitizer run per group; the runs of a tool are merged."""
+    """One sanitizer run per group (a new child after a kernel loses the CUDA context);
+    the runs of a tool are merged."""
     merged = ToolRun(tool, finished=True)
     for group, names in kernels.items():
-        if not names:
-            continue
-        command = sanitizer_command(tool, group, names, sanitizer)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-        started = time.perf_counter()
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                  env=env, cwd=ROOT)
-            output = done.stdout + done.stderr
-        except subprocess.TimeoutExpired as err:
-            output = (err.stdout or b"").decode(errors="replace") if isinstance(
-                err.stdout, bytes) else (err.stdout or "")
-            output += f"\n{MARKER} failed {group}-timeout after {timeout:.0f} s\n"
-        run = parse(output, tool)
-        seconds = time.perf_counter() - started
-        print(f"  {tool:9} {group:9} {len(run.started):3}/{len(names)} kernels, "
-              f"{run.count} reports, {seconds:.0f} s", flush=True)
-        if not run.finished:
-            tail = "\n    ".join(output.strip().splitlines()[-8:])
-            print(f"    the child stopped early; its last lines:\n    {tail}")
-        merged.reports += run.reports
-        merged.summary_total += run.summary_total
-        merged.probes += run.probes
-        merged.started += run.started
-        merged.failed.update(run.failed)
-        merged.finished &= run.finished
+        remaining, started, count = list(names), time.perf_counter(), 0
+        while remaining:
+            run, output = _run_child(tool, group, remaining, sanitizer, timeout)
+            lost = _lost_at(run, remaining)
+            if lost is not None and lost < len(remaining) - 1:
+                judged = set(remaining[:lost + 1])  # later kernels go to a new child
+                rest = len(remaining) - lost - 1
+                print(f"    {remaining[lost]} lost the CUDA context; the {rest} kernels after "
+                      "it run in a new child", flush=True)
+                run.reports = [r for r in run.reports if r.kernel in judged or
+                               r.kernel == "(startup)"]
+                run.summary_total = 0  # the summary counted the others too: records count
+                run.failed = {k: v for k, v in run.failed.items() if k in judged}
+                run.started = [k for k in run.started if k in judged]
+                run.finished = True
+                remaining = remaining[lost + 1:]
+            else:
+                remaining = []
+                if not run.finished:
+                    tail = "\n    ".join(output.strip().splitlines()[-8:])
+                    print(f"    the child stopped early; its last lines:\n    {tail}")
+            count += run.count
+            merged.reports += run.reports
+            merged.summary_total += run.summary_total
+            merged.probes += run.probes
+            merged.started += run.started
+            merged.failed.update(run.failed)
+            merged.finished &= run.finished
+        if names:
+            print(f"  {tool:9} {group:9} {len([k for k in merged.started if k in names]):3}/"
+                  f"{len(names)} kernels, {count} reports, "
+                  f"{time.perf_counter() - started:.0f} s", flush=True)
     return merged
 
 
