@@ -69,8 +69,12 @@ def index_map(region: Region):
     return indices
 
 
+def _whole_dim(start, extent, size) -> bool:
+    return _const_int(start) == 0 and _const_int(extent) == int(size)
+
+
 def is_whole(region: Region) -> bool:
-    return all(_const_int(s) == 0 and _const_int(e) == int(n)
+    return all(_whole_dim(s, e, n)
                for s, e, n in zip(region.starts, region.extents, region.buffer.shape))
 
 
@@ -96,7 +100,7 @@ def region_map(region: Region, mem: Region):
         conds = []
         for d, (start, extent, size) in enumerate(
                 zip(region.starts, region.extents, region.buffer.shape)):
-            if _const_int(start) == 0 and _const_int(extent) == int(size):
+            if _whole_dim(start, extent, size):
                 continue
             conds += [tirx.LE(to_expr(start), element[d]),
                       tirx.LT(element[d], to_expr(start + extent))]

@@ -26,6 +26,7 @@ buffers and the loop.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from tvm import tirx
@@ -98,13 +99,6 @@ def _is_fragment(buffer) -> bool:
 
 def _shape(buffer) -> tuple:
     return tuple(int(s) for s in buffer.shape)
-
-
-def _elements(buffer) -> int:
-    total = 1
-    for s in _shape(buffer):
-        total *= s
-    return total
 
 
 def default_fragment(shape, threads: int, dtype_bits: int) -> Fragment:
@@ -216,7 +210,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
 
     # 2. known layouts spread to neighbours; 3. a fragment still free gets a default.
     propagate()
-    by_size = sorted(fragments.items(), key=lambda item: -_elements(item[1]))  # stable
+    by_size = sorted(fragments.items(), key=lambda item: -math.prod(_shape(item[1])))
     for name, buffer in by_size:
         if name not in ctx.layouts:
             bits = as_dtype(str(buffer.dtype)).bits

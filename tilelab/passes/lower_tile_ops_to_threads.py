@@ -366,7 +366,8 @@ def _first_copy_writes(stmt, rep):
 
     def atomic(node):
         call = node.value
-        if isinstance(call, tvm.ir.Call) and "atomic" in str(call.args[0] if call.args else ""):
+        if isinstance(call, tvm.ir.Call) and call.op.name == "tirx.call_extern" and \
+                str(call.args[0].value).startswith("atomic"):
             return tirx.IfThenElse(first, node, None)
         return node
 
