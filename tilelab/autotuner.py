@@ -597,6 +597,7 @@ class AutoTuner:
         self.baseline = None  # a PyTorch function timed beside the candidates (the magic's --bench)
         self.baseline_name = "baseline"
         self._tuned: dict = {}
+        self._per_shape: dict = {}  # factory arguments -> do its sizes come with the call?
         self.autotune_result: AutotuneResult | None = None  # of the latest tune
 
     def __repr__(self) -> str:
@@ -627,13 +628,17 @@ class AutoTuner:
         return self.jit.source.location(self.jit.source.node)
 
     def _sized_by_call(self, args: tuple, kwargs: dict) -> bool:
-        """Does the factory make a kernel with `T.dynamic` sizes (traced, not compiled)?"""
+        """Does the factory make a kernel with `T.dynamic` sizes? Traced (not compiled)
+        once per arguments: later calls with them go straight to the tuned kernel."""
         from .language.frontend import ShapedByCall
 
-        try:
-            return isinstance(self.jit.fn(*args, **kwargs), ShapedByCall)
-        except Exception:  # noqa: BLE001 - tuning reports what is wrong, per configuration
-            return False
+        key = (_freeze(args), _freeze(kwargs))
+        if key not in self._per_shape:
+            try:
+                self._per_shape[key] = isinstance(self.jit.fn(*args, **kwargs), ShapedByCall)
+            except Exception:  # noqa: BLE001 - tuning reports what is wrong, per configuration
+                self._per_shape[key] = False
+        return self._per_shape[key]
 
     def _kernel(self, args: tuple, kwargs: dict, call: tuple = ()) -> Kernel:
         """The tuned Kernel for these arguments; `call`: the tensors a kernel with

@@ -157,7 +157,7 @@ class PassRecorder:
         self.facts: dict = {}  # the facts (ir/keys.py) tilelab's passes left, latest of each
 
     def fill(self, trace) -> None:
-        """The Trace's layouts, GEMM instructions and pipeline schedules, from the facts."""
+        """The Trace's layouts, instruction records and pipeline schedules, from the facts."""
         for plan in self.facts.get(LAYOUT_PLAN, []):
             trace.layouts.update(plan.to_json())
             trace.instructions.extend(plan.instructions)
@@ -311,7 +311,10 @@ def _compile_uncached(program, target: str, configs: dict):
     _warn(program, trace.warnings)
     trace.passes = recorder.records
     recorder.fill(trace)
-    return backend.finish(program, trace, executable, recorder, target, configs)
+    shown = len(trace.warnings)
+    finished = backend.finish(program, trace, executable, recorder, target, configs)
+    _warn(program, trace.warnings[shown:])  # what finishing found (ptxas' spills, say)
+    return finished
 
 
 def _last_words(err: Exception) -> str:

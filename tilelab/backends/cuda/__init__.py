@@ -260,11 +260,8 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
 
 
 def _warn_about_spills(program, trace) -> None:
-    """Registers ptxas could not find become local memory: say so, at the kernel."""
-    import warnings
-
-    from ...errors import TileLabWarning
-
+    """Registers ptxas could not find become local memory: a warning in the Trace (the
+    compiler shows the Trace's new warnings at the kernel)."""
     spilled = trace.resources.get("spill_stores_bytes", 0)
     if not spilled:
         return
@@ -273,8 +270,6 @@ def _warn_about_spills(program, trace) -> None:
                f"{spilled} bytes per thread in local memory (spills, slow); every thread "
                "holds its share of every fragment: use more threads or smaller fragments")
     trace.warnings.append(message)
-    warnings.warn_explicit(message, TileLabWarning, program.source.filename,
-                           program.source.line_offset + 1)
 
 
 def kernel_grid(program) -> tuple[int, int, int]:
