@@ -89,6 +89,10 @@ class TensorShape:
     shape: tuple
     dtype: str
 
+    @staticmethod
+    def of(tensor) -> TensorShape:
+        return TensorShape(tuple(int(s) for s in tensor.shape), _dtype_name(tensor))
+
     def meta(self):
         import torch
 
@@ -679,12 +683,10 @@ class AutoTuner:
                     candidates.append(config)
             if not knobs:
                 candidates = [{}]
-            shipped = tuple(TensorShape(tuple(int(s) for s in a.shape), _dtype_name(a))
-                            if _is_tensor(a) else a for a in args)
-            shipped_kwargs = {k: TensorShape(tuple(int(s) for s in v.shape), _dtype_name(v))
-                              if _is_tensor(v) else v for k, v in fixed.items()}
-            shapes = tuple(TensorShape(tuple(int(x) for x in t.shape), _dtype_name(t))
-                           for t in call)
+            shipped = tuple(TensorShape.of(a) if _is_tensor(a) else a for a in args)
+            shipped_kwargs = {k: TensorShape.of(v) if _is_tensor(v) else v
+                              for k, v in fixed.items()}
+            shapes = tuple(TensorShape.of(t) for t in call)
             result = self._tune(candidates, knobs, shipped, shipped_kwargs, target, shapes)
             best = result.best_config
             if best is None:
