@@ -103,6 +103,10 @@ def test_instrument_pipeline_adds_the_timeline_output():
     kernel = gemm_kernel.compile(M=64, N=64, K=64, target="cpu", pass_configs={
         PassConfigKey.TL_INSTRUMENT_PIPELINE: 1})
     assert [p["name"] for p in kernel.trace.params][-1] == "pipeline_timeline"
+    a, b = (torch.randn(64, 64, dtype=torch.float16) for _ in range(2))
+    c, timeline = kernel(a, b)  # `return C` names one output; the timeline comes with it
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
+    assert timeline.shape == (1, 2, 4) and timeline.dtype == torch.int64
 
 
 def test_an_unknown_key_is_an_error_naming_the_known_ones():

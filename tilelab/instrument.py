@@ -42,12 +42,20 @@ def instrument_program(program, blocks: int):
     iterations = max(int(e.value) for e in extents)
     shape = (int(blocks), iterations, len(EVENTS))
     timeline = tirx.decl_buffer(shape, "int64", name=TIMELINE)
-    func = tirx.PrimFunc(list(program.func.params) + [timeline], program.func.body)
-    func = func.with_attr("global_symbol", program.name)
-    params = list(program.params) + [ParamInfo(TIMELINE, shape, "int64", True, None)]
+    # an eager kernel returns the outputs its `return` names, which come first among its
+    # outputs: the timeline goes right after them and is returned too
+    params, buffers = list(program.params), list(program.func.params)
+    at, returned = len(params), program.returned
+    if returned is not None:
+        flags = [p.output for p in params]
+        at = flags.index(True) + returned if True in flags else at
+        returned += 1
+    params.insert(at, ParamInfo(TIMELINE, shape, "int64", True, None))
+    buffers.insert(at, timeline)
+    func = tirx.PrimFunc(buffers, program.func.body).with_attr("global_symbol", program.name)
     from dataclasses import replace
 
-    return replace(program, func=func, params=params)
+    return replace(program, func=func, params=params, returned=returned)
 
 
 def measured_rows(timeline) -> list[dict]:
