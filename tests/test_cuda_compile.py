@@ -124,9 +124,11 @@ def test_tensor_core_kernels_use_mma_and_ldmatrix(name, target):
     """Ampere: ldmatrix + mma.sync; Hopper: warpgroup MMA straight from shared memory."""
     kernel = compiled(name, target)
     source = kernel.trace.code["cuda"]
-    # (warpgroup MMA on sm_90a is opt-in: tests/test_wgmma.py)
-    assert "tl::mma_m16n8k16" in source
-    assert "tl::ldmatrix" in source
+    if target.endswith("sm_90a"):
+        assert "wgmma.mma_async" in kernel.trace.code["ptx"] and "tl::ldmatrix" not in source
+    else:
+        assert "tl::mma_m16n8k16" in source
+        assert "tl::ldmatrix" in source
 
 
 @pytest.mark.parametrize("name, target", cases(GEMMS))
@@ -153,7 +155,8 @@ def test_gemm_accumulator_fragment_is_recorded(name, target):
     layouts = compiled(name, target).trace.layouts
     accumulator = layouts["c_fragment"]
     assert accumulator["kind"] == "fragment"
-    assert accumulator["recipe"]["kind"] == "accumulator"
+    assert accumulator["recipe"]["kind"] == ("wgmma_accumulator" if target == "cuda:sm_90a"
+                                             else "accumulator")
     assert accumulator["shape"] == [128, 128] and accumulator["threads"] == 128
 
 
@@ -162,8 +165,9 @@ def test_flash_attention_layouts_and_pipeline(name, target):
     trace = compiled(name, target).trace
     kinds = {buffer: layout["recipe"]["kind"] for buffer, layout in trace.layouts.items()
              if layout.get("kind") == "fragment"}
-    assert kinds["scores"] == kinds["output"] == "accumulator"
-    assert kinds["probabilities"] == "operand_a"
+    hopper = "wgmma_" if target == "cuda:sm_90a" else ""
+    assert kinds["scores"] == kinds["output"] == f"{hopper}accumulator"
+    assert kinds["probabilities"] == f"{hopper}operand_a"
     assert [p["num_stages"] for p in trace.pipelines] == [2]
 
 

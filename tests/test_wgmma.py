@@ -20,6 +20,7 @@ The GPU test runs the kernels on fresh random inputs with tails against torch.
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -203,7 +204,6 @@ def _gemms(trace) -> list:
 
 
 def _compile(name, target="cuda:sm_90a", pass_configs=None, **extra):
-    pass_configs = pass_configs or {tilelab.PassConfigKey.TL_ENABLE_WGMMA: True}
     cfg = dict(CONFIGS[name], **extra)
     a, b = _inputs(cfg, 256, 264, 96)
     return matmul.compile(a, b, target=target, pass_configs=pass_configs, **cfg)
@@ -230,8 +230,7 @@ def test_sm90a_gemm_is_wgmma(name):
 @needs_nvcc
 def test_sm80_and_the_config_key_keep_mma_sync():
     for kernel in (_compile("course", target="cuda:sm_80"),
-                   _compile("course", pass_configs={tilelab.PassConfigKey.TL_ENABLE_WGMMA: True,
-                                                    tilelab.PassConfigKey.TL_DISABLE_WGMMA: True})):
+                   _compile("course", pass_configs={tilelab.PassConfigKey.TL_DISABLE_WGMMA: True})):
         ptx = kernel.trace.code["ptx"]
         assert "mma.sync.aligned.m16n8k16" in ptx and "wgmma" not in ptx
         assert kernel.trace.layouts["acc"]["recipe"]["kind"] == "accumulator"
@@ -254,11 +253,18 @@ def test_what_wgmma_cannot_take_falls_back_with_a_reason(extra, why):
 
 
 @needs_nvcc
-def test_wgmma_is_opt_in():
-    a, b = _inputs(CONFIGS["course"], 256, 264, 96)
-    kernel = matmul.compile(a, b, target="cuda:sm_90a", **CONFIGS["course"])
-    [record] = _gemms(kernel.trace)
-    assert record["instruction"] == "mma.sync" and "TL_ENABLE_WGMMA" in record["why"]
+def test_operand_tiles_start_on_the_swizzle_period():
+    """A 256-byte bias tile merged before the GEMM's tiles must not shift them off 1 KiB."""
+    from examples.gemm_bias_relu import gemm_bias_relu_kernel
+
+    a, b = torch.empty(1000, 512, dtype=torch.float16), torch.empty(512, 1000, dtype=torch.float16)
+    kernel = gemm_bias_relu_kernel.compile(a, b, torch.empty(1000, dtype=torch.float16),
+                                           target="cuda:sm_90a")
+    assert [r["instruction"] for r in _gemms(kernel.trace)] == ["wgmma.mma_async"]
+    source = kernel.trace.code["cuda"]
+    starts = {int(m) for m in re.findall(r"\(\(half\*\)buf_dyn_shmem_ptr\)\[.*\+ (\d+)\)\]\)\), "
+                                         r"\(&\((?:A|B)_ptr", source)}
+    assert starts and all(2 * s % 1024 == 0 for s in starts), sorted(starts)
 
 
 def test_cpu_semantics_do_not_change():
@@ -282,6 +288,5 @@ def test_wgmma_results_on_the_gpu(name):
     for seed in range(2):
         torch.manual_seed(seed)
         a, b = _inputs(cfg, device="cuda")
-        out = matmul(a, b, target="cuda:sm_90a", **cfg,
-                     pass_configs={tilelab.PassConfigKey.TL_ENABLE_WGMMA: True})
+        out = matmul(a, b, target="cuda:sm_90a", **cfg)
         torch.testing.assert_close(out.float(), _reference(cfg, a, b), rtol=2e-2, atol=5e-2)

@@ -1,6 +1,6 @@
 # Found by: python -m tilelab.testing.difftest --seed 8 (program 77).
 # Symptom (compile_error on cuda): Check failed: (it != scope.buffer_byte_offsets.end()) is false
-# Cause: a fragment copy of two bfloat16 values passes through a 4-byte shared scratch tile, which TVM's MergeSharedMemoryAllocations never places (passes/pad_tiny_shared.py).
+# Cause: a fragment copy of two bfloat16 values passes through a 4-byte shared scratch tile, which TVM's MergeSharedMemoryAllocations never places (passes/prepare_shared_merge.py).
 # tests/test_difftest.py runs it on the CPU, and on CUDA when a GPU is present.
 """difftest program 77 of seed 8 (tilelab.testing.generator)."""
 

@@ -96,9 +96,5 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_VECTORIZE = "tl.disable_vectorize"
     # record %globaltimer in the first N blocks' pipelined loops (see tilelab/instrument.py)
     TL_INSTRUMENT_PIPELINE = "tl.instrument_pipeline"
-    # sm_90a: T.gemm by warpgroup MMA (wgmma) - opt-in for now: an operand tile must start on
-    # its swizzle pattern (up to 1024 B) in merged shared memory, which the planner does not
-    # yet guarantee (the GEMM + bias kernel of the suite trapped on the H200, 2026-12-01)
-    TL_ENABLE_WGMMA = "tl.enable_wgmma"
-    # sm_90a: keep T.gemm on the Ampere path (mma.sync + ldmatrix); wins over TL_ENABLE_WGMMA
+    # sm_90a: keep T.gemm on the Ampere path (mma.sync + ldmatrix) instead of warpgroup MMA
     TL_DISABLE_WGMMA = "tl.disable_wgmma"

@@ -24,7 +24,7 @@ from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.infer_layouts import InferLayouts
 from ...passes.insert_barriers import InsertBarriers
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
-from ...passes.pad_tiny_shared import PadTinySharedTiles
+from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
@@ -66,7 +66,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
         RestoreUniformBranches,
-        PadTinySharedTiles,                        # the merge below loses 4-byte tiles
+        PrepareSharedMerge,                        # room for 4-byte tiles, 1 KiB starts
         SeparateSharedLifetimes,                   # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
@@ -82,8 +82,6 @@ def wgmma_unavailable(arch: str, configs: dict) -> str | None:
         return f"the target is {arch}; wgmma needs sm_90a"
     if configs.get(PassConfigKey.TL_DISABLE_WGMMA.value, False):
         return "turned off by PassConfigKey.TL_DISABLE_WGMMA"
-    if not configs.get(PassConfigKey.TL_ENABLE_WGMMA.value, False):
-        return "opt-in: PassConfigKey.TL_ENABLE_WGMMA turns it on"
     return None
 
 

@@ -1,0 +1,73 @@
+"""Tell TVM's shared-memory merge what each tile needs: room, and where it may start.
+
+MergeSharedMemoryAllocations packs every shared tile of a kernel into one
+dynamic buffer. Two of its habits would break tilelab's kernels, so this pass,
+run on flat buffers just before the merge, gives each tile a new declaration
+(same name, same indices, every access pointed at it):
+
+- *room*: the merge plans tiles of 32 bits or less apart from the others and
+  then never gives them an offset ("buffer_byte_offsets") - two bfloat16 values,
+  one float, the scratch tile of a two-element fragment copy. Such tiles are
+  enlarged to 16 bytes (the widest vector access, which alignment takes anyway).
+- *where it starts*: the merge aligns a tile to its element size only. A tile of
+  1 KiB or more starts on a 1 KiB boundary instead: the hardware's swizzled
+  shared layouts (wgmma's matrix descriptors, TMA's swizzle modes) repeat every
+  1024 bytes and read the pattern from address bits, so a tile's layout is the
+  one tilelab planned only when its first byte sits on a multiple of 1024. A
+  GEMM tile placed after a 256-byte bias vector ran on the wrong rows without it.
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from ..ir.dtypes import itemsize
+from ..ir.visit import walk
+
+MIN_BYTES = 16
+SWIZZLE_PERIOD = 1024  # bytes: the 128-byte swizzle's 8 rows of 128 bytes
+
+
+def _redeclared(func) -> dict:
+    """Old tile (and its data variable) -> its new declaration (and data variable)."""
+    mapping: dict = {}
+
+    def visit(alloc):
+        buffer = alloc.buffer
+        if not buffer.scope().startswith("shared") or len(buffer.shape) != 1 or \
+                not isinstance(buffer.shape[0], tirx.IntImm):
+            return
+        size = itemsize(str(buffer.dtype))
+        nbytes = int(buffer.shape[0]) * size
+        if nbytes * 8 <= 32:
+            new = tirx.decl_buffer([-(-MIN_BYTES // size)], str(buffer.dtype), buffer.name,
+                                   scope=buffer.scope())
+        elif nbytes >= SWIZZLE_PERIOD and buffer.data_alignment < SWIZZLE_PERIOD:
+            new = tirx.decl_buffer(buffer.shape, str(buffer.dtype), buffer.name,
+                                   scope=buffer.scope(), data_alignment=SWIZZLE_PERIOD)
+        else:
+            return
+        mapping[buffer] = new
+        mapping[buffer.data] = new.data
+
+    walk(func.body, tirx.AllocBuffer, visit)
+    return mapping
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.PrepareSharedMerge")
+def PrepareSharedMerge(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
+    """Expects flat buffers (after FlattenBuffer)."""
+    mapping = _redeclared(func)
+    if not mapping:
+        return func
+    olds = list(mapping)
+
+    def replace(var):
+        for old in olds:
+            if var.same_as(old):
+                return mapping[old]
+        return var
+
+    return func.with_body(tvm_ffi.structural_map(func.body, (tirx.Var, replace), order="post"))
