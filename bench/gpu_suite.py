@@ -30,6 +30,10 @@ sys.path.insert(0, str(ROOT))
 
 # name, kernel, compile-time sizes, inputs, reference, tolerance, work
 CHECKS = [
+    ("vector_add_coarsened", "vector_add", {"N": (1 << 23) + 3},
+     [("randn", ((1 << 23) + 3,), "float32")] * 2, "add", 1e-5),
+    ("swiglu_coarsened", "swiglu", {"N": (1 << 23) + 3},
+     [("randn", ((1 << 23) + 3,), "float32")] * 2, "swiglu", 1e-4),
     ("vector_add", "vector_add", {"N": 1000003}, [("randn", (1000003,), "float32")] * 2,
      "add", 1e-5),
     ("row_sum", "row_sum", {"M": 777, "N": 1000}, [("randn", (777, 1000), "float32")],
@@ -83,6 +87,14 @@ CHECKS = [
 BENCH = [
     ("vector_add", "vector_add", {"N": 1 << 28}, [("randn", (1 << 28,), "float32")] * 2,
      "add", 1e-5, {"bytes": 3 * 4 * (1 << 28)}),
+    ("vector_add_one_per_thread", "vector_add",
+     {"N": 1 << 28, "options": {"pass_configs": {"tl.disable_coarsen": True}}},
+     [("randn", (1 << 28,), "float32")] * 2, "add", 1e-5, {"bytes": 3 * 4 * (1 << 28)}),
+    ("swiglu", "swiglu", {"N": 1 << 28}, [("randn", (1 << 28,), "float32")] * 2,
+     "swiglu", 1e-4, {"bytes": 3 * 4 * (1 << 28)}),
+    ("swiglu_one_per_thread", "swiglu",
+     {"N": 1 << 28, "options": {"pass_configs": {"tl.disable_coarsen": True}}},
+     [("randn", (1 << 28,), "float32")] * 2, "swiglu", 1e-4, {"bytes": 3 * 4 * (1 << 28)}),
     ("vector_add_x4", "vector_add", {"N": 1 << 28, "options": {"block_size": 1024,
                                                               "threads": 256}},
      [("randn", (1 << 28,), "float32")] * 2, "add", 1e-5, {"bytes": 3 * 4 * (1 << 28)}),
@@ -191,6 +203,29 @@ def relayout(M: int, N: int, K: int):  # noqa: N803
     return twice_matmul
 
 
+@functools.cache
+def swiglu_kernel():
+    """silu(g) * u in the tutorial's form: one element per thread."""
+    import tilelab
+    import tilelab.language as T
+
+    @tilelab.jit
+    def swiglu(G, U, block_size: int = 256):
+        N = T.const("N")
+        G: T.Tensor((N,), T.float32)
+        U: T.Tensor((N,), T.float32)
+        Y = T.empty((N,), T.float32)
+        with T.Kernel(T.ceildiv(N, block_size), threads=block_size) as bx:
+            for i in T.Parallel(block_size):
+                index = bx * block_size + i
+                if index < N:
+                    g = G[index]
+                    Y[index] = g / (1 + T.exp(-g)) * U[index]
+        return Y
+
+    return swiglu
+
+
 def annotated_scale(M: int, N: int):  # noqa: N803
     """y = 2x + row % 64 through a fragment whose thread layout the user chose."""
     import tilelab.language as T
@@ -215,6 +250,8 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
 
     if kind == "vector_add":
         from examples.vector_add import vector_add_kernel as k
+    elif kind == "swiglu":
+        k = swiglu_kernel()
     elif kind == "row_sum":
         from examples.row_sum import row_sum_kernel as k
     elif kind == "softmax":
@@ -255,12 +292,14 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
     return k.compile(**sizes, target="cuda", **options)
 
 
-def build(quick: bool) -> None:
+def build(quick: bool, only: set | None = None) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     manifest = {"checks": [], "bench": []}
     for section, cases in (("checks", CHECKS), ("bench", [] if quick else BENCH)):
         for case in cases:
             name, kind, sizes, inputs, ref, tol = case[:6]
+            if only and section == "bench" and name not in only:
+                continue
             work = case[6] if len(case) > 6 else {}
             started = time.perf_counter()
             kernel = compile_kernel(kind, sizes, {})
@@ -289,6 +328,7 @@ def references():
 
     return {
         "add": lambda a, b: a + b,
+        "swiglu": lambda g, u: F.silu(g) * u,
         "row_sum": lambda x: x.sum(-1),
         "softmax": lambda x: torch.softmax(x, dim=-1),
         "layer_norm": lambda x, g, b: F.layer_norm(x, (x.shape[-1],), g, b, 1e-5),
@@ -400,10 +440,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", choices=["build", "run"])
     parser.add_argument("--quick", action="store_true", help="build the checks only")
+    parser.add_argument("--only", help="comma-separated timings to build (every check is)")
     parser.add_argument("--json", help="write results here (run)")
     args = parser.parse_args()
     if args.mode == "build":
-        build(args.quick)
+        build(args.quick, set(args.only.split(",")) if args.only else None)
         return 0
     return run(args.json)
 

@@ -66,7 +66,7 @@ def tile_product(A, B):
 
 def test_every_key_is_tested_here():
     tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
-              "TL_DISABLE_WGMMA"}
+              "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -139,6 +139,19 @@ def test_disable_wgmma_keeps_the_ampere_gemm(spelling):
     assert "mma.sync" in ampere.code["ptx"] and "wgmma" not in ampere.code["ptx"]
     assert ampere.instructions[0]["why"] == "not wgmma: turned off by " \
         "PassConfigKey.TL_DISABLE_WGMMA"
+
+
+@needs_nvcc
+def test_disable_coarsen_keeps_one_element_per_thread():
+    from examples.vector_add import vector_add_kernel
+
+    a = torch.empty(1 << 23)
+    coarse = vector_add_kernel.compile(a, a, target="cuda:sm_90a").trace
+    plain = vector_add_kernel.compile(a, a, target="cuda:sm_90a", pass_configs={
+        PassConfigKey.TL_DISABLE_COARSEN: True}).trace
+    assert coarse.resources["grid"] == [8192, 1, 1] and "float4" in coarse.code["cuda"]
+    assert plain.resources["grid"] == [32768, 1, 1] and "float4" not in plain.code["cuda"]
+    assert "tilelab.CoarsenBlocks" not in [p.name for p in plain.passes]
 
 
 def test_disable_wgmma_on_the_cpu_computes_the_same():

@@ -11,12 +11,13 @@ from pathlib import Path
 
 os.environ["TILELAB_DISABLE_CACHE"] = "1"
 sys.path.insert(0, os.getcwd())
+import torch  # noqa: E402
+
 import tilelab  # noqa: E402
 import tilelab.language as T  # noqa: E402
 from examples.flash_attention import flash_attention_kernel as fa  # noqa: E402
 from examples.gemm import gemm_kernel  # noqa: E402
 from tests.test_wgmma import CONFIGS, matmul  # noqa: E402
-import torch  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 OFF = {tilelab.PassConfigKey.TL_DISABLE_WGMMA: True}

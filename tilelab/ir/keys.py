@@ -96,5 +96,7 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_VECTORIZE = "tl.disable_vectorize"
     # record %globaltimer in the first N blocks' pipelined loops (see tilelab/instrument.py)
     TL_INSTRUMENT_PIPELINE = "tl.instrument_pipeline"
+    # CUDA: keep one element per thread in elementwise kernels (passes/coarsen_blocks.py)
+    TL_DISABLE_COARSEN = "tl.disable_coarsen"
     # sm_90a: keep T.gemm on the Ampere path (mma.sync + ldmatrix) instead of warpgroup MMA
     TL_DISABLE_WGMMA = "tl.disable_wgmma"

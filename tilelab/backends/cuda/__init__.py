@@ -21,11 +21,12 @@ from tvm import tirx
 from ...errors import TileLabCompileError, TileLabError
 from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
 from ...passes.check_fragment_reads import CheckFragmentReads
+from ...passes.coarsen_blocks import CoarsenBlocks
 from ...passes.infer_layouts import InferLayouts
 from ...passes.insert_barriers import InsertBarriers
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
-from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.pipeline_loops import PipelineLoops
+from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
@@ -34,7 +35,8 @@ from . import nvcc
 PIPELINE_NAME = "tilelab_cuda"
 
 
-def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target") -> list:
+def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
+           coarsen: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well."""
@@ -42,6 +44,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
 
     T = tirx.transform  # noqa: N806
     return [
+        *([CoarsenBlocks] if coarsen else []),  # elementwise kernels: F elements per thread
         CheckFragmentReads(program.buffer_locations),
         PipelineLoops(),                       # T.Pipelined: load ahead with cp.async
         InsertBarriers(),                      # __syncthreads where threads share a tile
@@ -171,6 +174,7 @@ def launch_config(device_mod) -> dict:
     gv, func = kernels[0]
     name = str(gv.name_hint)
     smem = {"shared.dyn": 0, "shared": 0}
+    grid = [1, 1, 1]  # as the passes left it (CoarsenBlocks launches fewer blocks)
 
     def visit(node):
         if isinstance(node, tirx.AllocBuffer) and node.buffer.scope() in smem:
@@ -178,10 +182,14 @@ def launch_config(device_mod) -> dict:
             base, _, lanes = str(node.buffer.dtype).partition("x")
             smem[node.buffer.scope()] += math.prod(int(s) for s in node.buffer.shape) * \
                 itemsize(base) * int(lanes or 1)
+        elif isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
+            tag = str(node.node.thread_tag)
+            if tag.startswith("blockIdx."):
+                grid["xyz".index(tag[-1])] = int(node.value)
 
-    walk(func.body, tirx.AllocBuffer, visit)  # after merging: the one dynamic allocation
+    walk(func.body, tirx.Stmt, visit)  # after merging: one dynamic allocation
     params = [str(p.name) for p in func.params if not is_buffer(p)]
-    return {"kernel_name": name, "dynamic_smem": smem["shared.dyn"],
+    return {"kernel_name": name, "dynamic_smem": smem["shared.dyn"], "grid": grid,
             "static_smem": smem["shared"], "param_names": params}
 
 
@@ -244,7 +252,7 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
             raise TileLabCompileError(f"kernel parameter {pname} matches no tensor of "
                                       f"{program.name}")
         order.append(names.index(base))
-    launch = {"kernel_name": config["kernel_name"], "grid": list(kernel_grid(program)),
+    launch = {"kernel_name": config["kernel_name"], "grid": config["grid"],
               "block": [math.prod(program.threads or (1,)), 1, 1],
               "dynamic_smem": config["dynamic_smem"], "arch": arch, "arg_order": order}
     trace.code.update(cuda=source, ptx=compiled["ptx"], sass=compiled["sass"],
@@ -268,24 +276,6 @@ def _warn_about_spills(program, trace) -> None:
                f"{spilled} bytes per thread in local memory (spills, slow); every thread "
                "holds its share of every fragment: use more threads or smaller fragments")
     trace.warnings.append(message)
-
-
-def kernel_grid(program) -> tuple[int, int, int]:
-    """Grid dimensions of the program's T.Kernel, from its block loops."""
-    from tvm import tirx
-
-    from ...ir.visit import walk
-
-    grid = [1, 1, 1]
-
-    def visit(loop):
-        if loop.kind == tirx.ForKind.THREAD_BINDING and loop.thread_binding is not None:
-            tag = str(loop.thread_binding.thread_tag)
-            if tag.startswith("blockIdx."):
-                grid["xyz".index(tag[-1])] = int(loop.extent)
-
-    walk(program.func.body, tirx.For, visit)
-    return tuple(grid)
 
 
 def cuda_runner(program, launch: dict, cubin: bytes):
@@ -341,7 +331,8 @@ class CUDABackend(Backend):
         arch = target.partition(":")[2] or nvcc.default_arch()
         vectorize = not configs.get(PassConfigKey.TL_DISABLE_VECTORIZE.value, False)
 
-        pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs))
+        coarsen = not configs.get(PassConfigKey.TL_DISABLE_COARSEN.value, False)
+        pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
