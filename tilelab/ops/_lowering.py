@@ -109,6 +109,21 @@ def region_map(region: Region, mem: Region):
     return at, inside
 
 
+def holds_part_of(elements, regs, region: Region) -> bool:
+    """Does some thread hold, in one of the registers `regs`, an element that may lie in
+    `region` of its fragment? (`elements`: `thread_elements` of the fragment.) False only
+    when the region's bounds are constants that leave those registers out: a statement
+    for them would be guarded by a condition no thread meets, which TVM's later passes
+    may fold into nonsense (a division by a range of no values)."""
+    bounds = [(_const_int(s), _const_int(e)) for s, e in zip(region.starts, region.extents)]
+
+    def may_lie(element):
+        return all(s is None or e is None or s <= i < s + e
+                   for (s, e), i in zip(bounds, element))
+
+    return any(per[r] is not None and may_lie(per[r]) for per in elements for r in regs)
+
+
 def unravel(flat, extents):
     index, rest = [], flat
     for d, extent in enumerate(reversed(extents)):

@@ -25,6 +25,7 @@ from ._lowering import (
     address,
     extern,
     guard,
+    holds_part_of,
     in_bounds,
     index_map,
     is_fragment,
@@ -117,7 +118,7 @@ def atomic_threads(ctx, dst: Region, src):
         dst_at, inside = region_map(src, dst)
         stmts = []
         for reg in range(frag.local_size):
-            if all(elements[t][reg] is None for t in range(frag.threads)):
+            if not holds_part_of(elements, [reg], src):
                 continue
             index = ctx.inverse(frag, reg)
             di = dst_at(index[:rank])

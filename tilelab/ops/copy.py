@@ -33,6 +33,7 @@ from ._lowering import (
     all_of,
     extern,
     guard,
+    holds_part_of,
     in_bounds,
     index_map,
     is_fragment,
@@ -139,7 +140,10 @@ def fragment_to_fragment(ctx, src: Region, dst: Region):
     stmts = []
     for frag, region, is_src in ((a, src, True), (b, dst, False)):
         to_scratch, inside = region_map(region, middle)
+        elements = thread_elements(frag)
         for r in range(frag.local_size):
+            if not holds_part_of(elements, [r], region):
+                continue
             index = ctx.inverse(frag, r)
             element = index[:len(frag.shape)]
             at = [simplify(e) for e in to_scratch(element)]
@@ -229,7 +233,7 @@ def fragment_memory(ctx, src: Region, dst: Region):
     stmts = []
     vv = tirx.Var("v", "int32")
     for reg in range(0, frag.local_size, v):
-        if all(elements[t][reg] is None for t in range(frag.threads)):
+        if not holds_part_of(elements, range(reg, reg + v), frag_region):
             continue
         index = ctx.inverse(frag, reg)
         element, rep = index[:rank], index[rank]

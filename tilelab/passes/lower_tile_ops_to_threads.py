@@ -30,6 +30,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import TileLabTypeError
+from ..ir.expr import dtype_of
 from ..ir.keys import KERNEL, LAYOUT_PLAN, SWIZZLE, block_threads, fact_value, without_facts
 from ..ir.layout import Fragment, owner_table, thread_elements
 from ..ir.tile_ops import _const_int, is_buffer, is_load
@@ -45,9 +46,26 @@ def _is_register_tile(buffer) -> bool:
 
 
 def _placed(layout, row, col) -> list:
-    """(row, col) of a shared tile moved where its layout stores it (simplified)."""
+    """(row, col) of a shared tile moved where its layout stores it (simplified).
+
+    A wrap of a wrap in a swizzled column, `(x % 8 + 5) % 8`, is kept as a bitwise and:
+    TVM's iterator analysis (in FlattenBuffer) reads `x % 8 * 8 - (x % 8 + 5) % 8 * 8`
+    as a constant, dropping the outer wrap, and then divides by zero. The simplifier
+    gives that form to the column of a fragment region copied to a shifted place
+    (`T.copy(f[0:1, 53:58], s[6:7, 31:36])`). Both mean the same; `&` the analysis
+    leaves alone."""
     new_row, new_col = layout.place(row, col)
-    return [new_row if new_row is row else simplify(new_row), simplify(new_col)]
+
+    def wrap_as_and(node):
+        m, a = _const_int(node.b), node.a
+        if m and m & (m - 1) == 0 and isinstance(a, tirx.Add) and \
+                isinstance(a.a, tirx.FloorMod) and _const_int(a.a.b) == m and \
+                _const_int(a.b) is not None:
+            return tirx.bitwise_and(a, tirx.const(m - 1, dtype_of(a)))
+        return node
+
+    return [new_row if new_row is row else simplify(new_row),
+            rewrite(simplify(new_col), tirx.FloorMod, wrap_as_and)]
 
 
 class ThreadLowering:
