@@ -267,6 +267,37 @@ def test_operand_tiles_start_on_the_swizzle_period():
     assert starts and all(2 * s % 1024 == 0 for s in starts), sorted(starts)
 
 
+_CHECKED_START = re.compile(
+    r"wgmma_check_aligned<(\d+)>\(\(&\(\(\((\w+)\*\)buf_dyn_shmem_ptr\)\[(\d+)\]")
+
+
+@needs_nvcc
+def test_generated_gemms_place_their_operands_on_the_swizzle_period(tmp_path):
+    """Every wgmma operand at a fixed place in shared memory starts on its swizzle period
+    (the kernel would stop at wgmma_check_aligned): the H200 regression and generated GEMMs."""
+    from pathlib import Path
+
+    from tilelab.testing import difftest
+    from tilelab.testing.generator import generate
+
+    regression = Path(__file__).parent / "difftest_regressions" / \
+        "wgmma_tile_after_a_small_vector.py"
+    programs = [difftest.load_module(regression).make()]
+    generated = (generate(1, i) for i in range(3000, 3400))
+    for p in [p for p in generated if any(s["op"] == "gemm" for s in p.steps)][:10]:
+        path = tmp_path / f"gemm_{p.seed}_{p.index}.py"
+        path.write_text(p.source())
+        programs.append(difftest.load_module(path).make())
+    checked = 0
+    for program in programs:
+        source = tilelab.compile(program, target="cuda:sm_90a").trace.code["cuda"]
+        for period, ctype, offset in _CHECKED_START.findall(source):
+            size = 4 if ctype == "float" else 2
+            assert int(offset) * size % int(period) == 0, (program, period, offset)
+            checked += 1
+    assert checked >= 4
+
+
 def test_cpu_semantics_do_not_change():
     torch.manual_seed(0)
     for name in ("course", "trans_ab", "a_in_registers"):

@@ -9,12 +9,15 @@ run on flat buffers just before the merge, gives each tile a new declaration
   then never gives them an offset ("buffer_byte_offsets") - two bfloat16 values,
   one float, the scratch tile of a two-element fragment copy. Such tiles are
   enlarged to 16 bytes (the widest vector access, which alignment takes anyway).
-- *where it starts*: the merge aligns a tile to its element size only. A tile of
-  1 KiB or more starts on a 1 KiB boundary instead: the hardware's swizzled
-  shared layouts (wgmma's matrix descriptors, TMA's swizzle modes) repeat every
-  1024 bytes and read the pattern from address bits, so a tile's layout is the
-  one tilelab planned only when its first byte sits on a multiple of 1024. A
-  GEMM tile placed after a 256-byte bias vector ran on the wrong rows without it.
+- *where it starts*: the merge aligns a tile to its element size only. The
+  hardware's swizzled shared layouts (wgmma's matrix descriptors, TMA's swizzle
+  modes) repeat every 8 rows of the swizzle width - 256, 512 or 1024 bytes - and
+  read the pattern from address bits, so a tile's layout is the one tilelab
+  planned only when its first byte sits on a multiple of that period. A tile
+  holds whole periods, so a tile of 256 bytes or more starts on a multiple of the
+  largest power of two not above its size, up to 1 KiB. Without it a GEMM tile
+  placed after a 256-byte bias vector ran on the wrong rows, and a 512-byte B tile
+  after a 32-byte vector stopped the kernel (wgmma_check_aligned).
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ from ..ir.dtypes import itemsize
 from ..ir.visit import walk
 
 MIN_BYTES = 16
-SWIZZLE_PERIOD = 1024  # bytes: the 128-byte swizzle's 8 rows of 128 bytes
+MIN_PERIOD, MAX_PERIOD = 256, 1024  # bytes: 8 rows of the 32- and the 128-byte swizzle
+
+
+def _start(nbytes: int) -> int:
+    """What a tile of `nbytes` starts on a multiple of: the largest swizzle period it holds."""
+    return min(MAX_PERIOD, 1 << (nbytes.bit_length() - 1))
 
 
 def _redeclared(func) -> dict:
@@ -44,9 +52,9 @@ def _redeclared(func) -> dict:
         if nbytes * 8 <= 32:
             new = tirx.decl_buffer([-(-MIN_BYTES // size)], str(buffer.dtype), buffer.name,
                                    scope=buffer.scope())
-        elif nbytes >= SWIZZLE_PERIOD and buffer.data_alignment < SWIZZLE_PERIOD:
+        elif nbytes >= MIN_PERIOD and buffer.data_alignment < _start(nbytes):
             new = tirx.decl_buffer(buffer.shape, str(buffer.dtype), buffer.name,
-                                   scope=buffer.scope(), data_alignment=SWIZZLE_PERIOD)
+                                   scope=buffer.scope(), data_alignment=_start(nbytes))
         else:
             return
         mapping[buffer] = new
