@@ -14,6 +14,10 @@ RESULTS = ROOT / "bench" / "results"
 SHAPES = {
     "vector_add": "2^28 fp32; the tutorial's kernel: one element per thread",
     "vector_add_x4": "2^28 fp32; block 1024, 256 threads: four elements (16 bytes) per thread",
+    "vector_add_one_per_thread": "2^28 fp32; the tutorial's kernel with "
+                                 "`tl.disable_coarsen`: one element per thread as written",
+    "swiglu": "2^28 fp32; `silu(g) * u`, one element per thread as written",
+    "swiglu_one_per_thread": "2^28 fp32; the same with `tl.disable_coarsen`",
     "softmax": "8192×8192 fp16",
     "layer_norm": "8192×8192 fp16; the tutorial's kernel, one row per block",
     "layer_norm_bm2": "8192×8192 fp16; two rows per block (block_m=2)",
@@ -38,6 +42,8 @@ SHAPES = {
 }
 BASELINES = {
     "vector_add": "`a + b`", "vector_add_x4": "`a + b`", "softmax": "`torch.softmax`",
+    "vector_add_one_per_thread": "`a + b`", "swiglu": "`F.silu(g) * u`",
+    "swiglu_one_per_thread": "`F.silu(g) * u`",
     "layer_norm": "`F.layer_norm`", "layer_norm_bm2": "`F.layer_norm`",
     "rms_norm": "`F.rms_norm`", "softmax_t256": "`torch.softmax`",
     "softmax_t512": "`torch.softmax`", "layer_norm_bm2_t512": "`F.layer_norm`",
@@ -48,16 +54,28 @@ BASELINES = {
 }
 
 
-def gpu_section(r: dict) -> list[str]:
+RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_hopper.json",
+     "wgmma for T.gemm, block coarsening for elementwise kernels (2026-12-01, a subset)",
+     "`python bench/gpu_suite.py build --only vector_add,vector_add_one_per_thread,swiglu,"
+     "swiglu_one_per_thread,vector_add_x4,gemm_fp16,gemm_fp16_bk64,flash_attention,"
+     "flash_attention_bm128_w8`"),
+    ("gpu_suite_h200.json", "Ampere-class instructions (mma.sync, ldmatrix, cp.async)",
+     "`python bench/gpu_suite.py build`"),
+]
+
+
+def gpu_section(r: dict, what: str, build: str, results: str) -> list[str]:
     ce = r["ceilings"]
     out = [
-        f"## GPU: {r['device']} (sm_90a), CUDA backend, Ampere-class instructions",
+        f"## GPU: {r['device']} (sm_90a), CUDA backend: {what}",
         "",
-        "Commands: `python bench/gpu_suite.py build` here (TVM and nvcc compile and export every "
-        "kernel to `bench/artifacts/suite/`), then on the GPU machine, which has no TVM, "
-        "`python bench/gpu_suite.py run --json bench/results/gpu_suite_h200.json` (kernels "
-        "loaded with `tilelab.load`). Timing: CUDA events, 10 warm-up launches, median of 50, "
-        "L2 flushed (256 MB memset) before every launch, `torch.randn` inputs.",
+        f"Commands: {build} here (TVM and nvcc compile and export every kernel to "
+        "`bench/artifacts/suite/`), then on the GPU machine "
+        f"`python bench/gpu_suite.py run --json bench/results/{results}` (kernels "
+        "loaded with `tilelab.load`, no TVM). Timing: CUDA events, 10 warm-up launches, "
+        "median of 50, L2 flushed (256 MB memset) before every launch, `torch.randn` inputs; "
+        "kernel and baseline alternated three times, the middle median kept.",
         "",
         f"Ceilings measured in the same run: copy bandwidth **{ce['copy_GBps']:.0f} GB/s** "
         f"(`dst.copy_(src)`, 2^28 fp32); bf16 `torch.matmul` 8192³ "
@@ -110,9 +128,10 @@ def main() -> None:
              "Every figure comes from a `bench/` script; each kernel is timed beside its "
              "PyTorch baseline in the same run. Regenerate this page with "
              "`python bench/report.py`.", ""]
-    gpu = RESULTS / "gpu_suite_h200.json"
-    if gpu.exists():
-        lines += gpu_section(json.loads(gpu.read_text()))
+    for results, what, build in RUNS:
+        gpu = RESULTS / results
+        if gpu.exists():
+            lines += gpu_section(json.loads(gpu.read_text()), what, build, results)
     cpu = RESULTS / "cpu_compile.json"
     if cpu.exists():
         lines += cpu_section(json.loads(cpu.read_text()))
