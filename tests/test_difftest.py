@@ -106,6 +106,17 @@ def test_difftest_cpu_batch(capsys):
     assert code == 0
 
 
+def test_a_time_budget_still_ends_with_the_summary(capsys):
+    """--seconds stops taking programs; the summary counts those checked and says which."""
+    code = difftest.main(["--count", "40", "--seed", "3", "--seconds", "0",
+                          "--shrink-seconds", "0"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-3] == "stopped after 0 s (--seconds)"
+    assert lines[-2].startswith("seed 3, programs 0..0 all checked, target cpu")
+    assert lines[-1] == "difftest: 1 programs, 0 mismatches, 0 compile errors"
+    assert code == 0
+
+
 def _check_regression(path: Path, target: str, tmp_path: Path):
     module = difftest.load_module(path)
     program = Program.from_json(module.SPEC)

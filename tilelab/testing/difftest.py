@@ -367,6 +367,9 @@ def main(argv=None) -> int:
     parser.add_argument("--save", type=Path, help="write shrunk failures here as regression tests")
     parser.add_argument("--shrink-seconds", type=float, default=180.0,
                         help="time allowed to shrink each failure (0: do not shrink)")
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="stop taking programs after this long, and still end with the "
+                             "summary (a GPU slot that ends keeps its count)")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # child mode: a program as JSON
     parser.add_argument("--module", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -384,19 +387,43 @@ def main(argv=None) -> int:
         for name in ("OMP_NUM_THREADS", "TVM_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, "1")  # the workers inherit it when they start
         ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(args.jobs, initializer=_init_worker, initargs=(cache.name, 1)) as pool:
-            results = list(_report(pool.imap_unordered(run_one, work), args))
+        pool = ctx.Pool(args.jobs, initializer=_init_worker, initargs=(cache.name, 1))
+        try:
+            results = _collect(_report(pool.imap_unordered(run_one, work), args), args, started)
+        finally:
+            pool.terminate()  # programs still running when the time ran out are not counted
+            pool.join()
     else:
-        results = list(_report(map(run_one, work), args))
+        results = _collect(_report(map(run_one, work), args), args, started)
     seconds = time.perf_counter() - started
     cache.cleanup()
     mismatches = sum(r["status"] in ("mismatch", "harness_error") for r in results)
     errors = sum(r["status"] == "compile_error" for r in results)
-    print(f"seed {args.seed}, programs {args.start}..{args.start + args.count - 1}, "
+    done = {r["index"] for r in results}
+    last = args.start
+    while last in done:
+        last += 1
+    print(f"seed {args.seed}, programs {args.start}..{last - 1} all checked"
+          f"{f' ({len(done)} in all)' if len(done) != last - args.start else ''}, "
           f"target {args.target}: {len(results) / seconds:.2f} programs/s with {args.jobs} "
           f"job(s) ({seconds:.0f} s)")
     print(f"difftest: {len(results)} programs, {mismatches} mismatches, {errors} compile errors")
     return 1 if mismatches or errors else 0
+
+
+def _collect(results, args, started) -> list:
+    """The results as they come, a progress line every 100, until `--seconds` have passed."""
+    collected = []
+    for r in results:
+        collected.append(r)
+        if len(collected) % 100 == 0:
+            bad = sum(x["status"] != "ok" for x in collected)
+            print(f"progress: {len(collected)} programs, {bad} failed "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)
+        if args.seconds is not None and time.perf_counter() - started > args.seconds:
+            print(f"stopped after {args.seconds:.0f} s (--seconds)", flush=True)
+            break
+    return collected
 
 
 def _report(results, args):
