@@ -6,7 +6,8 @@ Compiles, for "cuda:sm_90a" and with the compile cache off, every kernel of
 bench/gpu_suite.py (its checks and benchmarks), the course kernels of
 examples/*.py at the shapes tests/test_cuda_compile.py uses, and every kernel of
 notebooks/solutions/*.py; writes `NAME.cu` (trace.code["cuda"]) and `NAME.json`
-(the layouts and pipeline plans of the Trace) for each. A compiler change that
+(the layouts and pipeline plans of the Trace, the grid, block and shared memory)
+for each. A compiler change that
 should not change the generated code is checked with `diff -r BEFORE AFTER`.
 
 Without --nvcc the CUDA source is not assembled (nvcc takes most of the time and
@@ -192,9 +193,10 @@ def main() -> int:
                 continue
             trace = kernel.trace
             (out / f"{name}.cu").write_text(trace.code["cuda"])
+            launch = {k: trace.resources.get(k) for k in ("grid", "block", "dynamic_smem_bytes")}
             (out / f"{name}.json").write_text(json.dumps(
-                {"layouts": trace.layouts, "pipelines": trace.pipelines}, indent=1,
-                sort_keys=True))
+                {"layouts": trace.layouts, "pipelines": trace.pipelines, "launch": launch},
+                indent=1, sort_keys=True))
             print(f"{name:40} {time.perf_counter() - started:5.2f} s")
     return 1 if failures else 0
 
