@@ -20,6 +20,7 @@ PIPELINED = "tilelab.pipelined"  # a loop PipelineLoops has already rewritten
 PIPELINE_PLAN = "tilelab.pipeline_plan"  # on it: the schedule it was given (a fact, below)
 SWIZZLE = "tilelab.swizzle"  # a T.Kernel loop: T.use_swizzle's [panel, order, enable]
 LAYOUT_PLAN = "tilelab.layout_plan"  # a T.Kernel loop: InferLayouts' LayoutPlan (a fact)
+COARSENED = "tilelab.coarsened"  # a T.Kernel loop: program blocks per launched block
 FACTS = (PIPELINE_PLAN, LAYOUT_PLAN)
 
 # PrimFunc attributes

@@ -36,6 +36,7 @@ from tvm import tirx
 
 from ..ir.dtypes import itemsize
 from ..ir.expr import dtype_of
+from ..ir.keys import COARSENED, KERNEL, THREADS
 from ..ir.visit import rewrite_pre, substitute, walk
 
 VECTOR_BYTES = 16
@@ -45,7 +46,7 @@ MIN_LAUNCHED_BLOCKS = 2048  # after coarsening: about two waves of a 132-SM GPU
 def _elementwise_loop(kernel):
     """The kernel's `T.Parallel` loop when the kernel is elementwise (see above), else None."""
     loop = kernel.body
-    threads = list(kernel.annotations.get("tilelab.threads", []))
+    threads = list(kernel.annotations.get(THREADS, []))
     if not isinstance(loop, tirx.For) or loop.kind != tirx.ForKind.PARALLEL or \
             not isinstance(loop.extent, tirx.IntImm) or len(threads) != 1 or \
             int(threads[0]) != int(loop.extent) or not isinstance(loop.min, tirx.IntImm) or \
@@ -104,13 +105,13 @@ def _coarsened(kernel):
     binding = kernel.thread_binding
     binding = tirx.IterVar(tvm.ir.Range(0, launched), bx, binding.iter_type, binding.thread_tag)
     return tirx.For(bx, kernel.min, launched, kernel.kind, wide, binding,
-                    dict(kernel.annotations, **{"tilelab.coarsened": factor}))
+                    dict(kernel.annotations, **{COARSENED: factor}))
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.CoarsenBlocks")
 def CoarsenBlocks(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
     def visit(loop):
-        if "tilelab.kernel" in loop.annotations:
+        if KERNEL in loop.annotations:
             return _coarsened(loop)
         return loop
 
