@@ -147,6 +147,23 @@ def test_kernels_after_a_lost_cuda_context_run_in_a_new_child(monkeypatch):
     assert run.started == ["a", "b", "c", "d"] and run.finished
 
 
+def test_each_group_counts_its_own_kernels(monkeypatch, capsys):
+    """The examples and the suite both have a `gemm_bias_relu`: each group's line counts the
+    kernels its own child ran (a run printed "3/2 kernels" for the suite)."""
+    import subprocess
+
+    def fake_run(command, **_):
+        names = command[command.index("--names") + 1].split(",")
+        out = "".join(f"@@tilelab-sanitize kernel {n}\n" for n in names)
+        return subprocess.CompletedProcess(command, 0, out + "@@tilelab-sanitize done\n", "")
+
+    monkeypatch.setattr(sanitize.subprocess, "run", fake_run)
+    sanitize.run_tool("racecheck", {"examples": ["gemm", "gemm_bias_relu", "softmax"],
+                                    "suite": ["gemm_fp16", "gemm_bias_relu"]}, "cs", 10)
+    lines = capsys.readouterr().out.splitlines()
+    assert "3/3 kernels" in lines[0] and "2/2 kernels" in lines[1], lines
+
+
 def test_a_child_that_stops_early_is_not_finished():
     run = sanitize.parse("@@tilelab-sanitize kernel gemm\nSegmentation fault\n", "memcheck")
     assert not run.finished and run.started == ["gemm"] and run.count == 0

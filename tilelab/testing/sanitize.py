@@ -306,7 +306,7 @@ def run_tool(tool: str, kernels: dict, sanitizer: str, timeout: float) -> ToolRu
     the runs of a tool are merged."""
     merged = ToolRun(tool, finished=True)
     for group, names in kernels.items():
-        remaining, started, count = list(names), time.perf_counter(), 0
+        remaining, started, count, ran = list(names), time.perf_counter(), 0, 0
         while remaining:
             run, output = _run_child(tool, group, remaining, sanitizer, timeout)
             lost = _lost_at(run, remaining)
@@ -328,6 +328,7 @@ def run_tool(tool: str, kernels: dict, sanitizer: str, timeout: float) -> ToolRu
                     tail = "\n    ".join(output.strip().splitlines()[-8:])
                     print(f"    the child stopped early; its last lines:\n    {tail}")
             count += run.count
+            ran += len(run.started)
             merged.reports += run.reports
             merged.summary_total += run.summary_total
             merged.probes += run.probes
@@ -335,8 +336,7 @@ def run_tool(tool: str, kernels: dict, sanitizer: str, timeout: float) -> ToolRu
             merged.failed.update(run.failed)
             merged.finished &= run.finished
         if names:
-            print(f"  {tool:9} {group:9} {len([k for k in merged.started if k in names]):3}/"
-                  f"{len(names)} kernels, {count} reports, "
+            print(f"  {tool:9} {group:9} {ran:3}/{len(names)} kernels, {count} reports, "
                   f"{time.perf_counter() - started:.0f} s", flush=True)
     return merged
 
