@@ -39,7 +39,8 @@ def _start(nbytes: int) -> int:
 
 
 def _redeclared(func) -> dict:
-    """Old tile (and its data variable) -> its new declaration (and data variable)."""
+    """Old tile -> its new declaration. (Keyed by the tile itself: TVM builds a tile's
+    `.data` anew on each access, so a `.data` key would never be met again.)"""
     mapping: dict = {}
 
     def visit(alloc):
@@ -58,7 +59,6 @@ def _redeclared(func) -> dict:
         else:
             return
         mapping[buffer] = new
-        mapping[buffer.data] = new.data
 
     walk(func.body, tirx.AllocBuffer, visit)
     return mapping
