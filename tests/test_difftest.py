@@ -79,6 +79,51 @@ def test_compare_reports_a_wrong_element():
     assert difftest.compare(p, expected, expected, "same") is None
 
 
+def test_compare_takes_equal_infinities_as_equal():
+    """fp16 overflows to inf on both sides agree (inf - inf is NaN); an inf where a
+    finite value was expected, or one of the wrong sign, does not."""
+    import torch
+
+    p = generate(3, 2)
+    name = p.tensors[-1]["name"]
+    want = torch.tensor([1.0, float("inf"), -float("inf"), 2.0])
+    assert difftest.compare(p, {name: want.clone()}, {name: want}, "same") is None
+    for bad in (float("inf"), -float("inf")):
+        got = want.clone()
+        got[0 if bad > 0 else 1] = bad
+        assert difftest.compare(p, {name: got}, {name: want}, "CUDA vs CPU backend")
+
+
+def test_a_worker_that_dies_is_reported_and_the_rest_are_checked(tmp_path, monkeypatch):
+    """A worker that aborts (as a heap corruption does) fails every program in flight;
+    those are checked again one by one, the culprit is reported, and the run goes on
+    in a fresh pool to the last program."""
+    (tmp_path / "difftest_aborts_on_3.py").write_text(
+        "import os\n"
+        "def run(item):\n"
+        "    if item[1] == 3:\n"
+        "        os.abort()\n"
+        "    return {'index': item[1], 'status': 'ok', 'message': '', 'where': ''}\n"
+        "def alone(item):\n"
+        "    bad = item[1] == 3\n"
+        "    return {'index': item[1], 'status': 'mismatch' if bad else 'ok',\n"
+        "            'message': 'crashed: SIGABRT' if bad else '', 'where': 'cpu'}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import difftest_aborts_on_3 as crashy
+
+    work = [(0, i, "cpu", 0) for i in range(10)]
+    results = list(difftest.in_workers(work, 2, str(tmp_path), run=crashy.run,
+                                       alone=crashy.alone))
+    assert sorted(r["index"] for r in results) == list(range(10))
+    failed = [r for r in results if r["status"] != "ok"]
+    assert [(r["index"], r["worker_died"]) for r in failed] == [(3, 1)]
+
+
+def test_a_program_checked_alone_in_a_child_process():
+    result = difftest.run_alone((0, 0, "cpu", 0))
+    assert result["index"] == 0 and result["status"] == "ok", result
+
+
 def test_shrink_keeps_the_symptom_and_drops_the_rest():
     """With a stand-in check that fails whenever a reduction is present, the shrunk
     program keeps one reduction, what it needs, and one output."""

@@ -16,8 +16,12 @@ compiled through `tilelab.compile` for both backends, and checked twice:
 A program the generator deems valid that fails to compile on either backend
 is a bug too. Every failure is shrunk (delta debugging over steps, sizes,
 types and expressions) to a small program with the same symptom, printed,
-and with `--save DIR` written as a regression test module. The last line is
-always `difftest: N programs, M mismatches, E compile errors`.
+and with `--save DIR` written as a regression test module. A worker process
+that dies (a crash in native code) takes the programs it had in flight with it:
+each of them is checked again in a process of its own, so a crash is a finding
+like any other. The last line is always `difftest: N programs, M mismatches,
+E compile errors` (and `, W worker deaths not reproduced` when a worker died
+and none of its programs fails alone).
 """
 
 from __future__ import annotations
@@ -77,8 +81,11 @@ def compare(p: Program, actual: dict, expected: dict, what: str) -> str | None:
         want = want.detach().cpu().double()
         if torch.isnan(got).any() and not torch.isnan(want).any():
             return f"{what}: {name} holds NaN"
-        err = (got - want).abs()
-        limit = tol * (1 + want.abs().max().item())
+        # equal values agree, infinities included (inf - inf would be NaN); the
+        # tolerance scales with the largest finite expected value
+        err = torch.where(got == want, 0.0, (got - want).abs())
+        finite = want[torch.isfinite(want)]
+        limit = tol * (1 + (finite.abs().max().item() if finite.numel() else 0.0))
         worst = err.max().item() if err.numel() else 0.0
         if not worst <= limit:
             flat = int(err.reshape(-1).argmax())
@@ -126,7 +133,7 @@ def check_program(p: Program, target: str, workdir: Path, module_path: Path | No
     import tilelab
 
     if target == "cuda" and _CONTEXT_LOST:
-        return _check_in_child(p, module_path)
+        return _check_in_child(p, module_path, target)
 
     if module_path is None:
         module_path = workdir / f"{p.name}_{attempt}.py"
@@ -166,27 +173,30 @@ def check_program(p: Program, target: str, workdir: Path, module_path: Path | No
     return Outcome("ok")
 
 
-def _check_in_child(p: Program, module_path: Path | None) -> Outcome:
+def _check_in_child(p: Program, module_path: Path | None, target: str = "cuda") -> Outcome:
+    """Check `p` in a fresh process of its own: a crash there is this program's alone."""
     import json
     import subprocess
 
-    command = [sys.executable, "-m", "tilelab.testing.difftest", "--one", p.to_json()]
+    command = [sys.executable, "-m", "tilelab.testing.difftest", "--one", p.to_json(),
+               "--target", target]
     if module_path is not None:
         command += ["--module", str(module_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return Outcome("mismatch", f"crashed: the checking process failed: {tail}", "cuda")
+        return Outcome("mismatch", f"crashed: the checking process failed "
+                                   f"(exit status {done.returncode}): {tail}", target)
     return Outcome(**json.loads(lines[-1]))
 
 
-def _one(program_json: str, module: str | None) -> int:
-    """Child mode: check one program on CUDA in this fresh process; print the outcome."""
+def _one(program_json: str, module: str | None, target: str) -> int:
+    """Child mode: check one program in this fresh process; print the outcome."""
     import json
 
     with tempfile.TemporaryDirectory(prefix="tilelab-difftest-") as tmp:
-        outcome = check_program(Program.from_json(program_json), "cuda", Path(tmp),
+        outcome = check_program(Program.from_json(program_json), target, Path(tmp),
                                 module_path=Path(module) if module else None)
     print(json.dumps({"status": outcome.status, "message": outcome.message,
                       "where": outcome.where}))
@@ -345,16 +355,76 @@ def run_one(args: tuple) -> dict:
         except Exception:  # noqa: BLE001 - a harness bug must not stop the run
             return {"index": index, "status": "harness_error",
                     "message": traceback.format_exc(), "seconds": 0.0}
-        result = {"index": index, "status": outcome.status, "message": outcome.message,
-                  "where": outcome.where, "seconds": time.perf_counter() - started}
-        if outcome.status != "ok" and shrink_budget > 0:
-            attempts = iter(range(1, 10**6))
-            small, small_outcome = shrink(
-                p, outcome, lambda q: check_program(q, target, workdir, attempt=next(attempts)),
-                shrink_budget)
-            result.update(program=small.to_json(), shrunk_message=small_outcome.message,
-                          steps=(len(p.steps), len(small.steps)))
+        attempts = iter(range(1, 10**6))
+        return _result(p, outcome, started, shrink_budget, lambda q: check_program(
+            q, target, workdir, attempt=next(attempts)))
+
+
+def run_alone(args: tuple) -> dict:
+    """Program `index` checked in a child process of its own, and shrunk the same way:
+    for the programs a worker had in flight when it died."""
+    seed, index, target, shrink_budget = args
+    p = generate(seed, index)
+    started = time.perf_counter()
+    outcome = _check_in_child(p, None, target)
+    return _result(p, outcome, started, shrink_budget,
+                   lambda q: _check_in_child(q, None, target))
+
+
+def _result(p: Program, outcome: Outcome, started: float, shrink_budget: float,
+            check) -> dict:
+    result = {"index": p.index, "status": outcome.status, "message": outcome.message,
+              "where": outcome.where, "seconds": time.perf_counter() - started}
+    if outcome.status != "ok" and shrink_budget > 0:
+        small, small_outcome = shrink(p, outcome, check, shrink_budget)
+        result.update(program=small.to_json(), shrunk_message=small_outcome.message,
+                      steps=(len(p.steps), len(small.steps)))
     return result
+
+
+def in_workers(work: list, jobs: int, cache_dir: str, run=run_one, alone=run_alone):
+    """`run` over `work` in `jobs` worker processes, results as they come.
+
+    A worker can die in native code (a signal, a heap corruption), which ends the
+    pool and fails every program in flight. Those are then checked again, each in
+    a child process of its own (`alone`), so the one that crashes is reported
+    as such and the others are judged on their own; a fresh pool goes on."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    def new_pool():
+        return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_worker, initargs=(cache_dir, 1))
+
+    todo, running, pool, deaths = list(reversed(work)), {}, new_pool(), 0
+    try:
+        while todo or running:
+            while todo and len(running) < 2 * jobs:
+                item = todo.pop()
+                running[pool.submit(run, item)] = item
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            lost = []
+            for future in finished:
+                item = running.pop(future)
+                try:
+                    yield future.result()
+                except BrokenProcessPool:
+                    lost.append(item)
+            if lost:
+                lost += running.values()
+                running.clear()
+                pool.shutdown(cancel_futures=True)
+                pool, deaths = new_pool(), deaths + 1
+                print(f"a worker died; its {len(lost)} programs in flight are checked "
+                      "again, each in a process of its own", flush=True)
+                for item in sorted(lost, key=lambda item: item[1]):
+                    yield {**alone(item), "worker_died": deaths}
+    finally:
+        # programs still running when the time ran out are not counted: stop them
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def main(argv=None) -> int:
@@ -374,7 +444,7 @@ def main(argv=None) -> int:
     parser.add_argument("--module", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        return _one(args.one, args.module)
+        return _one(args.one, args.module, args.target)
 
     cache = tempfile.TemporaryDirectory(prefix="tilelab-difftest-cache-")
     _init_worker(cache.name)
@@ -382,19 +452,15 @@ def main(argv=None) -> int:
             for i in range(args.start, args.start + args.count)]
     started = time.perf_counter()
     if args.jobs > 1:
-        import multiprocessing
-
         for name in ("OMP_NUM_THREADS", "TVM_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, "1")  # the workers inherit it when they start
-        ctx = multiprocessing.get_context("spawn")
-        pool = ctx.Pool(args.jobs, initializer=_init_worker, initargs=(cache.name, 1))
-        try:
-            results = _collect(_report(pool.imap_unordered(run_one, work), args), args, started)
-        finally:
-            pool.terminate()  # programs still running when the time ran out are not counted
-            pool.join()
+        runs = in_workers(work, args.jobs, cache.name)
     else:
-        results = _collect(_report(map(run_one, work), args), args, started)
+        runs = map(run_one, work)
+    try:
+        results = _collect(_report(runs, args), args, started)
+    finally:
+        getattr(runs, "close", lambda: None)()
     seconds = time.perf_counter() - started
     cache.cleanup()
     mismatches = sum(r["status"] in ("mismatch", "harness_error") for r in results)
@@ -407,8 +473,13 @@ def main(argv=None) -> int:
           f"{f' ({len(done)} in all)' if len(done) != last - args.start else ''}, "
           f"target {args.target}: {len(results) / seconds:.2f} programs/s with {args.jobs} "
           f"job(s) ({seconds:.0f} s)")
-    print(f"difftest: {len(results)} programs, {mismatches} mismatches, {errors} compile errors")
-    return 1 if mismatches or errors else 0
+    # a worker that died while none of its programs fails alone is still a finding
+    unexplained = {r["worker_died"] for r in results if "worker_died" in r} - {
+        r["worker_died"] for r in results if "worker_died" in r and r["status"] != "ok"}
+    deaths = f", {len(unexplained)} worker deaths not reproduced" if unexplained else ""
+    print(f"difftest: {len(results)} programs, {mismatches} mismatches, {errors} compile "
+          f"errors{deaths}")
+    return 1 if mismatches or errors or unexplained else 0
 
 
 def _collect(results, args, started) -> list:
