@@ -54,11 +54,22 @@ def _where(program) -> str:
 
 def host_target():
     """LLVM for this machine's CPU, so that its vector and fp16-conversion instructions are
-    used (the compile cache is per machine; the key includes this CPU's name)."""
+    used (the compile cache is per machine; the key includes this CPU's name).
+
+    Without AVX-512 on x86: LLVM 22 (TVM 0.27's) miscompiles a vectorized loop whose
+    tail stores one narrowed element (bf16 outputs of 8k+1 elements): the AVX-512
+    truncating masked store of one lane becomes a 4-byte scalar store, and the
+    element after the tensor is overwritten (tests/test_cpu_backend_stores.py). AVX2
+    has no such store; the CPU backend is there for right answers first."""
+    import platform
+
     import tvm
     from tvm.target import codegen
 
-    return tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
+    spec = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
+    if platform.machine() in ("x86_64", "AMD64"):
+        spec["mattr"] = ["-avx512f"]
+    return tvm.target.Target(spec)
 
 
 def llvm_ir(executable) -> str:
@@ -122,6 +133,7 @@ class CPUBackend(Backend):
 
         # CPU code is built for this machine's processor, with or without bounds checks
         return (f"cpu:{platform.machine()}:{codegen.llvm_get_system_cpu()}:"
+                f"{','.join(host_target().attrs.get('mattr', []))}:"
                 f"checks={bounds_checks_enabled()}")
 
     def build(self, mod, program, target: str, configs: dict, trace):
