@@ -127,7 +127,7 @@ def test_install_makes_tilelang_imports_find_tilelab():
     assert [next_power_of_2(x) for x in (1, 2, 3, 64, 65)] == [1, 2, 4, 64, 128]
     assert tilelang.cdiv(65, 64) == 2
     with pytest.raises(ImportError, match="tilelab does not provide"):
-        importlib.import_module("tilelang.carver.arch")
+        importlib.import_module("tilelang.carver.roller")
 
 
 def test_get_kernel_source_on_the_decorated_function_and_datatype():
@@ -380,3 +380,76 @@ def test_two_kernels_run_on_cpu_and_cuda_says_why_it_does_not():
     torch.testing.assert_close(tilelang.compile(twice_then_add_one, out_idx=[1])(a), a * 2 + 1)
     with pytest.raises(TileLabError, match="launches 2 kernels"):
         tilelang.compile(twice_then_add_one, out_idx=[1], target="cuda:sm_90a")
+
+
+def persistent_gemm(M, N, K, block_M=32, block_N=32, block_K=32, waves_of=3):
+    """TileLang's persistent GEMM: `waves_of` blocks walk all the output tiles."""
+
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16),
+             C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(waves_of, threads=128) as block_id:
+            A_shared = T.alloc_shared((block_M, block_K), T.float16)
+            B_shared = T.alloc_shared((block_K, block_N), T.float16)
+            C_local = T.alloc_fragment((block_M, block_N), T.float32)
+            for bx, by in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)],
+                                       waves_of, block_id):
+                T.clear(C_local)
+                for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                    T.copy(A[bx * block_M, k * block_K], A_shared)
+                    T.copy(B[k * block_K, by * block_N], B_shared)
+                    T.gemm(A_shared, B_shared, C_local)
+                T.copy(C_local, C[bx * block_M, by * block_N])
+
+    return gemm
+
+
+@pytest.mark.parametrize("M, N, K, waves_of", [(96, 64, 64, 3), (70, 90, 40, 4), (32, 32, 32, 5)])
+def test_persistent_blocks_cover_every_tile_once(M, N, K, waves_of):
+    """Tiles (3x2, 3x3, 1x1) that the wave size does not divide, tails in every dimension,
+    more blocks than tiles: the result is that of one block per tile."""
+    kernel = tilelab.compile(persistent_gemm(M, N, K, waves_of=waves_of), target="cpu")
+    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+    c = torch.full((M, N), float("nan"))
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+def test_persistent_compiles_for_cuda_and_the_driver_gives_a_wave_size():
+    from tilelang.carver.arch import driver
+
+    assert isinstance(driver.get_num_sms(), int) and driver.get_num_sms() >= 1
+    kernel = tilelab.compile(persistent_gemm(96, 64, 64, waves_of=driver.get_num_sms()),
+                             target="cuda:sm_90a")
+    assert "for (int bx_wave = 0; bx_wave <" in kernel.get_kernel_source()
+
+
+def test_persistent_names_as_many_indices_as_its_domain():
+    with pytest.raises(TileLabError, match="1 dimension") as info:
+        @T.prim_func
+        def wrong(A: T.Tensor((64,), T.float32)):
+            with T.Kernel(2, threads=32) as block_id:
+                for bx, _by in T.Persistent([4], 2, block_id):
+                    A[bx] = 1.0
+    assert "T.Persistent([4], 2, block_id)" in info.value.location.excerpt()
+
+
+def test_from_tilelang_import_tvm():
+    import tvm
+    from tilelang import tvm as tl_tvm
+
+    assert tl_tvm is tvm and tl_tvm.tirx.const(3, "int32").value == 3
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, N, K", [(1000, 1000, 1000), (256, 384, 512)])
+def test_persistent_gemm_on_the_gpu(M, N, K):
+    from tilelang.carver.arch import driver
+
+    gemm = persistent_gemm(M, N, K, block_M=128, block_N=128, block_K=32,
+                           waves_of=driver.get_num_sms())
+    kernel = tilelab.compile(gemm, target="cuda")
+    a, b = torch.randn(M, K, device="cuda").half(), torch.randn(K, N, device="cuda").half()
+    c = torch.full((M, N), float("nan"), device="cuda")
+    kernel(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
 
@@ -114,6 +115,25 @@ def torch_assert_close(actual, expected, rtol=1e-2, atol=1e-2, max_mismatched_ra
                              f"(ratio {ratio:.4f} > {max_mismatched_ratio})")
 
 
+def get_num_sms(device_id: int = 0) -> int:
+    """`tilelang.carver.arch.driver.get_num_sms()`: how many blocks run at once, the wave
+    size of a persistent kernel: the GPU's multiprocessors, or on a machine without a
+    GPU this CPU's cores (the CPU backend runs a kernel's blocks on them)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device_id).multi_processor_count
+    return os.cpu_count() or 1
+
+
+def get_device_name(device_id: int = 0) -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(device_id)
+    return "cpu"
+
+
 def _module(name: str, doc: str, **names) -> types.ModuleType:
     module = types.ModuleType(name, doc)
     module.__dict__.update(names)
@@ -146,6 +166,12 @@ def _submodules() -> dict[str, types.ModuleType]:
                                    GemmWarpPolicy=language.GemmWarpPolicy),
         "tilelang.tileop.base": _module("tilelang.tileop.base", "Tile operators.",
                                         GemmWarpPolicy=language.GemmWarpPolicy),
+        "tilelang.carver": _module("tilelang.carver", "Hardware facts."),
+        "tilelang.carver.arch": _module("tilelang.carver.arch", "Hardware facts.",
+                                        driver=_module("tilelang.carver.arch.driver",
+                                                       "The device's properties.",
+                                                       get_num_sms=get_num_sms,
+                                                       get_device_name=get_device_name)),
         "tilelang.testing": _module("tilelang.testing", "Test helpers.",
                                     set_random_seed=set_random_seed,
                                     torch_assert_close=torch_assert_close),
@@ -162,8 +188,9 @@ class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         raise ImportError(f"{spec.name} is part of TileLang that tilelab does not provide "
-                          "(tilelab has jit, compile, cdiv, language, math, layout, "
-                          "autotuner, profiler, transform, testing, tileop, utils.tensor)",
+                          "(tilelab has jit, compile, cdiv, tvm, language, math, layout, "
+                          "autotuner, profiler, transform, testing, tileop, utils.tensor, "
+                          "carver.arch.driver)",
                           name=spec.name)
 
     def exec_module(self, module):  # never reached: create_module refuses
@@ -184,12 +211,16 @@ def install() -> None:
 
 
 _PROVIDED = {"language", "math", "layout", "autotuner", "profiler", "transform", "utils",
-             "testing", "tileop"}
+             "testing", "tileop", "carver"}
 
 
 def __getattr__(name: str):
     if name in _PROVIDED:
         return _submodules()[f"tilelang.{name}"]
+    if name == "tvm":  # `from tilelang import tvm`: the TVM that tilelab is built on
+        import tvm
+
+        return tvm
     if name.startswith("__"):
         raise AttributeError(name)
     from ..language.tilelang_names import TileLangFeatureError

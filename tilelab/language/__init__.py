@@ -49,6 +49,7 @@ from .primitives import (  # noqa: F401
     Kernel,
     Layout,
     Parallel,
+    Persistent,
     Pipelined,
     Tensor,
     alloc_fragment,

@@ -241,6 +241,54 @@ class serial(Loop):  # noqa: N801 - TileLang's spelling
         return [(self.start, binary("-", self.stop, self.start))]
 
 
+class Persistent(Loop):
+    """`for bx, by in T.Persistent([tiles_m, tiles_n], wave_size, block_id)`: a persistent
+    block (TileLang's spelling). A grid of `wave_size` blocks covers a larger domain of
+    tiles: block `b` takes tiles b, b + wave_size, b + 2 * wave_size, ... in row-major
+    order, one per trip, until they run out. Each tile is taken exactly once, so the
+    result is that of one block per tile; only the order of the work differs.
+    (`group_size`, TileLang's grouped tile order for the L2 cache, is accepted and
+    does not change the order here.)"""
+
+    def __init__(self, domain, wave_size, index, group_size=8):
+        domain = list(domain) if isinstance(domain, (list, tuple)) else [domain]
+        self.domain = [_loop_bound(d, "Persistent") for d in domain]
+        self.wave_size = _loop_bound(wave_size, "Persistent")
+        self.index = _loop_bound(index, "Persistent")
+        from .expr import binary
+
+        self.total = self.domain[0]
+        for extent in self.domain[1:]:
+            self.total = binary("*", self.total, extent)
+        super().__init__(_ceildiv(self.total, self.wave_size))
+
+    def build(self, names: list[str], body_fn):
+        from .expr import binary
+
+        if len(names) != len(self.domain):
+            raise TileLabSyntaxError(
+                f"this T.Persistent domain has {len(self.domain)} dimension(s) but the for "
+                f"statement names {len(names)}")
+        wave = tirx.Var(f"{names[0]}_wave", "int32")
+        tile = binary("+", binary("*", wave, self.wave_size), self.index)
+        coords, rest = [], tile
+        for extent in reversed(self.domain[1:]):  # row-major: the last dimension is fastest
+            coords.append(binary("%", rest, extent))
+            rest = binary("//", rest, extent)
+        coords = [rest] + coords[::-1]
+        builder = current("Persistent", need_kernel=False)
+        with builder.block() as stmts:
+            body_fn(coords[0] if len(coords) == 1 else tuple(coords))
+        guarded = tirx.IfThenElse(to_expr(binary("<", tile, self.total)), _seq(stmts), None)
+        return tirx.For(wave, to_expr(0), to_expr(self.extents[0]), self.kind, guarded)
+
+
+def _ceildiv(a, b):
+    from .expr import binary
+
+    return binary("//", binary("+", a, binary("-", b, 1)), b)
+
+
 class unroll(serial):  # noqa: N801
     """`for k in T.unroll(n)`: a serial loop the compiler unrolls."""
 

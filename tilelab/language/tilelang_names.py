@@ -155,8 +155,6 @@ MISSING: dict[str, tuple[str, str]] = {
     "alloc_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum/T.reduce_max, "
                       "or T.atomic_add"),
     "finalize_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum"),
-    "Persistent": ("persistent blocks that loop over tiles",
-                   "one block per tile: `with T.Kernel(T.ceildiv(N, block_N), ...)`"),
     "PersistentTileScheduler": ("persistent blocks that loop over tiles",
                                 "one block per tile with T.Kernel"),
     "im2col": ("T.im2col", "T.copy of the input rows with index arithmetic in a T.Parallel loop"),
