@@ -453,3 +453,39 @@ def test_persistent_gemm_on_the_gpu(M, N, K):
     c = torch.full((M, N), float("nan"), device="cuda")
     kernel(a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+@tilelang.jit(out_idx=[3])
+def ragged_row_scale(batch, width, block=8):
+    """TileLang's varlen form: sequences packed in one tensor, their starts in cu_seqlens,
+    the longest length a scalar parameter that sizes the grid."""
+
+    @T.prim_func
+    def scale(X: T.Tensor((batch * 40, width), T.float32),
+              cu_seqlens: T.Tensor((batch + 1,), T.int32), max_seqlen: T.int32,
+              Y: T.Tensor((batch * 40, width), T.float32), factor: T.float32):
+        with T.Kernel(T.ceildiv(max_seqlen, block), batch, threads=32) as (bx, bz):
+            start = cu_seqlens[bz]
+            length = cu_seqlens[bz + 1] - start
+            for i, j in T.Parallel(block, width):
+                if bx * block + i < length:
+                    Y[start + bx * block + i, j] = X[start + bx * block + i, j] * factor
+
+    return scale
+
+
+def test_scalar_parameters_are_constants_of_each_call():
+    kernel = ragged_row_scale(3, 16)
+    x = _rand(120, 16)
+    for lengths, factor in (([5, 17, 9], 2.0), ([30, 1, 12], -0.5), ([5, 17, 9], 3.0)):
+        cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0)), dtype=torch.int32)
+        y = kernel(x, cu, max(lengths), factor)
+        total = int(cu[-1])
+        torch.testing.assert_close(y[:total], x[:total] * factor)
+    assert len(kernel.specialize(x, cu, 30, 3.0).params) == 3  # X, cu_seqlens, Y
+    with pytest.raises(TileLabError, match="max_seqlen is a int32 scalar"):
+        kernel(x, cu, 2.5, 1.0)
+    with pytest.raises(TileLabError, match="takes 4 argument"):
+        kernel(x, cu, 30)
+    cuda = tilelang.compile(ragged_row_scale.fn(3, 16), out_idx=[3], target="cuda:sm_90a")
+    assert "__global__" in cuda.specialize(x, cu, 30, 3.0).get_kernel_source()

@@ -440,8 +440,9 @@ def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel: 
 
 
 class ShapedKernel:
-    """A kernel with `T.dynamic` sizes: compiled on each call for the shapes of its
-    tensors (once per shape and dtypes), then called like a `Kernel`."""
+    """A kernel that each call completes (`T.dynamic` sizes, scalar parameters): compiled
+    for the shapes of its tensors and the values of its scalars (once per shape, dtypes
+    and values), then called like a `Kernel` with its tensors."""
 
     def __init__(self, program, out_idx, target, pass_configs):
         self.program, self.out_idx = program, out_idx
@@ -450,38 +451,52 @@ class ShapedKernel:
         self._kernels: dict = {}
 
     def __repr__(self) -> str:
-        return f"<tilelab.ShapedKernel {self.name}: compiled per call shape>"
+        return f"<tilelab.ShapedKernel {self.name}: compiled per call shape and scalar values>"
 
-    def specialize(self, *tensors, target=None) -> Kernel:
-        """The Kernel for these input tensors (compiled on first use); `target` overrides
-        the kernel's (the autotuner compiles for a GPU from shapes alone)."""
+    def specialize(self, *args, target=None) -> Kernel:
+        """The Kernel for these arguments, tensors and scalars (compiled on first use);
+        `target` overrides the kernel's (the autotuner compiles for a GPU from shapes
+        alone). The Kernel takes the tensors only."""
         names = list(inspect.signature(self.program.fn).parameters)
         outputs = [] if self.out_idx is None else \
             [self.out_idx] if isinstance(self.out_idx, int) else list(self.out_idx)
-        outputs = {i % len(names) for i in outputs}
+        outputs = sorted({i % len(names) for i in outputs})
         inputs = [n for i, n in enumerate(names) if i not in outputs]
-        if len(tensors) != len(inputs) or not all(_is_tensor(t) for t in tensors):
-            raise TileLabArgumentError(f"{self.name} takes {len(inputs)} tensor(s) "
+        if len(args) != len(inputs):
+            raise TileLabArgumentError(f"{self.name} takes {len(inputs)} argument(s) "
                                        f"({', '.join(inputs)})")
-        shapes = {n: tuple(int(s) for s in t.shape) for n, t in zip(inputs, tensors)}
-        key = (tuple(shapes.items()), tuple(_dtype_name(t) for t in tensors),
-               tuple(_device_of(t) for t in tensors), target)
+        tensors = {n: a for n, a in zip(inputs, args) if _is_tensor(a)}
+        scalars = {n: a for n, a in zip(inputs, args) if not _is_tensor(a)}
+        shapes = {n: tuple(int(s) for s in t.shape) for n, t in tensors.items()}
+        key = (tuple(shapes.items()), tuple(_dtype_name(t) for t in tensors.values()),
+               tuple(_device_of(t) for t in tensors.values()),
+               tuple((n, type(v).__name__, v) for n, v in scalars.items()), target)
         if key not in self._kernels:
             from .compiler import resolve_target
 
-            traced = self.program.trace(shapes)
-            target = resolve_target(target or self.target, tensors)
-            self._kernels[key] = compile(traced, out_idx=self.out_idx, target=target,
+            traced = self.program.trace(shapes, scalars)
+            traced_names = [p.name for p in traced.params]
+            stray = [n for n in scalars if n in traced_names]
+            if stray:
+                raise TileLabArgumentError(f"{self.name}: {', '.join(stray)} must be a "
+                                           "tensor, got a number")
+            # the outputs by name: the traced kernel has no scalar parameters
+            out_idx = None if self.out_idx is None else \
+                [traced_names.index(names[i]) for i in outputs]
+            target = resolve_target(target or self.target, list(tensors.values()))
+            self._kernels[key] = compile(traced, out_idx=out_idx, target=target,
                                          pass_configs=self.pass_configs)
         return self._kernels[key]
 
     @raised_at_the_caller
-    def __call__(self, *tensors):
-        return self.specialize(*tensors)(*tensors)
+    def __call__(self, *args):
+        kernel = self.specialize(*args)
+        return kernel(*(a for a in args if _is_tensor(a)))
 
     def get_profiler(self, tensor_supply_type=None):
-        raise TileLabError(f"{self.name} has T.dynamic sizes: profile the kernel for one "
-                           "shape, `kernel.specialize(*tensors).get_profiler()`")
+        raise TileLabError(f"{self.name} is compiled per call (T.dynamic sizes or scalar "
+                           "parameters): profile the kernel for one call, "
+                           "`kernel.specialize(*args).get_profiler()`")
 
 
 def lower(program_or_jit, *args, out_idx=None, target="auto", pass_configs=None, **kwargs):

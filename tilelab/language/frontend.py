@@ -28,6 +28,7 @@ from tvm import tirx
 
 from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
 from ..ir.builder import Builder, ParamInfo, SymbolicSize, activate, seq
+from ..ir.dtypes import DType
 from ..ir.keys import KERNEL, SOURCE_FILE
 from ..ir.tile_ops import Region, _const_int, is_buffer
 from . import expr as E
@@ -605,25 +606,42 @@ def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
 
 @dataclass
 class ShapedByCall:
-    """A `@T.prim_func` whose tensor sizes include `T.dynamic` names: it is traced again
-    for the shapes of each call's tensors (`trace(shapes)`), one kernel per shape."""
+    """A `@T.prim_func` that only a call can complete: its tensor sizes include `T.dynamic`
+    names, or it has scalar parameters (`max_seqlen: T.int32`). It is traced again for
+    each call's tensor shapes and scalar values (`trace(shapes, scalars)`): one kernel
+    per shape and value, in which a scalar is a constant."""
 
     fn: object
     enclosing: dict
     name: str
 
-    def trace(self, example_shapes: dict) -> TileProgram:
-        return trace_prim_func(self.fn, self.enclosing, example_shapes=example_shapes)
+    def trace(self, example_shapes: dict, scalars: dict | None = None) -> TileProgram:
+        return trace_prim_func(self.fn, self.enclosing, example_shapes=example_shapes,
+                               scalars=scalars or {})
+
+
+def _scalar(name: str, dtype: DType, value):
+    """A scalar argument's value, checked against its parameter's type."""
+    import numbers
+
+    if dtype.is_float and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return tirx.const(float(value), str(dtype))
+    if not dtype.is_float and isinstance(value, numbers.Integral) and \
+            (not isinstance(value, bool) or str(dtype) == "bool"):
+        return int(value)  # a Python int: grid sizes and loop bounds stay constants
+    raise TileLabTypeError(f"parameter {name} is a {dtype} scalar; the call gave "
+                           f"{type(value).__name__} {value!r}")
 
 
 def trace_prim_func(fn, enclosing: dict | None = None, example_shapes: dict | None = None,
-                    **_options) -> TileProgram | ShapedByCall:
+                    scalars: dict | None = None, **_options) -> TileProgram | ShapedByCall:
     """Factory style: `@T.prim_func def kernel(A: T.Tensor(...), ...)` traced at definition.
 
     `enclosing` holds the factory's local variables: names used only in the
     parameter annotations (`Q: T.Tensor(shape, dtype)`) are not in the closure.
-    Sizes that only the call's tensors know (`T.dynamic`) defer the tracing to the
-    call: the result is then a `ShapedByCall`, traced with `example_shapes`.
+    Sizes that only the call's tensors know (`T.dynamic`) and scalar parameters defer
+    the tracing to the call: the result is then a `ShapedByCall`, traced with
+    `example_shapes` and `scalars` (name -> the call's value).
     """
     source = FunctionSource.of(fn)
     builder = Builder(example_shapes=dict(example_shapes or {}), source_file=source.filename)
@@ -639,9 +657,18 @@ def trace_prim_func(fn, enclosing: dict | None = None, example_shapes: dict | No
                                          location)
             with _located(location):
                 spec = interp.eval(arg.annotation)
+                if isinstance(spec, DType):  # a scalar parameter: known at each call
+                    if example_shapes is None:
+                        return ShapedByCall(fn, dict(enclosing or {}), fn.__name__)
+                    if arg.arg not in (scalars or {}):
+                        raise TileLabTypeError(f"parameter {arg.arg} is a {spec} scalar: "
+                                               "pass a number for it")
+                    interp.locals[arg.arg] = _scalar(arg.arg, spec, scalars[arg.arg])
+                    continue
                 if not isinstance(spec, Tensor):
                     raise TileLabSyntaxError(f"parameter {arg.arg} must be annotated with "
-                                             "T.Tensor(shape, dtype)")
+                                             "T.Tensor(shape, dtype) or a scalar type "
+                                             "(T.int32, T.float32, ...)")
                 if example_shapes is None and any(
                         isinstance(e, SymbolicSize) and isinstance(
                             e.resolve(builder.shape_constants), SymbolicSize)
