@@ -185,9 +185,12 @@ def run_all(checkout: Path, timeout: int, only: str | None) -> list[dict]:
             done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env,
                                   capture_output=True, text=True, timeout=timeout)
             lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{\"cuda_ok\"")]
+            # no record: the process died, or the example itself exited (say, "GPU Device
+            # is not detected"); its last words say which
+            said = done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or \
+                [f"crashed (exit status {done.returncode})"]
             row = json.loads(lines[-1]) if lines else {
-                "cpu": "error", "cuda_ok": 0, "cuda_failed": [],
-                "reason": (done.stderr.strip().splitlines() or ["crashed"])[-1][:300]}
+                "cpu": "error", "cuda_ok": 0, "cuda_failed": [], "reason": said[-1][:300]}
         except subprocess.TimeoutExpired:
             row = {"cpu": "timeout", "cuda_ok": 0, "cuda_failed": [],
                    "reason": f"over {timeout} s"}
