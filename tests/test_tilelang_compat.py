@@ -489,3 +489,26 @@ def test_scalar_parameters_are_constants_of_each_call():
         kernel(x, cu, 30)
     cuda = tilelang.compile(ragged_row_scale.fn(3, 16), out_idx=[3], target="cuda:sm_90a")
     assert "__global__" in cuda.specialize(x, cu, 30, 3.0).get_kernel_source()
+
+
+@T.prim_func
+def _bool_mask_select(M: T.Tensor((8,), T.bool), X: T.Tensor((8,), T.float32),
+                      Y: T.Tensor((8,), T.float32)):
+    with T.Kernel(1, threads=32):
+        for k in T.serial(8):
+            if M[k] != 0:  # TileLang's block-sparse attention tests its mask so
+                Y[k] = X[k]
+            if M[k] == False:  # noqa: E712 - the comparison is the point
+                Y[k] = -X[k]
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda:sm_90a"])
+def test_comparisons_of_bool_values(target):
+    """A bool compared with 0 or False failed in LLVM's code generator on the CPU (TVM
+    compared bools as floats)."""
+    kernel = tilelab.compile(_bool_mask_select, target=target)
+    if target == "cpu":
+        m = torch.tensor([1, 0, 1, 1, 0, 0, 1, 0], dtype=torch.bool)
+        x, y = torch.randn(8), torch.zeros(8)
+        kernel(m, x, y)
+        torch.testing.assert_close(y, torch.where(m, x, -x))

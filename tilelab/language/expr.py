@@ -63,6 +63,11 @@ def binary(op: str, a, b):
         raise TileLabTypeError(f"operator {op} is not supported on kernel values")
     a, b = unify(a, b)
     dtype = str(a.ty)
+    if dtype == "bool" and op in ("<", "<=", ">", ">=", "==", "!="):
+        # TVM's LLVM code generator compares bools as floats (and fails): compare them
+        # as the integers 0 and 1
+        a, b = tirx.Cast("int32", a), tirx.Cast("int32", b)
+        dtype = "int32"
     is_float = dtypes.as_dtype(dtype).is_float
     # TVM checks operand types deep inside; say what is wrong at the user's line instead
     if op == "**":
