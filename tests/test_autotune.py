@@ -157,6 +157,18 @@ def test_eager_kernel_tunes_by_shape_and_records_wrong_results():
     assert tuner.autotune_result is not result
 
 
+def test_a_knob_the_caller_gives_is_kept_while_the_others_are_tuned():
+    """`kernel(a, block=64)` with configs over block and threads: block stays 64 in every
+    candidate (it was dropped from the compile phase: 'needs a value for block'...)."""
+    tuner = tuned(scaled_copy, {"block": [32, 128], "threads": [32, 64]})
+    a = torch.randn(300)
+    torch.testing.assert_close(tuner(a, block=64), a)
+    result = tuner.autotune_result
+    assert all(r["status"] == "ok" for r in result.rows), result.rows
+    assert sorted(c["threads"] for c in result.configs) == [32, 64]
+    assert all("block" not in c for c in result.configs)
+
+
 def test_a_candidate_that_does_not_compile_is_recorded_with_its_reason():
     tuner = tuned(scaled_copy, [{"block": 64}, {"block": 64, "threads": 0}])
     tuner(torch.randn(100))

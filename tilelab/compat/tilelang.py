@@ -21,7 +21,6 @@ import types
 from .. import kernel as _kernel
 from ..compiler import TILELANG_ONLY_CONFIGS
 from ..compiler import PassConfigKey as _PassConfigKey
-from ..errors import TileLabError
 from ..ir.dtypes import as_dtype as _as_dtype
 from ..profiler import Profiler, TensorSupplyType, do_bench  # noqa: F401
 
@@ -56,39 +55,17 @@ def next_power_of_2(x: int) -> int:
     return 1 << max(int(x) - 1, 0).bit_length()
 
 
-def autotune(configs=None, warmup=25, rep=100, timeout=None, **_options):
-    """`@autotune(configs=[{...}, ...])` above `@tilelang.jit`: try each configuration on
-    random inputs when the call leaves tuning parameters out, keep the fastest."""
-    def decorate(jit_function):
-        return _AutoTuned(jit_function, configs, warmup, rep)
+def autotune(configs=None, warmup=None, rep=None, timeout=None, ref_prog=None, rtol=1e-2,
+             atol=1e-2, skip_check=False, **_options):
+    """`@tilelang.autotune(configs=...)` above `@tilelang.jit`: tilelab's autotuner
+    (`tilelab.autotune`), for kernels of either style: the first call with arguments it
+    has not seen tries every configuration the call leaves open, checks each against the
+    first, and keeps the fastest. `warmup`/`rep` default to tilelab's (fewer on the CPU);
+    TileLang's options about how inputs are made are accepted and not needed here."""
+    from ..autotuner import autotune as tilelab_autotune
 
-    return decorate
-
-
-class _AutoTuned:
-    def __init__(self, jit_function, configs, warmup, rep):
-        self.jit_function, self.warmup, self.rep = jit_function, warmup, rep
-        self.configs = list(configs() if callable(configs) else configs or [])
-        self.best: dict = {}
-
-    def __call__(self, *args, **kwargs):
-        tuned = {name for config in self.configs for name in config}
-        if not self.configs or tuned <= set(kwargs):
-            return self.jit_function(*args, **kwargs)
-        key = (args, tuple(sorted(kwargs.items())))
-        if key not in self.best:
-            timings = []
-            for config in self.configs:
-                try:
-                    kernel = self.jit_function(*args, **{**config, **kwargs})
-                except TileLabError:
-                    continue  # a configuration the program refuses (e.g. a block too large)
-                profiler = kernel.get_profiler()
-                timings.append((profiler.do_bench(warmup=self.warmup, rep=self.rep), config))
-            if not timings:
-                raise TileLabError("autotune: no configuration compiled")
-            self.best[key] = min(timings, key=lambda t: t[0])[1]
-        return self.jit_function(*args, **{**self.best[key], **kwargs})
+    return tilelab_autotune(configs=configs, warmup=warmup, rep=rep, ref_prog=ref_prog,
+                            rtol=rtol, atol=atol, skip_check=skip_check, show=False)
 
 
 def set_random_seed(seed: int = 42) -> None:
