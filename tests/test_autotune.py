@@ -157,10 +157,23 @@ def test_eager_kernel_tunes_by_shape_and_records_wrong_results():
     assert tuner.autotune_result is not result
 
 
+@tilelab.jit
+def copy_in_blocks(A, block: int, threads: int = 32):
+    """Eager, and `block` has no default: a call must give it, or a configuration."""
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    C = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=threads) as b:
+        tile = T.alloc_fragment((block,), T.float32)
+        T.copy(A[b * block], tile)
+        T.copy(tile, C[b * block])
+    return C
+
+
 def test_a_knob_the_caller_gives_is_kept_while_the_others_are_tuned():
     """`kernel(a, block=64)` with configs over block and threads: block stays 64 in every
-    candidate (it was dropped from the compile phase: 'needs a value for block'...)."""
-    tuner = tuned(scaled_copy, {"block": [32, 128], "threads": [32, 64]})
+    candidate (it was dropped from the compile phase: 'needs a value for block')."""
+    tuner = tuned(copy_in_blocks, {"block": [32, 128], "threads": [32, 64]})
     a = torch.randn(300)
     torch.testing.assert_close(tuner(a, block=64), a)
     result = tuner.autotune_result
