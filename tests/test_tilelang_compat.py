@@ -512,3 +512,62 @@ def test_comparisons_of_bool_values(target):
         x, y = torch.randn(8), torch.zeros(8)
         kernel(m, x, y)
         torch.testing.assert_close(y, torch.where(m, x, -x))
+
+
+def block_masked_sum(batches=3, nblocks=5, block=32, width=16):
+    """TileLang's block-sparse attention form: a small bool mask every thread keeps whole,
+    read with the loop variable outside T.Parallel, decides whole-block work (a copy to
+    shared memory, so barriers sit inside the `if`)."""
+
+    @T.prim_func
+    def masked(Mask: T.Tensor((batches, nblocks), T.bool),
+               X: T.Tensor((batches, nblocks * block, width), T.float32),
+               Y: T.Tensor((batches, block, width), T.float32)):
+        with T.Kernel(batches, threads=128) as b:
+            mask = T.alloc_fragment((nblocks,), T.bool)
+            acc = T.alloc_fragment((block, width), T.float32)
+            tile = T.alloc_shared((block, width), T.float32)
+            T.copy(Mask[b, :], mask)
+            T.clear(acc)
+            for k in T.Pipelined(nblocks, num_stages=2):
+                if mask[k] != 0:
+                    T.copy(X[b, k * block, 0], tile)
+                    for i, j in T.Parallel(block, width):
+                        acc[i, j] += tile[i, j]
+            T.copy(acc, Y[b, 0, 0])
+
+    return masked
+
+
+def _check_block_masked_sum(kernel, device):
+    torch.manual_seed(3)
+    mask = torch.rand(3, 5, device=device) > 0.5
+    x, y = torch.randn(3, 160, 16, device=device), torch.zeros(3, 32, 16, device=device)
+    kernel(mask, x, y)
+    expected = (x.view(3, 5, 32, 16) * mask[:, :, None, None]).sum(1)
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_whole_kept_fragment_indexed_by_a_serial_loop_on_both_backends():
+    _check_block_masked_sum(tilelab.compile(block_masked_sum(), target="cpu"), "cpu")
+    source = tilelab.compile(block_masked_sum(), target="cuda:sm_90a").get_kernel_source()
+    assert "mask_ptr[k]" in source  # each thread's own copy, read with the loop variable
+    assert source.count("__syncthreads()") >= 2  # barriers inside the block-uniform `if`
+
+
+@pytest.mark.gpu
+def test_a_whole_kept_fragment_indexed_by_a_serial_loop_on_the_gpu():
+    _check_block_masked_sum(tilelab.compile(block_masked_sum(), target="cuda"), "cuda")
+
+
+def test_a_spread_fragment_indexed_by_a_serial_loop_says_so_for_cuda():
+    @T.prim_func
+    def spread(X: T.Tensor((128,), T.float32), Y: T.Tensor((1,), T.float32)):
+        with T.Kernel(1, threads=128):
+            f = T.alloc_fragment((128,), T.float32)
+            T.copy(X, f)
+            for k in T.serial(128):
+                Y[0] = f[k]
+
+    with pytest.raises(TileLabError, match="spread over the block's threads"):
+        tilelab.compile(spread, target="cuda:sm_90a")

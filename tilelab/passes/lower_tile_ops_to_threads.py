@@ -68,6 +68,14 @@ def _placed(layout, row, col) -> list:
             rewrite(simplify(new_col), tirx.FloorMod, wrap_as_and)]
 
 
+
+def _kept_whole_alike(frag) -> bool:
+    """Does every thread keep every element of `frag`, each in the same register?"""
+    owners = owner_table(frag)
+    return len(owners) == math.prod(frag.shape) and all(
+        len(by_thread) == frag.threads and len(set(by_thread.values())) == 1
+        for by_thread in owners.values())
+
 class ThreadLowering:
     """State of the rewrite of one kernel body."""
 
@@ -231,8 +239,15 @@ class ThreadLowering:
         frag = self.layout_of(buffer)
         element = tuple(_const_int(i) for i in indices)
         if None in element:
-            raise TileLabTypeError(f"fragment {buffer.name!r} is indexed with a variable outside "
-                                   "a T.Parallel loop; loop over it with T.Parallel")
+            # a variable index: fine where every thread keeps the whole fragment, each
+            # element in the same register (a small replicated tile, e.g. a block mask
+            # read in a serial loop); the register is then the layout's map of the index
+            if not _kept_whole_alike(frag):
+                raise TileLabTypeError(
+                    f"fragment {buffer.name!r} is indexed with a variable outside a T.Parallel "
+                    f"loop, and its elements are spread over the block's threads",
+                    hint="loop over it with T.Parallel, or keep it in shared memory")
+            return simplify(frag.local_of(*indices))
         owners = owner_table(frag).get(element, {})
         if len(owners) != self.threads or len(set(owners.values())) != 1:
             raise TileLabTypeError(

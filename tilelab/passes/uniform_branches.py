@@ -3,7 +3,9 @@
 `if bx % 2 == 0:` around a `T.Parallel` loop is a branch every thread of a
 block takes the same way: its condition depends on block indices only, or on
 an element, at such an index, of a tensor the kernel only reads (`if
-BlockIndices[b, i] >= 0`). A barrier inside it is legal CUDA. TVM's
+BlockIndices[b, i] >= 0`), or of a register array every thread fills the same
+way from such places (`if block_mask[k] != 0`, a small mask each thread keeps
+whole). A barrier inside it is legal CUDA. TVM's
 ThreadSync pass cannot tell: it refuses to put a barrier inside any `if`
 ("Cannot insert syncs inside condition"), and it wants one there more often
 than needed, because it treats all dynamic shared tiles as one buffer (they
@@ -30,11 +32,30 @@ ANNOTATION = "tilelab.uniform_branch"
 
 
 def _block_uniform_vars(func) -> tuple[list, list]:
-    """Variables with one value per block, and the read-only tensors (below): block
-    indices, scalar parameters, and (in program order) lets whose values and loops
-    whose bounds use only those and loads of read-only tensors."""
-    uniform = [p for p in func.params if str(p.dtype) != "handle"]
+    """Variables with one value per block, and the buffers every thread reads alike:
+    block indices, scalar parameters, and (in program order) lets whose values and
+    loops whose bounds use only those and loads of such buffers. Those buffers are the
+    read-only tensors (below) and the register arrays every thread fills the same way
+    (a small tile each thread keeps whole, copied from a read-only tensor at a
+    block-uniform place: TileLang's block masks, `if block_mask[k] != 0`)."""
     readonly = _read_only_tensors(func)
+    stores: dict = {}
+    walk(func.body, tirx.BufferStore, lambda s: stores.setdefault(
+        s.buffer, []).append(s) if s.buffer.scope() == "local" else None)
+    while True:
+        uniform = _uniform_vars(func, readonly)
+        alike = [b for b, written in stores.items()
+                 if not any(b.same_as(r) for r in readonly) and all(
+                     _is_uniform(s.value, uniform, readonly) and
+                     all(_is_uniform(i, uniform, readonly) for i in s.indices)
+                     for s in written)]
+        if not alike:
+            return uniform, readonly
+        readonly = readonly + alike
+
+
+def _uniform_vars(func, readonly: list) -> list:
+    uniform = [p for p in func.params if str(p.dtype) != "handle"]
 
     def note(node):
         if isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
@@ -50,7 +71,7 @@ def _block_uniform_vars(func) -> tuple[list, list]:
             uniform.append(node.loop_var)  # every thread runs the same trips
 
     walk(func.body, tirx.Stmt, note)
-    return uniform, readonly
+    return uniform
 
 
 def _read_only_tensors(func) -> list:
