@@ -174,10 +174,14 @@ def run_one(path: Path) -> dict:
         record["cpu"] = "correct" if CHECKS.search(path.read_text(errors="replace")) else \
             "ran, no check"
     except AssertionError as err:
-        # torch's own "not compiled with CUDA" is an AssertionError too: a GPU-only call
+        # torch's own "not compiled with CUDA" is an AssertionError too: a GPU-only call;
+        # and an assertion before any kernel was compiled is the example's own check of
+        # its sizes (cut to 256 here), not a result
         gpu_only = "not compiled with CUDA" in str(err)
-        record["cpu"] = "needs a GPU" if gpu_only else "WRONG"
-        record["reason"] = _first_line(err)
+        compiled = record["cuda_ok"] or record["cuda_failed"]
+        record["cpu"] = "needs a GPU" if gpu_only else "WRONG" if compiled else "error"
+        record["reason"] = _first_line(err) if compiled or gpu_only else \
+            f"before any kernel: {_first_line(err)}"
     except Exception as err:  # noqa: BLE001 - every failure is a row of the table
         from tilelab.errors import TileLabError
 
