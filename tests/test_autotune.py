@@ -182,6 +182,36 @@ def test_a_knob_the_caller_gives_is_kept_while_the_others_are_tuned():
     assert all("block" not in c for c in result.configs)
 
 
+@tilelab.jit(out_idx=[-1])
+def scaled_rows(width, block=8):
+    """Factory with a scalar parameter: rows below it doubled, the others zero."""
+    @T.prim_func
+    def kernel(X: T.Tensor((64, width), T.float32), rows: T.int32,
+               Y: T.Tensor((64, width), T.float32)):
+        with T.Kernel(T.ceildiv(64, block), threads=32) as b:
+            for i, j in T.Parallel(block, width):
+                Y[b * block + i, j] = T.if_then_else(b * block + i < rows,
+                                                     X[b * block + i, j] * 2.0, 0.0)
+    return kernel
+
+
+def test_a_call_that_gives_every_knob_is_not_tuned():
+    tuner = tuned(copy_in_blocks, {"block": [32, 128], "threads": [32, 64]})
+    a = torch.randn(300)
+    torch.testing.assert_close(tuner(a, block=64, threads=64), a)
+    assert tuner.autotune_result is None
+
+
+def test_a_kernel_with_a_scalar_parameter_tunes_per_value():
+    tuner = tuned(scaled_rows, [{"block": 4}, {"block": 16}])
+    kernel = tuner(16)
+    x = torch.randn(64, 16)
+    for rows in (40, 9):
+        y = kernel(x, rows)
+        torch.testing.assert_close(y, torch.cat([x[:rows] * 2, torch.zeros(64 - rows, 16)]))
+        assert all(r["status"] == "ok" for r in kernel.autotune_result.rows)
+
+
 def test_a_candidate_that_does_not_compile_is_recorded_with_its_reason():
     tuner = tuned(scaled_copy, [{"block": 64}, {"block": 64, "threads": 0}])
     tuner(torch.randn(100))

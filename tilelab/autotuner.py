@@ -145,14 +145,16 @@ def _reason(err: BaseException) -> str:
 def compile_candidate(spec: KernelSpec, args: tuple, kwargs: dict, target: str,
                       call: tuple = ()) -> dict:
     """Compile one candidate (in a worker process): {"built": BuiltKernel} or {"reason"}.
-    `call`: the shapes of the tensors a kernel with `T.dynamic` sizes is called with."""
+    `call`: what a kernel that each call completes (`T.dynamic` sizes, scalar parameters)
+    is called with: the shapes of its tensors, and its scalars."""
     started = time.perf_counter()
     try:
         jit = spec.jit()
         args = tuple(a.meta() if isinstance(a, TensorShape) else a for a in args)
         kernel = jit.compile(*args, target=target, **kwargs)
         if call:
-            kernel = kernel.specialize(*(shape.meta() for shape in call), target=target)
+            kernel = kernel.specialize(*(a.meta() if isinstance(a, TensorShape) else a
+                                         for a in call), target=target)
     except Exception as err:  # noqa: BLE001 - every failure is a result, with its reason
         return {"reason": _reason(err)}
     trace = kernel.trace
@@ -566,15 +568,16 @@ class TunedPerShape:
     def __repr__(self) -> str:
         return f"<tilelab.autotune {self.name}: tuned per call shape>"
 
-    def specialize(self, *tensors) -> Kernel:
-        """The tuned Kernel for these tensors (tuning on first use)."""
-        kernel = self.tuner._kernel(self.args, self.kwargs, call=tensors)
+    def specialize(self, *args) -> Kernel:
+        """The tuned Kernel for these tensors and scalars (tuning on first use); it takes
+        the tensors."""
+        kernel = self.tuner._kernel(self.args, self.kwargs, call=args)
         self.config, self.autotune_result = kernel.config, kernel.autotune_result
         return kernel
 
     @_user_error
-    def __call__(self, *tensors):
-        return self.specialize(*tensors)(*tensors)
+    def __call__(self, *args):
+        return self.specialize(*args)(*(a for a in args if _is_tensor(a)))
 
 
 class AutoTuner:
@@ -671,7 +674,15 @@ class AutoTuner:
                _freeze({k: v if not _is_tensor(v) else (tuple(v.shape), _dtype_name(v))
                         for k, v in kwargs.items()}), target,
                self.baseline is not None,  # a baseline is timed in the same run as the rest
-               tuple((tuple(t.shape), _dtype_name(t)) for t in call))
+               tuple((tuple(t.shape), _dtype_name(t)) if _is_tensor(t) else ("scalar", t)
+                     for t in call))
+        if key not in self._tuned and not knobs:
+            # the caller gave every knob: nothing to tune, the kernel as called (TileLang's
+            # autotune does the same; a varlen kernel could not even run on random inputs)
+            kernel = self.jit.compile(*args, target=target, **kwargs)
+            if call:
+                kernel = kernel.specialize(*call, target=target)
+            self._tuned[key] = (kernel, {}, None)
         if key not in self._tuned:
             default = {k: kwargs.get(k, signature.parameters[k].default) for k in knobs
                        if k in kwargs or signature.parameters[k].default is not
@@ -681,12 +692,10 @@ class AutoTuner:
                 config = {k: config.get(k, default.get(k)) for k in knobs}
                 if config not in candidates:
                     candidates.append(config)
-            if not knobs:
-                candidates = [{}]
             shipped = tuple(TensorShape.of(a) if _is_tensor(a) else a for a in args)
             shipped_kwargs = {k: TensorShape.of(v) if _is_tensor(v) else v
                               for k, v in fixed.items()}
-            shapes = tuple(TensorShape.of(t) for t in call)
+            shapes = tuple(TensorShape.of(t) if _is_tensor(t) else t for t in call)
             result = self._tune(candidates, knobs, shipped, shipped_kwargs, target, shapes)
             best = result.best_config
             if best is None:
@@ -723,7 +732,8 @@ class AutoTuner:
                             {k: _plain(v) if not isinstance(v, TensorShape) else
                              [list(v.shape), v.dtype] for k, v in kwargs.items()},
                             [{k: _plain(v) for k, v in c.items()} for c in candidates],
-                            [[list(t.shape), t.dtype] for t in call],
+                            [[list(t.shape), t.dtype] if isinstance(t, TensorShape) else
+                             _plain(t) for t in call],
                             target, device, compiler_fingerprint(), _toolchain(plain_target),
                             warmup, rep, self.skip_check, self.rtol, self.atol,
                             self.ref_prog is not None, self.baseline is not None)

@@ -68,6 +68,18 @@ def autotune(configs=None, warmup=None, rep=None, timeout=None, ref_prog=None, r
                             rtol=rtol, atol=atol, skip_check=skip_check, show=False)
 
 
+def set_autotune_inputs(*inputs, **_options):
+    """`with set_autotune_inputs(q, k, ...)`: tune on these tensors. tilelab's autotuner
+    makes its own inputs (random, of the call's shapes and dtypes) and checks every
+    candidate against the first; so this is an error that says so, when used."""
+    from ..language.tilelang_names import TileLangFeatureError
+
+    raise TileLangFeatureError(
+        "tilelang.autotuner.set_autotune_inputs gives the autotuner its inputs, which "
+        "tilelab does not take: it tunes on random inputs of the call's shapes",
+        hint="call the tuned kernel without the `with set_autotune_inputs(...)` block")
+
+
 def set_random_seed(seed: int = 42) -> None:
     import random
 
@@ -130,7 +142,8 @@ def _submodules() -> dict[str, types.ModuleType]:
         "tilelang.layout": _module("tilelang.layout", "Layouts.",
                                    make_swizzled_layout=make_swizzled_layout),
         "tilelang.autotuner": _module("tilelang.autotuner", "Autotuning.", autotune=autotune,
-                                      __all__=["autotune"]),
+                                      set_autotune_inputs=set_autotune_inputs,
+                                      __all__=["autotune", "set_autotune_inputs"]),
         "tilelang.profiler": _module("tilelang.profiler", "Timing.", do_bench=do_bench,
                                      Profiler=Profiler),
         "tilelang.transform": _module("tilelang.transform", "Pass settings.",
