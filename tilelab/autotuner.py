@@ -676,33 +676,31 @@ class AutoTuner:
                self.baseline is not None,  # a baseline is timed in the same run as the rest
                tuple((tuple(t.shape), _dtype_name(t)) if _is_tensor(t) else ("scalar", t)
                      for t in call))
-        if key not in self._tuned and not knobs:
+        if key not in self._tuned:
             # the caller gave every knob: nothing to tune, the kernel as called (TileLang's
             # autotune does the same; a varlen kernel could not even run on random inputs)
-            kernel = self.jit.compile(*args, target=target, **kwargs)
-            if call:
-                kernel = kernel.specialize(*call, target=target)
-            self._tuned[key] = (kernel, {}, None)
-        if key not in self._tuned:
-            default = {k: kwargs.get(k, signature.parameters[k].default) for k in knobs
-                       if k in kwargs or signature.parameters[k].default is not
-                       inspect.Parameter.empty}
-            candidates: list[dict] = []
-            for config in ([default] if len(default) == len(knobs) else []) + configs:
-                config = {k: config.get(k, default.get(k)) for k in knobs}
-                if config not in candidates:
-                    candidates.append(config)
-            shipped = tuple(TensorShape.of(a) if _is_tensor(a) else a for a in args)
-            shipped_kwargs = {k: TensorShape.of(v) if _is_tensor(v) else v
-                              for k, v in fixed.items()}
-            shapes = tuple(TensorShape.of(t) if _is_tensor(t) else t for t in call)
-            result = self._tune(candidates, knobs, shipped, shipped_kwargs, target, shapes)
-            best = result.best_config
-            if best is None:
-                failures = "; ".join(f"{config_label(result.configs[r['index']])}: "
-                                     f"{r['reason']}" for r in result.rows[:3])
-                raise TileLabError(f"autotune: no configuration of {self.jit.fn.__name__} ran "
-                                   f"correctly ({failures})", where)
+            best, result = {}, None
+            if knobs:
+                default = {k: kwargs.get(k, signature.parameters[k].default) for k in knobs
+                           if k in kwargs or signature.parameters[k].default is not
+                           inspect.Parameter.empty}
+                candidates: list[dict] = []
+                for config in ([default] if len(default) == len(knobs) else []) + configs:
+                    config = {k: config.get(k, default.get(k)) for k in knobs}
+                    if config not in candidates:
+                        candidates.append(config)
+                shipped = tuple(TensorShape.of(a) if _is_tensor(a) else a for a in args)
+                shipped_kwargs = {k: TensorShape.of(v) if _is_tensor(v) else v
+                                  for k, v in fixed.items()}
+                shapes = tuple(TensorShape.of(t) if _is_tensor(t) else t for t in call)
+                result = self._tune(candidates, knobs, shipped, shipped_kwargs, target, shapes)
+                best = result.best_config
+                if best is None:
+                    failures = "; ".join(f"{config_label(result.configs[r['index']])}: "
+                                         f"{r['reason']}" for r in result.rows[:3])
+                    raise TileLabError(f"autotune: no configuration of "
+                                       f"{self.jit.fn.__name__} ran correctly ({failures})",
+                                       where)
             kernel = self.jit.compile(*args, target=target, **{**kwargs, **best})
             if call:
                 kernel = kernel.specialize(*call, target=target)

@@ -255,12 +255,12 @@ class Persistent(Loop):
         self.domain = [_loop_bound(d, "Persistent") for d in domain]
         self.wave_size = _loop_bound(wave_size, "Persistent")
         self.index = _loop_bound(index, "Persistent")
-        from .expr import binary
+        from .expr import binary, ceildiv
 
         self.total = self.domain[0]
         for extent in self.domain[1:]:
             self.total = binary("*", self.total, extent)
-        super().__init__(_ceildiv(self.total, self.wave_size))
+        super().__init__(ceildiv(self.total, self.wave_size))
 
     def build(self, names: list[str], body_fn):
         from .expr import binary
@@ -281,12 +281,6 @@ class Persistent(Loop):
             body_fn(coords[0] if len(coords) == 1 else tuple(coords))
         guarded = tirx.IfThenElse(to_expr(binary("<", tile, self.total)), _seq(stmts), None)
         return tirx.For(wave, to_expr(0), to_expr(self.extents[0]), self.kind, guarded)
-
-
-def _ceildiv(a, b):
-    from .expr import binary
-
-    return binary("//", binary("+", a, binary("-", b, 1)), b)
 
 
 class unroll(serial):  # noqa: N801

@@ -68,13 +68,17 @@ def _placed(layout, row, col) -> list:
             rewrite(simplify(new_col), tirx.FloorMod, wrap_as_and)]
 
 
+def _kept_alike(by_thread: dict, threads: int) -> bool:
+    """Is an element (its owners, thread -> register) in the same register of every thread?"""
+    return len(by_thread) == threads and len(set(by_thread.values())) == 1
+
 
 def _kept_whole_alike(frag) -> bool:
     """Does every thread keep every element of `frag`, each in the same register?"""
     owners = owner_table(frag)
     return len(owners) == math.prod(frag.shape) and all(
-        len(by_thread) == frag.threads and len(set(by_thread.values())) == 1
-        for by_thread in owners.values())
+        _kept_alike(by_thread, frag.threads) for by_thread in owners.values())
+
 
 class ThreadLowering:
     """State of the rewrite of one kernel body."""
@@ -249,7 +253,7 @@ class ThreadLowering:
                     hint="loop over it with T.Parallel, or keep it in shared memory")
             return simplify(frag.local_of(*indices))
         owners = owner_table(frag).get(element, {})
-        if len(owners) != self.threads or len(set(owners.values())) != 1:
+        if not _kept_alike(owners, self.threads):
             raise TileLabTypeError(
                 f"element {element} of fragment {buffer.name!r} is used by the whole block but "
                 f"lives on {len(owners)} of {self.threads} threads",

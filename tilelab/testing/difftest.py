@@ -173,7 +173,7 @@ def check_program(p: Program, target: str, workdir: Path, module_path: Path | No
     return Outcome("ok")
 
 
-def _check_in_child(p: Program, module_path: Path | None, target: str = "cuda") -> Outcome:
+def _check_in_child(p: Program, module_path: Path | None, target: str) -> Outcome:
     """Check `p` in a fresh process of its own: a crash there is this program's alone."""
     import json
     import subprocess

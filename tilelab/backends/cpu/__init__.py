@@ -61,15 +61,17 @@ def host_target():
     truncating masked store of one lane becomes a 4-byte scalar store, and the
     element after the tensor is overwritten (tests/test_cpu_backend_stores.py). AVX2
     has no such store; the CPU backend is there for right answers first."""
-    import platform
-
     import tvm
     from tvm.target import codegen
 
-    spec = {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()}
-    if platform.machine() in ("x86_64", "AMD64"):
-        spec["mattr"] = ["-avx512f"]
-    return tvm.target.Target(spec)
+    return tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(),
+                              "mattr": _cpu_features()})
+
+
+def _cpu_features() -> list[str]:
+    import platform
+
+    return ["-avx512f"] if platform.machine() in ("x86_64", "AMD64") else []
 
 
 def llvm_ir(executable) -> str:
@@ -133,7 +135,7 @@ class CPUBackend(Backend):
 
         # CPU code is built for this machine's processor, with or without bounds checks
         return (f"cpu:{platform.machine()}:{codegen.llvm_get_system_cpu()}:"
-                f"{','.join(host_target().attrs.get('mattr', []))}:"
+                f"{','.join(_cpu_features())}:"
                 f"checks={bounds_checks_enabled()}")
 
     def build(self, mod, program, target: str, configs: dict, trace):
