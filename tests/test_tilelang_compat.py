@@ -422,6 +422,10 @@ def test_persistent_compiles_for_cuda_and_the_driver_gives_a_wave_size():
     kernel = tilelab.compile(persistent_gemm(96, 64, 64, waves_of=driver.get_num_sms()),
                              target="cuda:sm_90a")
     assert "for (int bx_wave = 0; bx_wave <" in kernel.get_kernel_source()
+    # wgmma tiles: the pipeline's cp.async refill sits in a branch inside the wave's guard;
+    # both are block-uniform, so barriers may go inside
+    big = persistent_gemm(256, 384, 512, block_M=128, block_N=128, block_K=32, waves_of=132)
+    assert "wgmma" in tilelab.compile(big, target="cuda:sm_90a").get_kernel_source()
 
 
 def test_persistent_names_as_many_indices_as_its_domain():

@@ -119,8 +119,14 @@ def _touches_shared(stmt) -> bool:
         if buffer.scope().startswith("shared"):
             found.append(buffer)
 
+    def pointer(call):  # cp.async, wgmma descriptors: shared tiles by address
+        if getattr(call.op, "name", "") == "tirx.tvm_access_ptr" and \
+                str(getattr(call.args[1].ty, "storage_scope", "")).startswith("shared"):
+            found.append(call.args[1])
+
     walk(stmt, tirx.BufferStore, visit)
     walk(stmt, tvm.ir.TensorLoad, visit)
+    walk(stmt, tvm.ir.Call, pointer)
     return bool(found)
 
 

@@ -24,6 +24,7 @@ from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
 from ...passes.infer_layouts import InferLayouts
 from ...passes.insert_barriers import InsertBarriers
+from ...passes.keep_negations import KeepIntegerNegations
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
@@ -64,6 +65,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.RemoveNoOp(),
         T.CommonSubexprElim(),
         T.VerifyMemory(),
+        KeepIntegerNegations,                  # ptxas 12.9-13.3 drops some inside min/max
         T.AnnotateEntryFunc(),
         HideUniformBranches,                       # `if bx ...`: barriers may go inside
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read

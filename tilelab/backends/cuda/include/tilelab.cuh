@@ -100,6 +100,17 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
 }
 
+// ---- integer negation that ptxas keeps (passes/keep_negations.py): ptxas of CUDA
+// 12.9 to 13.3 folds a negation into sm_90's three-input min/max and drops it for
+// the second operand; the identity byte permute after the negation stops the fold
+template <typename T>
+__device__ __forceinline__ T negate(T value) {
+  int result;
+  asm("{.reg .b32 t; neg.s32 t, %1; prmt.b32 %0, t, 0, 0x3210;}"
+      : "=r"(result) : "r"(static_cast<int>(value)));
+  return static_cast<T>(result);
+}
+
 // ---- warp shuffles for reductions
 template <typename T>
 __device__ __forceinline__ T shfl_xor(T value, int lane_mask) {
