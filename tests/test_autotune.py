@@ -425,3 +425,35 @@ def test_magic_autotune_without_configs_on_a_plain_kernel_says_what_to_give(shel
         result = shell.run_cell(TUNED_CELL.format(configs=""))
     assert not result.success
     assert "give the configurations" in str(result.error_in_exec) + captured.stderr
+
+
+@tilelab.jit
+def repeated_halves(A, repeat: int = 1):
+    """Eager: C = A, computed `repeat` times over (x/2 + x/2 is x exactly): slow on purpose."""
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    C = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 256), threads=32) as b:
+        tile = T.alloc_fragment((256,), T.float32)
+        T.copy(A[b * 256], tile)
+        for _ in T.serial(repeat):
+            for i in T.Parallel(256):
+                tile[i] = tile[i] * 0.5 + tile[i] * 0.5
+        T.copy(tile, C[b * 256])
+    return C
+
+
+def test_candidates_far_behind_are_screened_out_with_fewer_calls():
+    a = torch.randn(1 << 16)
+    tuner = tuned(repeated_halves, [{"repeat": 2}, {"repeat": 200}, {"repeat": 3}], rep=30)
+    torch.testing.assert_close(tuner(a), a)
+    rows = {r["config"]["repeat"]: r for r in tuner.autotune_result.rows}
+    assert all(r["status"] == "ok" for r in rows.values())
+    # the default (repeat=1) and the near ones are timed in full, the slow one is not
+    assert rows[1]["calls"] == 30 and rows[200]["calls"] == 10
+    assert rows[200]["median_ms"] > 1.25 * min(r["median_ms"] for r in rows.values())
+    assert "timed calls" in tuner.autotune_result.text()
+    # with few calls per candidate there is nothing to screen
+    few = tuned(repeated_halves, [{"repeat": 200}], rep=5)
+    few(a)
+    assert {r["calls"] for r in few.autotune_result.rows} == {5}

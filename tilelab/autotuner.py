@@ -21,7 +21,11 @@ kernel, in four steps:
    `CUDA_VISIBLE_DEVICES`, or a Ray actor with `num_gpus=1`) loads each built
    kernel, runs it on seeded random inputs, compares its output with the
    reference (a wrong one is recorded, not timed), and times it exactly as
-   `tilelab.bench` does (`tilelab.profiler.do_bench`);
+   `tilelab.bench` does (`tilelab.profiler.do_bench`). With many timed calls
+   per candidate (a GPU's default 100) every candidate is first *screened*
+   with a few (3 warm-ups, 10 timed); only those within 25% of the fastest
+   screened time are then timed in full. Each row says how many calls its
+   median comes from;
 4. **result**: the fastest correct candidate wins. The times are cached on
    disk (key: kernel source, sizes, dtypes, configurations, device name,
    tilelab and toolchain versions), so another process or session skips the
@@ -435,13 +439,19 @@ BACKENDS = {"local": LocalBackend, "ray": RayBackend}
 # ---------------------------------------------------------------- progress
 
 
+# Screening: warm-ups and timed calls of the first, quick timing of every candidate, and
+# how far from the fastest screened time a candidate may be to be timed in full.
+SCREEN_WARMUP, SCREEN_REP, SCREEN_KEEP = 3, 10, 1.25
+
+
 class Progress:
-    """compiled / benchmarked / failed, live: a widget in a notebook, else a line on stderr
-    once the tune has taken two seconds."""
+    """compiled / benchmarked / failed (and, after screening, timed in full), live: a
+    widget in a notebook, else a line on stderr once the tune has taken two seconds."""
 
     def __init__(self, name: str, total: int, show: bool):
         self.name, self.total, self.show = name, total, show
         self.compiled = self.benchmarked = self.failed = 0
+        self.finalists, self.timed_in_full = 0, 0
         self.started = time.perf_counter()
         self.widget = None
         self.printing = False
@@ -458,19 +468,32 @@ class Progress:
             self._draw()
 
     def text(self) -> str:
-        return (f"autotune {self.name}: {self.compiled}/{self.total} compiled, "
+        text = (f"autotune {self.name}: {self.compiled}/{self.total} compiled, "
                 f"{self.benchmarked}/{self.total} benchmarked, {self.failed} failed")
+        if self.finalists:
+            text += f", {self.timed_in_full}/{self.finalists} timed in full"
+        return text
 
-    def step(self, compiled: int = 0, benchmarked: int = 0, failed: int = 0) -> None:
+    def finals(self, count: int) -> None:
+        """The screening is over: `count` candidates are timed again, in full."""
+        with self._lock:
+            self.finalists = count
+            if self.widget is not None:
+                self.bar.max = 2 * self.total + count
+            self._draw()
+
+    def step(self, compiled: int = 0, benchmarked: int = 0, failed: int = 0,
+             timed_in_full: int = 0) -> None:
         with self._lock:
             self.compiled += compiled
             self.benchmarked += benchmarked
             self.failed += failed
+            self.timed_in_full += timed_in_full
             self._draw()
 
     def _draw(self) -> None:
         if self.widget is not None:
-            self.bar.value = self.compiled + self.benchmarked + self.failed
+            self.bar.value = self.compiled + self.benchmarked + self.failed + self.timed_in_full
             self.label.value = self.text().split(": ", 1)[1]
         elif self.show and (self.printing or time.perf_counter() - self.started > 2.0):
             self.printing = True
@@ -768,8 +791,8 @@ class AutoTuner:
         progress = Progress(self.jit.fn.__name__, len(candidates), show)
         rows = [{"index": i, "config": {k: _plain(v) for k, v in c.items()},
                  "label": config_label(c), "default": i == 0, "status": "pending",
-                 "median_ms": None, "reason": "", "compile_s": None, "resources": {}}
-                for i, c in enumerate(candidates)]
+                 "median_ms": None, "calls": None, "reason": "", "compile_s": None,
+                 "resources": {}} for i, c in enumerate(candidates)]
         try:
             started = time.perf_counter()
 
@@ -799,7 +822,10 @@ class AutoTuner:
                           "reference": reference, "rtol": self.rtol, "atol": self.atol,
                           "warmup": warmup, "rep": rep}) for i, b in built.items()]
             started = time.perf_counter()
-            self._run_tasks(backend, tasks, rows, progress)
+            if rep >= 3 * SCREEN_REP:
+                self._screen_then_time(backend, tasks, rows, progress, warmup)
+            else:
+                self._run_tasks(backend, tasks, rows, progress)
             baseline = None
             if self.baseline is not None and built:
                 task = dict(tasks[0][1], candidate=_pickled(self.baseline), reference=None)
@@ -824,8 +850,23 @@ class AutoTuner:
         return AutotuneResult(self.jit.fn.__name__, device, timing, target.partition(":")[0],
                               backend.name, rows, knobs, seconds, False, baseline)
 
+    @classmethod
+    def _screen_then_time(cls, backend, tasks, rows, progress, warmup) -> None:
+        """Every candidate checked and timed with a few calls; those near the fastest
+        timed again in full (the check is not repeated)."""
+        quick = {"warmup": min(warmup, SCREEN_WARMUP), "rep": SCREEN_REP}
+        cls._run_tasks(backend, [(i, {**t, **quick}) for i, t in tasks], rows, progress)
+        timed = [rows[i]["median_ms"] for i, _ in tasks if rows[i]["status"] == "ok"]
+        if not timed:
+            return
+        cutoff = SCREEN_KEEP * min(timed)
+        finalists = [(i, {**t, "reference": None}) for i, t in tasks
+                     if rows[i]["status"] == "ok" and rows[i]["median_ms"] <= cutoff]
+        progress.finals(len(finalists))
+        cls._run_tasks(backend, finalists, rows, progress, final=True)
+
     @staticmethod
-    def _run_tasks(backend, tasks, rows, progress) -> None:
+    def _run_tasks(backend, tasks, rows, progress, final: bool = False) -> None:
         """Each benchmark worker takes the next task when it is free."""
         queue = list(reversed(tasks))
         lock = threading.Lock()
@@ -838,8 +879,8 @@ class AutoTuner:
                     i, task = queue.pop()
                 outcome = backend.run(w, task)
                 if outcome["status"] == "ok":
-                    rows[i].update(status="ok", median_ms=outcome["ms"])
-                    progress.step(benchmarked=1)
+                    rows[i].update(status="ok", median_ms=outcome["ms"], calls=task["rep"])
+                    progress.step(**{"timed_in_full" if final else "benchmarked": 1})
                 else:
                     rows[i].update(status=outcome["status"], reason=outcome["reason"])
                     progress.step(failed=1)
@@ -883,7 +924,9 @@ def autotune(configs=None, warmup: int | None = None, rep: int | None = None, re
 
     `configs`: a list of dicts of keyword values, a dict of lists (their cartesian
     product), or a callable of the call's arguments returning either. `warmup`/`rep`
-    count calls per timing (default 25/100 on a GPU, 2/10 on the CPU). `ref_prog`: the
+    count calls per timing (default 25/100 on a GPU, 2/10 on the CPU; with `rep` ≥ 30 every
+    candidate is screened with 10 calls first and only those within 25% of the fastest
+    get `rep`). `ref_prog`: the
     function each candidate's output must match (default: the kernel's own defaults);
     `skip_check` times without checking. `backend`: "local" or "ray" (docs/AUTOTUNE.md).
     `compile_workers`: processes for the compile phase (default: one per core); `gpus`: the

@@ -30,6 +30,19 @@ describe('autotune', () => {
     expect(q(root, '.tl-autotune-best').textContent).toContain(`best: ${timed[0].label}`);
   });
 
+  it('says how many timed calls each median comes from when screening left some with fewer', () => {
+    const data = payload();
+    const timed = data.rows.filter((r: any) => r.status === 'ok');
+    timed.forEach((r: any, i: number) => { r.calls = i === 0 ? 100 : 10; });
+    const root = mount(renderPayload(MIME, data));
+    const headers = [...root.querySelectorAll('.tl-autotune-table th')].map(th => th.textContent);
+    expect(headers).toEqual(['#', 'block', 'threads', 'median ms', 'vs default', 'timed calls', 'vs A * 1',
+      'compile s']);
+    const calls = [...root.querySelectorAll('.tl-autotune-table tbody tr')].map(tr => tr.children[5].textContent);
+    expect(calls[0]).toBe('100');
+    expect(calls.slice(1).every(c => c === '10')).toBe(true);
+  });
+
   it('draws the best time per pair of knob values, and redraws for other axes', () => {
     const data = payload();
     const root = mount(renderPayload(MIME, data));

@@ -158,6 +158,8 @@ class AutotuneView(View):
 
     def _header_and_rows(self):
         header = ["#", *self.knobs, "median ms", "vs default"]
+        screened = len({r.get("calls") for r in self._timed()}) > 1  # some timed in full
+        header += ["timed calls"] * screened
         with_baseline = any(r.get("speedup_vs_baseline") for r in self.rows)
         if with_baseline:
             header.append(f"vs {self.baseline['name']}")
@@ -168,6 +170,7 @@ class AutotuneView(View):
             mark = " (default)" if r["default"] else ""
             row = [f"{rank}{mark}", *[_plain_text(r["config"].get(k)) for k in self.knobs],
                    number(r["median_ms"]), _speedup(r.get("speedup_vs_default"))]
+            row += [_plain_text(r.get("calls"))] * screened
             if with_baseline:
                 row.append(_speedup(r.get("speedup_vs_baseline")))
             row += [_plain_text(r["resources"].get("registers"))] * with_registers

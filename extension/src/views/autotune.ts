@@ -15,6 +15,7 @@ export interface AutotuneRow {
   default?: boolean;
   status?: string;
   median_ms?: number | null;
+  calls?: number | null;
   reason?: string;
   compile_s?: number | null;
   resources?: Record<string, unknown>;
@@ -105,11 +106,13 @@ export function renderAutotune(data: AutotunePayload): HTMLElement {
       typeof best.speedup_vs_baseline === 'number' ? `, ${times(best.speedup_vs_baseline)} ${baseline}` : '')
     : h('div', { class: 'tl-bad tl-autotune-best' }, 'no configuration ran correctly');
   const registers = rows.some(r => r.resources && r.resources.registers !== undefined);
-  const header: Child[] = ['#', ...knobs, 'median ms', 'vs default', ...(baseline ? [`vs ${baseline}`] : []),
-    ...(registers ? ['registers'] : []), 'compile s'];
+  // screened candidates were timed with fewer calls than the finalists: say so per row
+  const screened = new Set(timed.map(r => r.calls)).size > 1;
+  const header: Child[] = ['#', ...knobs, 'median ms', 'vs default', ...(screened ? ['timed calls'] : []),
+    ...(baseline ? [`vs ${baseline}`] : []), ...(registers ? ['registers'] : []), 'compile s'];
   const tableRows: Child[][] = timed.map((r, i) => [
     `${i + 1}${r.default ? ' (default)' : ''}`, ...knobs.map(k => str(r.config?.[k])), num(r.median_ms),
-    times(r.speedup_vs_default), ...(baseline ? [times(r.speedup_vs_baseline)] : []),
+    times(r.speedup_vs_default), ...(screened ? [str(r.calls)] : []), ...(baseline ? [times(r.speedup_vs_baseline)] : []),
     ...(registers ? [str(r.resources?.registers)] : []), num(r.compile_s, 3)]);
   const sorted = table(header, tableRows, 'tl-autotune-table');
 
