@@ -50,6 +50,9 @@ def test_generator_covers_the_language():
     assert re.search(r"\[by \* \d+ \+ [1-9]", text)  # a copy at a shifted region
     # a block-uniform branch on an element of an input (barriers may go inside it)
     assert re.search(r"if X\d+\[by \* \d+, bx \* \d+\] > 0:", text)
+    # a serial loop over flags every thread keeps whole, a branch on each (block-uniform)
+    assert re.search(r"T\.copy\(X\d+\[by \* 4\], (f\d+)\)", text)
+    assert re.search(r"for k in T\.serial\(4\):\n\s+if f\d+\[k\] > 0:", text)
 
 
 def test_reference_reads_programs_as_the_cpu_backend_runs_them(tmp_path):

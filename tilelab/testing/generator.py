@@ -36,6 +36,9 @@ POLICIES = ("Square", "FullRow", "FullCol")
 # Largest accepted |CUDA - CPU| (and |CPU - torch|), as a fraction of 1 + max|expected|,
 # by the least precise type a program computes in. Integers must agree exactly.
 TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2, "int32": 0.0}
+# Flags per block row of a mask input: a masked loop runs `for k in T.serial(MASK)` and
+# its body where the block's flag k is positive (TileLang's block-sparse pattern).
+MASK = 4
 
 
 @dataclass
@@ -89,12 +92,13 @@ class Program:
         M, N, K = self.M, self.N, self.K  # noqa: N806
         return {"mn": (M, N), "nm": (N, M), "vm": (M,), "vn": (N,), "a": (M, K),
                 "at": (K, M), "b": (K, N), "bt": (N, K), "om": (gx, M), "on": (gy, N),
-                "hist": (8,)}[kind]
+                "hist": (8,), "mask": (gy * MASK,)}[kind]
 
     def buffer_shape(self, kind: str) -> tuple:
         bm, bn, bk = self.bm, self.bn, self.bk
         return {"mn": (bm, bn), "nm": (bn, bm), "m": (bm,), "n": (bn,), "mk": (bm, bk),
-                "km": (bk, bm), "kn": (bk, bn), "nk": (bn, bk), "local": (1,)}[kind]
+                "km": (bk, bm), "kn": (bk, bn), "nk": (bn, bk), "local": (1,),
+                "mask": (MASK,)}[kind]
 
     def dtypes(self) -> set[str]:
         """Every type the program stores or computes in."""
@@ -160,7 +164,7 @@ class Program:
 def _used_buffers(p: Program) -> set[str]:
     names = set()
     for step in p.steps:
-        for key in ("dst", "src", "a", "b", "a_frag", "stage", "tmp"):
+        for key in ("dst", "src", "a", "b", "a_frag", "stage", "tmp", "mask"):
             if isinstance(step.get(key), str):
                 names.add(step[key])
         names.update(leaf[1] for leaf in _leaves(step.get("expr")) if leaf[0] == "ld")
@@ -191,14 +195,14 @@ def _origin(p: Program, kind: str, shift=(0, 0)) -> list[str]:
     rows, cols = f"by * {p.bm}", f"bx * {p.bn}"
     return {"mn": [plus(rows, dr), plus(cols, dc)], "nm": [plus(cols, dr), plus(rows, dc)],
             "vm": [plus(rows, dr)], "vn": [plus(cols, dr)], "om": ["bx", rows],
-            "on": ["by", cols]}[kind]
+            "on": ["by", cols], "mask": [f"by * {MASK}"]}[kind]
 
 
 def _origin_values(p: Program, kind: str, bx: int, by: int, shift=(0, 0)) -> list[int]:
     dr, dc = (list(shift) + [0, 0])[:2]
     rows, cols = by * p.bm, bx * p.bn
     return {"mn": [rows + dr, cols + dc], "nm": [cols + dr, rows + dc], "vm": [rows + dr],
-            "vn": [cols + dr], "om": [bx, rows], "on": [by, cols]}[kind]
+            "vn": [cols + dr], "om": [bx, rows], "on": [by, cols], "mask": [by * MASK]}[kind]
 
 
 # ---------------------------------------------------------------- expressions
@@ -242,6 +246,8 @@ def _evaluate(expr, block, shape):
         return value.expand(*shape) if len(shape) == 2 else value
     if kind == "c":
         return torch.full(shape, float(expr[1]), dtype=torch.float64)
+    if kind == "ix" and expr[1] == "k":  # the masked loop's counter
+        return torch.full(shape, float(block.k), dtype=torch.float64)
     if kind == "ix":
         index = torch.arange(rows if expr[1] == "i" else cols, dtype=torch.float64)
         if len(shape) == 1:
@@ -272,6 +278,7 @@ class _Block:
     def __init__(self, p: Program, full: dict, bx: int, by: int, torch):
         self.p, self.full, self.bx, self.by, self.torch = p, full, bx, by, torch
         self.local: dict = {}
+        self.k = 0  # the masked loop's counter, while one runs
 
     def rounded(self, value, dtype: str):
         """`value` stored in a buffer of `dtype` (rounded; integers wrap like int32)."""
@@ -386,7 +393,9 @@ def _emit_ew(p, s):
         lines.append(f"if {s['flag']}[by * {p.bm}, bx * {p.bn}] > 0:")
     elif s.get("guard"):
         lines.append(f"if bx % 2 == {s['guard'] - 1}:")
-    pad = "    " if s.get("guard") or s.get("flag") else ""
+    elif s.get("mask"):  # block-uniform too: flags every thread keeps whole
+        lines += [f"for k in T.serial({MASK}):", f"    if {s['mask']}[k] > 0:"]
+    pad = "        " if s.get("mask") else "    " if s.get("guard") or s.get("flag") else ""
     lines.append(pad + _loop(p, kind))
     if s.get("tmp"):
         lines.append(f"{pad}    {s['tmp']}[0] = {value}")
@@ -397,6 +406,12 @@ def _emit_ew(p, s):
 
 
 def _run_ew(b, s):
+    if s.get("mask"):
+        for k in range(MASK):
+            if b.local[s["mask"]][k] > 0:
+                b.k = k
+                _run_ew(b, {key: v for key, v in s.items() if key != "mask"})
+        return
     if s.get("flag"):
         if not b.full[s["flag"]][b.by * b.p.bm, b.bx * b.p.bn] > 0:
             return
@@ -555,6 +570,8 @@ def _reads(step) -> list[str]:
         names.append(step["dst"])
     if step.get("flag"):
         names.append(step["flag"])  # an input tensor: it must still be there
+    if step.get("mask"):
+        names.append(step["mask"])
     return names
 
 
@@ -569,9 +586,9 @@ def validate(p: Program) -> bool:
                 return False
             if name not in buffers and name not in tensors:
                 return False
-        if step["op"] == "ew" and (step.get("guard") or step.get("flag")) and \
-                step["dst"] not in written:
-            return False  # half the blocks skip the loop: dst must hold something already
+        if step["op"] == "ew" and (step.get("guard") or step.get("flag") or
+                                   step.get("mask")) and step["dst"] not in written:
+            return False  # some blocks skip the loop: dst must hold something already
         if step.get("dst") in buffers:
             written.add(step["dst"])
     return any(step["op"] in ("store", "gstore", "atomic", "scatter") for step in p.steps)
@@ -807,6 +824,11 @@ def _random_step(g: _Gen, dtype: str, acc: str, is_int: bool):
             inputs = [t for t in g.p.tensors if not t["output"] and t["kind"] == "mn"]
             if inputs and rng.random() < 0.5:  # a condition on an input's element instead
                 step["flag"] = rng.choice(inputs)["name"]
+            elif rng.random() < 0.8:  # or a loop over a block's flags, kept in registers
+                flags = g.buffer("fragment", "mask", "int32")
+                g.step(op="load", dst=flags["name"], src=g.tensor("mask", "int32"))
+                del step["guard"]
+                step.update(mask=flags["name"], expr=["bin", "+", expr, ["ix", "k"]])
         if tmp:
             step["tmp"] = tmp
         g.step(**step)
@@ -815,9 +837,9 @@ def _random_step(g: _Gen, dtype: str, acc: str, is_int: bool):
 def _outputs(g: _Gen, dtype: str, acc: str):
     """Store a few of the buffers, and sometimes add partial results atomically."""
     rng = g.rng
-    candidates = [b for b in g.defined if b["kind"] != "local"]
+    candidates = [b for b in g.defined if b["kind"] not in ("local", "mask")]
     chosen = rng.sample(candidates, min(len(candidates), rng.randint(1, 3)))
-    if g.defined[-1] not in chosen and g.defined[-1]["kind"] != "local":
+    if g.defined[-1] not in chosen and g.defined[-1] in candidates:
         chosen.append(g.defined[-1])
     for b in chosen:
         kind = {"mn": "mn", "nm": "nm", "m": "om", "n": "on"}[b["kind"]]
