@@ -5,7 +5,8 @@ steps of `block_k`: copy a tile of A and a tile of B into shared memory,
 multiply them into the register accumulator with `T.gemm`, repeat. On a GPU
 `T.Pipelined` overlaps the copies of step k+1 with the multiply of step k.
 Tiles that stick out of A, B or C at the edges read zeros and write nothing,
-so any M, N, K work.
+so any M, N, K work. `threads` sets the block's threads: on Hopper 256 (two
+warpgroups) carry a 128×256 tile that one warpgroup's registers cannot hold.
 
     python examples/gemm.py --device cpu --m 512 --n 512 --k 512 --dtype bfloat16
 """
@@ -35,6 +36,7 @@ def gemm_kernel(
     num_stages: int = 3,
     input_dtype=T.float16,
     panel: int = 0,
+    threads: int = 128,
 ):
     M, N, K = T.const("M, N, K")
 
@@ -45,7 +47,7 @@ def gemm_kernel(
 
     C = T.empty((M, N), input_dtype)
 
-    with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=128) as (
+    with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=threads) as (
         block_x,
         block_y,
     ):

@@ -438,3 +438,15 @@ def test_a_tensor_the_kernel_never_touches_is_left_out_of_the_launch(tmp_path):
     assert loaded.arg_order == [0, 2]
     x = torch.randn(1000)
     torch.testing.assert_close(ignores_its_second_input(x, x), x * 2)  # and on the CPU
+
+
+def test_two_warpgroups_carry_a_128x256_gemm_tile_without_spills():
+    """256 threads: each warpgroup takes half of the 128×256 accumulator (128 columns,
+    two m64n128 MMAs per k-step), as one warpgroup's registers could not hold it all."""
+    kernel = gemm_kernel.compile(M=1000, N=1000, K=1000, block_n=256, block_k=64,
+                                 num_stages=3, threads=256, target="cuda:sm_90a")
+    assert "m64n128k16" in kernel.trace.code["cuda"]
+    resources = kernel.trace.resources
+    assert resources["spill_stores_bytes"] == 0 and resources["registers"] <= 168, resources
+    assert kernel.launch["block"][0] == 256
+    assert kernel.trace.layouts["c_fragment"]["threads"] == 256
