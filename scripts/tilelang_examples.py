@@ -170,7 +170,13 @@ def run_one(path: Path) -> dict:
         params = inspect.signature(main).parameters
         kwargs = {n: _cut(n, p.default) for n, p in params.items()
                   if p.default is not inspect.Parameter.empty and _cut(n, p.default) != p.default}
-        main(**kwargs)
+        if any(p.default is inspect.Parameter.empty and p.kind != p.VAR_POSITIONAL
+               for p in params.values()):
+            # `main(args)`: the example's own `__main__` block parses its command line
+            # (the defaults cut as above) and calls it
+            runpy.run_path(str(path), run_name="__main__")
+        else:
+            main(**kwargs)
         record["cpu"] = "correct" if CHECKS.search(path.read_text(errors="replace")) else \
             "ran, no check"
     except AssertionError as err:
