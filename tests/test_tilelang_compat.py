@@ -300,7 +300,7 @@ def _uses(name):
 @pytest.mark.parametrize("name, says", [
     ("get_thread_binding", "T.Parallel"), ("alloc_barrier", "T.Pipelined"),
     ("sync_threads", "inserts the barriers"), ("tma_copy", "T.copy"),
-    ("alloc_global", "kernel parameter"), ("no_such_primitive", "tilelab has no")])
+    ("no_such_primitive", "tilelab has no")])
 def test_tilelang_features_tilelab_lacks_are_named_at_the_users_line(name, says):
     with pytest.raises(TileLabError) as info:
         _uses(name)
@@ -308,6 +308,50 @@ def test_tilelang_features_tilelab_lacks_are_named_at_the_users_line(name, says)
     assert says in message and "has no attribute" not in message
     assert "getattr(T, name)" in info.value.location.excerpt()
     assert not hasattr(T, name)
+
+
+def split_then_combine(N, splits=3):
+    """TileLang's split-KV shape: kernel 1 leaves partial sums in a global scratch
+    tensor, kernel 2 combines them."""
+
+    @T.prim_func
+    def total(A: T.Tensor((N,), T.float32), S: T.Tensor((N,), T.float32)):
+        partial = T.alloc_global((splits, N), T.float32)
+        with T.Kernel(T.ceildiv(N, 64), splits, threads=64) as (bx, part):
+            for i in T.Parallel(64):
+                if bx * 64 + i < N:
+                    partial[part, bx * 64 + i] = A[bx * 64 + i] * (part + 1)
+        with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                if bx * 64 + i < N:
+                    S[bx * 64 + i] = 0.0
+                    for p in T.serial(splits):
+                        S[bx * 64 + i] += partial[p, bx * 64 + i]
+
+    return total
+
+
+def test_alloc_global_is_scratch_between_the_kernels_of_a_program():
+    a = _rand(1000, seed=5)
+    s = torch.zeros(1000)
+    tilelab.compile(split_then_combine(1000), target="cpu")(a, s)
+    torch.testing.assert_close(s, a * 6)  # 1 + 2 + 3
+    s.zero_()
+    tilelab.compile(split_then_combine(1000), target="cpu")(a, s)  # allocated per call
+    torch.testing.assert_close(s, a * 6)
+
+
+def test_alloc_global_inside_a_kernel_or_for_cuda_is_a_clear_error():
+    N = 64
+    with pytest.raises(TileLabError, match="before `with T.Kernel") as info:
+        @T.prim_func
+        def inside(A: T.Tensor((N,), T.float32)):
+            with T.Kernel(1, threads=32):
+                scratch = T.alloc_global((N,), T.float32)  # noqa: F841
+    assert "T.alloc_global((N,), T.float32)" in info.value.location.excerpt()
+    with pytest.raises(TileLabError, match="CPU backend only") as info:
+        tilelab.compile(split_then_combine(N), target="cuda:sm_90a")
+    assert "T.alloc_global((splits, N), T.float32)" in info.value.location.excerpt()
 
 
 def test_atomic_add_memory_order():
@@ -575,3 +619,38 @@ def test_a_spread_fragment_indexed_by_a_serial_loop_says_so_for_cuda():
 
     with pytest.raises(TileLabError, match="spread over the block's threads"):
         tilelab.compile(spread, target="cuda:sm_90a")
+
+
+def test_copy_takes_tilelangs_disable_tma():
+    N = 100
+
+    @T.prim_func
+    def twice(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            tile = T.alloc_shared((32,), T.float32)
+            T.copy(A[bx * 32], tile, disable_tma=True)
+            T.copy(tile, B[bx * 32])
+
+    a, b = _rand(N, seed=7), torch.zeros(N)
+    tilelab.compile(twice, target="cpu")(a, b)
+    torch.testing.assert_close(b, a)
+    with pytest.raises(TileLabError, match="disable_tma"):
+        @T.prim_func
+        def wrong(A: T.Tensor((N,), T.float32)):
+            with T.Kernel(1, threads=32):
+                tile = T.alloc_shared((32,), T.float32)
+                T.copy(A[0], tile, disable_tma="yes")
+
+
+def test_the_profiler_checks_and_times_as_tilelang_examples_call_it():
+    kernel = tilelang.compile(split_then_combine(300), out_idx=[1])
+    profiler = kernel.get_profiler(tensor_supply_type=tilelang.TensorSupplyType.Randn)
+    profiler.assert_allclose(lambda a: a * 6, rtol=1e-5, atol=1e-5)
+    with pytest.raises(AssertionError):
+        profiler.assert_allclose(lambda a: a * 6 + 1e-3, rtol=1e-5, atol=1e-5)
+    calls = []
+    profiler.do_bench(lambda a: calls.append(1), n_warmup=2, n_repeat=3)
+    assert len(calls) == 5  # TileLang's iteration counts
+    calls.clear()
+    profiler.do_bench(lambda a: calls.append(1), warmup=1, rep=4)
+    assert len(calls) == 5

@@ -53,6 +53,7 @@ from .primitives import (  # noqa: F401
     Pipelined,
     Tensor,
     alloc_fragment,
+    alloc_global,
     alloc_local,
     alloc_shared,
     alloc_var,
@@ -113,7 +114,8 @@ def _report_at_the_users_line():
     from ..errors import raised_at_the_caller
     from . import frontend, primitives
 
-    for name in ("alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "const",
+    for name in ("alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "alloc_global",
+                 "const",
                  "empty", "use_swizzle", "annotate_layout"):
         globals()[name] = raised_at_the_caller(getattr(primitives, name))
     globals()["prim_func"] = raised_at_the_caller(frontend.prim_func)

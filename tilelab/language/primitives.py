@@ -368,6 +368,25 @@ def alloc_var(dtype, init=None):
     return buffer
 
 
+def alloc_global(shape, dtype):
+    """A scratch tensor in global memory for the kernels of this program, written before
+    the first `with T.Kernel`: one kernel fills it, a later one reads it (TileLang's
+    split-KV decoding keeps partial results so). The CPU backend allocates it for each
+    call; a CUDA program takes such a tensor as a parameter instead."""
+    builder = current("alloc_global", need_kernel=False)
+    if builder.in_kernel:
+        raise TileLabSyntaxError(
+            "T.alloc_global belongs before `with T.Kernel(...)`: it is memory of the whole "
+            "program, which every block and every kernel of it sees",
+            hint="for memory of one block use T.alloc_shared or T.alloc_fragment")
+    dtype = dtypes.as_dtype(dtype)
+    name = builder.take_name("global")
+    buffer = tirx.decl_buffer(_shape(shape), str(dtype), name=name, scope="global")
+    builder.buffer_locations[name] = builder.location
+    builder.emit(tirx.AllocBuffer(buffer))
+    return buffer
+
+
 def use_swizzle(panel_size=8, order="row", enable=True):
     """Rasterize blocks in panels for L2 reuse (a GPU hint; no effect on the CPU)."""
     current("use_swizzle").swizzle = (int(panel_size), str(order), bool(enable))

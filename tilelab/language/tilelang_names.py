@@ -149,9 +149,6 @@ MISSING: dict[str, tuple[str, str]] = {
     **dict.fromkeys(("sync_threads", "sync_warp"), _SYNC),
     **dict.fromkeys(("view", "reshape", "reinterpret", "make_tensor", "access_ptr", "ptr"),
                     _VIEWS),
-    "alloc_global": ("a global scratch tensor allocated inside the kernel",
-                     "a kernel parameter (an output with out_idx, or a T.empty in the eager "
-                     "style)"),
     "alloc_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum/T.reduce_max, "
                       "or T.atomic_add"),
     "finalize_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum"),

@@ -20,6 +20,7 @@ import math
 
 from tvm import tirx
 
+from ..errors import TileLabTypeError
 from ..ir.builder import current
 from ..ir.dtypes import as_dtype, itemsize
 from ..ir.expr import to_expr
@@ -47,13 +48,17 @@ from ._lowering import (
 from ._operands import resolve_pair
 
 
-def copy(src, dst):
+def copy(src, dst, disable_tma: bool = False):
     """Copy a tile between any two of global, shared and fragment memory.
 
     Either side may be a whole buffer, a region `A[0:64, k:k + 32]`, or a start
     point `A[by * 64, k * 32]` whose extents are taken from the other side.
     Elements outside a global tensor are read as zero and never written.
+    `disable_tma` is TileLang's: tilelab does not copy with TMA, so it changes nothing.
     """
+    if not isinstance(disable_tma, bool):
+        raise TileLabTypeError(f"T.copy(disable_tma=...) takes True or False, got "
+                               f"{disable_tma!r}")
     builder = current("copy")
     src, dst = resolve_pair(src, dst, "copy")
     builder.emit(tile_call("copy", src, dst))

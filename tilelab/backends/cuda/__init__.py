@@ -321,6 +321,24 @@ def plans_without_code(program) -> tuple[dict, list, list]:
     return layouts, pipelines, instructions
 
 
+def _refuse_global_scratch(mod, program) -> None:
+    """T.alloc_global: the launcher would have to allocate it, which it does not (yet)."""
+    from ...errors import TileLabCompileError
+    from ...ir.visit import walk
+
+    found = []
+    for func in mod.functions.values():
+        walk(func.body, tirx.AllocBuffer, lambda a: found.append(a.buffer)
+             if a.buffer.scope() == "global" else None)
+    if found:
+        name = str(found[0].name)
+        raise TileLabCompileError(
+            f"T.alloc_global ({name}) runs on the CPU backend only: a CUDA launch does not "
+            "allocate global memory for a program", program.buffer_locations.get(name),
+            hint=f"declare {name} as a tensor parameter of the kernel and pass it in "
+                 "(torch.empty on the GPU)")
+
+
 class CUDABackend(Backend):
     """CUDA C from TVM's code generator, compiled by tilelab's nvcc step into a cubin."""
 
@@ -330,6 +348,7 @@ class CUDABackend(Backend):
         return f"{target}:{nvcc.toolchain_version()}"  # the toolchain that makes the cubin
 
     def build(self, mod, program, target: str, configs: dict, trace):
+        _refuse_global_scratch(mod, program)
         arch = target.partition(":")[2] or nvcc.default_arch()
         vectorize = not configs.get(PassConfigKey.TL_DISABLE_VECTORIZE.value, False)
 
