@@ -136,6 +136,22 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}"[:300]
 
 
+def _from_a_missing_package(path: Path, err: BaseException) -> str | None:
+    """The package a NameError's name was to be imported from, when it is not installed."""
+    import ast
+    import importlib.util
+
+    if not isinstance(err, NameError) or not err.name:
+        return None
+    for node in ast.walk(ast.parse(path.read_text(errors="replace"))):
+        if isinstance(node, ast.ImportFrom) and node.module and \
+                any((a.asname or a.name) == err.name for a in node.names):
+            package = node.module.split(".")[0]
+            if importlib.util.find_spec(package) is None:
+                return package
+    return None
+
+
 def run_one(path: Path) -> dict:
     import argparse as argparse_module
     import inspect
@@ -195,6 +211,11 @@ def run_one(path: Path) -> dict:
         if isinstance(err, ModuleNotFoundError) and not (err.name or "").startswith("tilelang"):
             record["cpu"] = "needs a package"  # not tilelab's to provide (einops, ...)
         record["reason"] = _first_line(err)
+        missing = _from_a_missing_package(path, err)
+        if missing:  # `try: from fla... import ref` / `except ImportError:`, then ref(...)
+            record["cpu"] = "needs a package"
+            record["reason"] = f"ModuleNotFoundError: No module named {missing!r} " \
+                               f"(the example's {err.name} comes from it)"
     return record
 
 
