@@ -167,3 +167,19 @@ def test_swizzle_permutes_16_byte_chunks_within_each_row(shape, bits):
 @pytest.mark.parametrize("frag", FRAGMENTS, ids=lambda f: repr(f)[:40])
 def test_recipe_json_rebuilds_the_same_fragment(frag):
     assert Fragment.from_json(frag.to_json()).same_as(frag)
+
+
+def _branching(*args):
+    """A user's layout that decides in Python per element: numpy cannot run it whole."""
+    i, j, rep = args
+    return (i % 4) * 8 + j % 8 if i < 2 else (i % 4) * 8 + (j + 1) % 8, (i // 4) * 2 + j // 8
+
+
+@pytest.mark.parametrize("frag", FRAGMENTS + [
+    Fragment.mma_a(), Fragment.mma_b(), Fragment.mma_c(), Fragment.accumulator(64, 128, 2, 2),
+    Fragment.wgmma_accumulator(128, 256, 2, 1), Fragment.accumulator_rows(64, 4, 1),
+    Fragment((8, 16), 32, 1, _branching, 4, {"kind": "custom"})], ids=lambda f: repr(f)[:40])
+def test_tables_at_once_agree_with_element_by_element(frag):
+    thread, local = frag.tables()
+    by_element = frag._tables_by_element()
+    assert (thread == by_element[0]).all() and (local == by_element[1]).all()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 
 def _lines(text: str) -> list[str]:
@@ -92,7 +92,11 @@ class Trace:
     # -- serialization
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain data for JSON. The fields already hold plain data (layout tables are long
+        lists of ints), so this copies one level, not every number as `asdict` would."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["passes"] = [asdict(p) for p in self.passes]
+        return data
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)

@@ -28,11 +28,17 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 # ---------------------------------------------------------------- int/expr arithmetic
 
 
+_INTEGERS = (int, np.integer, np.ndarray)
+
+
 def _is_int(x) -> bool:
-    return isinstance(x, int)
+    """A concrete integer: a Python int, or numpy integers (whole tables at once)."""
+    return isinstance(x, _INTEGERS)
 
 
 def fdiv(a, b):
@@ -204,8 +210,6 @@ class Layout:
 
     def table(self):
         """Offsets of every element, as a nested list in index order."""
-        import numpy as np
-
         out = np.zeros(self.shape, dtype=np.int64)
         for idx in itertools.product(*(range(s) for s in self.shape)):
             out[idx] = self.forward(*idx)
@@ -304,9 +308,29 @@ class Fragment:
         return sorted(held, key=lambda e: e[1])
 
     def tables(self):
-        """Arrays thread[rep, *index] and local[rep, *index], for views and checks."""
-        import numpy as np
+        """Arrays thread[rep, *index] and local[rep, *index], for views and checks.
 
+        The forward function is index arithmetic (`fdiv`, `fmod`, `+`, `*`), which numpy
+        evaluates over all indices at once; a function that branches on its indices, or a
+        user's layout written with TIR, is evaluated element by element instead."""
+        full = (self.replicate, *self.shape)
+        grids = np.indices(full, dtype=np.int64)
+        try:
+            t, loc = self.forward(*grids[1:], grids[0])
+            thread = np.broadcast_to(np.asarray(t), full).astype(np.int32)
+            local = np.broadcast_to(np.asarray(loc), full).astype(np.int32)
+        except Exception:  # noqa: BLE001 - not plain index arithmetic
+            return self._tables_by_element()
+        # a forward that mixes in Python-level decisions could slip through: spot-check
+        rng = np.random.default_rng(0)
+        for flat in {0, thread.size - 1, *rng.integers(0, thread.size, 8).tolist()}:
+            r, *idx = np.unravel_index(flat, full)
+            if tuple(int(v) for v in self.forward(*map(int, idx), int(r))) != \
+                    (int(thread.flat[flat]), int(local.flat[flat])):
+                return self._tables_by_element()
+        return thread, local
+
+    def _tables_by_element(self):
         thread = np.zeros((self.replicate, *self.shape), dtype=np.int32)
         local = np.zeros_like(thread)
         for idx in itertools.product(*(range(s) for s in self.shape)):
@@ -820,8 +844,6 @@ def thread_elements(frag: Fragment) -> list[list[tuple]]:
     if key not in _TABLE_CACHE:
         table = [[None] * frag.local_size for _ in range(frag.threads)]
         thread, local = frag.tables()
-        import numpy as np
-
         for flat in range(thread[0].size):
             idx = np.unravel_index(flat, frag.shape)
             for r in range(frag.replicate):
