@@ -181,5 +181,14 @@ def _branching(*args):
     Fragment((8, 16), 32, 1, _branching, 4, {"kind": "custom"})], ids=lambda f: repr(f)[:40])
 def test_tables_at_once_agree_with_element_by_element(frag):
     thread, local = frag.tables()
-    by_element = frag._tables_by_element()
+    by_element = frag.tables(at_once=False)
     assert (thread == by_element[0]).all() and (local == by_element[1]).all()
+
+
+@pytest.mark.parametrize("layout", [
+    Layout.row_major((16, 24)), Layout.swizzled((64, 64), 16), Layout.swizzled((32, 128), 8),
+    Layout.wgmma_panels((64, 128), 16, 128), Layout.wgmma_panels((128, 64), 16, 64),
+    Layout((8, 8), lambda i, j: (i * 8 + j) if i % 2 == 0 else (i * 8 + 7 - j), {})],
+    ids=lambda layout: repr(layout)[:40])
+def test_shared_layout_offsets_at_once_agree_with_element_by_element(layout):
+    assert (layout.table() == layout.table(at_once=False)).all()

@@ -654,3 +654,36 @@ def test_the_profiler_checks_and_times_as_tilelang_examples_call_it():
     calls.clear()
     profiler.do_bench(lambda a: calls.append(1), warmup=1, rep=4)
     assert len(calls) == 5
+
+
+def _branch_on_flags(written: bool, N=256):
+    @T.prim_func
+    def flagged(Flags: T.Tensor((4,), T.int32), X: T.Tensor((N,), T.float32),
+                Y: T.Tensor((N,), T.float32)):
+        with T.Kernel(4, threads=64) as b:
+            tile = T.alloc_shared((64,), T.float32)
+            if Flags[b] > 0:
+                T.copy(X[b * 64], tile)
+                for i in T.Parallel(64):
+                    Y[b * 64 + i] = tile[63 - i]
+            if written:
+                Flags[b] = 0
+
+    return flagged
+
+
+def test_a_branch_on_a_tensor_the_kernel_writes_is_not_block_uniform():
+    """Threads may see such an element differently (another thread may have written it):
+    a barrier inside the branch could hang the block. Only read-only tensors count; the
+    buffers are compared themselves (`buffer.data` is a new expression at each access)."""
+    source = tilelab.compile(_branch_on_flags(False), target="cuda:sm_90a").get_kernel_source()
+    body = source.split("extern \"C\"")[-1]
+    assert "__syncthreads()" in body.split("if (")[1]  # the barrier inside the branch
+    with pytest.raises(TileLabError, match="may not all see alike") as info:
+        tilelab.compile(_branch_on_flags(True), target="cuda:sm_90a")
+    assert "def flagged" in info.value.location.excerpt()
+    flags, x = torch.tensor([1, 0, 1, 1], dtype=torch.int32), _rand(256, seed=9)
+    y = torch.zeros(256)
+    tilelab.compile(_branch_on_flags(True), target="cpu")(flags, x, y)
+    expected = x.view(4, 64).flip(1) * torch.tensor([1.0, 0, 1, 1])[:, None]
+    torch.testing.assert_close(y, expected.reshape(-1))

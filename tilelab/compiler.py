@@ -304,6 +304,16 @@ def _compile_uncached(program, target: str, configs: dict):
                     "index that starts at 0, or a size that is 0)",
                     program.source.location(program.source.node),
                     hint="look for // and % whose right side can be 0") from None
+            if "Cannot insert syncs inside condition" in str(err):
+                raise TileLabCompileError(
+                    f"{program.name} needs a barrier (__syncthreads) inside an `if` whose "
+                    "condition the threads of a block may not all see alike: it reads a "
+                    "thread index, or a tensor this kernel also writes. Threads that skip "
+                    "the branch would never reach the barrier",
+                    program.source.location(program.source.node),
+                    hint="branch on block indices, scalar parameters or tensors the kernel "
+                         "only reads; or keep shared-memory work out of the branch (compute "
+                         "both ways, then T.if_then_else)") from None
             raise TileLabCompileError(
                 f"compiling {program.name} for {target} failed after {last}: "
                 f"{_last_words(err)}", program.source.location(program.source.node)) from None

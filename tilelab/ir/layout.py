@@ -73,6 +73,39 @@ def _and(a, b):
     return tirx.And(a, b)
 
 
+def _over_all_indices(fn, shape, outputs: int, at_once: bool = True) -> tuple:
+    """`fn(*index)` for every index of `shape`, as one int64 array per output.
+
+    Layout functions are index arithmetic (`fdiv`, `fmod`, `xor`, `+`, `*`), which numpy
+    evaluates over all indices at once (`at_once`); one that decides in Python per
+    element, or a user's layout written with TIR, is evaluated element by element. A few
+    elements are recomputed one by one to check the arrays either way."""
+    shape = tuple(int(s) for s in shape)
+
+    def one(idx):
+        value = fn(*idx)
+        return tuple(int(v) for v in (value if outputs > 1 else (value,)))
+
+    if at_once:
+        try:
+            value = fn(*np.indices(shape, dtype=np.int64))
+            arrays = tuple(np.broadcast_to(np.asarray(v, dtype=np.int64), shape)
+                           for v in (value if outputs > 1 else (value,)))
+            size = math.prod(shape)
+            probes = {0, size - 1, *np.random.default_rng(0).integers(0, size, 8).tolist()}
+            if len(arrays) == outputs and all(
+                    one(np.unravel_index(f, shape)) == tuple(int(a.flat[f]) for a in arrays)
+                    for f in probes):
+                return tuple(np.array(a) for a in arrays)
+        except Exception:  # noqa: BLE001 - not plain index arithmetic: one by one
+            pass
+    arrays = tuple(np.zeros(shape, dtype=np.int64) for _ in range(outputs))
+    for idx in itertools.product(*(range(s) for s in shape)):
+        for array, v in zip(arrays, one(idx)):
+            array[idx] = v
+    return arrays
+
+
 def _product(values) -> int:
     return math.prod(values) if values else 1
 
@@ -208,12 +241,9 @@ class Layout:
         layout.linear = linear
         return layout
 
-    def table(self):
-        """Offsets of every element, as a nested list in index order."""
-        out = np.zeros(self.shape, dtype=np.int64)
-        for idx in itertools.product(*(range(s) for s in self.shape)):
-            out[idx] = self.forward(*idx)
-        return out
+    def table(self, at_once: bool = True):
+        """Offsets of every element, as an array in index order."""
+        return _over_all_indices(self.forward, self.shape, 1, at_once)[0]
 
     def bank(self, *indices, elem_bytes: int):
         """The shared-memory bank (of 32, four bytes each) holding an element."""
@@ -307,38 +337,11 @@ class Fragment:
                     held.append((idx, loc))
         return sorted(held, key=lambda e: e[1])
 
-    def tables(self):
-        """Arrays thread[rep, *index] and local[rep, *index], for views and checks.
-
-        The forward function is index arithmetic (`fdiv`, `fmod`, `+`, `*`), which numpy
-        evaluates over all indices at once; a function that branches on its indices, or a
-        user's layout written with TIR, is evaluated element by element instead."""
-        full = (self.replicate, *self.shape)
-        grids = np.indices(full, dtype=np.int64)
-        try:
-            t, loc = self.forward(*grids[1:], grids[0])
-            thread = np.broadcast_to(np.asarray(t), full).astype(np.int32)
-            local = np.broadcast_to(np.asarray(loc), full).astype(np.int32)
-        except Exception:  # noqa: BLE001 - not plain index arithmetic
-            return self._tables_by_element()
-        # a forward that mixes in Python-level decisions could slip through: spot-check
-        rng = np.random.default_rng(0)
-        for flat in {0, thread.size - 1, *rng.integers(0, thread.size, 8).tolist()}:
-            r, *idx = np.unravel_index(flat, full)
-            if tuple(int(v) for v in self.forward(*map(int, idx), int(r))) != \
-                    (int(thread.flat[flat]), int(local.flat[flat])):
-                return self._tables_by_element()
-        return thread, local
-
-    def _tables_by_element(self):
-        thread = np.zeros((self.replicate, *self.shape), dtype=np.int32)
-        local = np.zeros_like(thread)
-        for idx in itertools.product(*(range(s) for s in self.shape)):
-            for r in range(self.replicate):
-                t, loc = self.forward(*idx, r)
-                thread[(r, *idx)] = t
-                local[(r, *idx)] = loc
-        return thread, local
+    def tables(self, at_once: bool = True):
+        """Arrays thread[rep, *index] and local[rep, *index], for views and checks."""
+        thread, local = _over_all_indices(lambda rep, *idx: self.forward(*idx, rep),
+                                          (self.replicate, *self.shape), 2, at_once)
+        return thread.astype(np.int32), local.astype(np.int32)
 
     def same_as(self, other: Fragment) -> bool:
         """Equal placement of every element (compared element by element)."""

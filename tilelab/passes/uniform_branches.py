@@ -79,19 +79,17 @@ def _read_only_tensors(func) -> list:
     the same value (`i_s = BlockIndices[b, 0, h, i]` is the same for the whole block)."""
     written, loaded = [], []
 
-    def visit(node):
-        if isinstance(node, tirx.BufferStore):
-            written.append(node.buffer.data)
-        elif isinstance(node, tvm.ir.TensorLoad):
-            loaded.append(node.source)
-        elif isinstance(node, tvm.ir.Call) and node.op.name in (
-                "tirx.address_of", "tirx.tvm_access_ptr"):  # an atomic, say, may write
-            walk(node, tvm.ir.TensorLoad, lambda load: written.append(load.source.data))
-            walk(node, tirx.Var, written.append)
+    # buffers themselves are compared: `buffer.data` is a new expression at each access
+    def by_address(call):  # an atomic, say, may write through it
+        if getattr(call.op, "name", "") in ("tirx.address_of", "tirx.tvm_access_ptr"):
+            walk(call, tvm.ir.TensorLoad, lambda load: written.append(load.source))
+            walk(call, tirx.Var, lambda var: written.append(var) if is_buffer(var) else None)
 
-    walk(func.body, object, visit)
+    walk(func.body, tirx.BufferStore, lambda store: written.append(store.buffer))
+    walk(func.body, tvm.ir.TensorLoad, lambda load: loaded.append(load.source))
+    walk(func.body, tvm.ir.Call, by_address)
     return [b for b in loaded if b.scope() == "global"
-            and not any(b.data.same_as(w) for w in written)]
+            and not any(b.same_as(w) for w in written)]
 
 
 def _is_uniform(expr, uniform: list, readonly: list) -> bool:
