@@ -677,3 +677,84 @@ def k(A: T.Tensor((4, 8), T.float32), B: T.Tensor((4, 8), T.float32)):
         return
     with pytest.raises(TileLabError, match="division by zero"):
         kernel(torch.randn(4, 8), torch.zeros(4, 8))
+
+
+def _module(tmp_path, monkeypatch, name: str, text: str):
+    import importlib
+    import sys
+
+    (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return importlib.import_module(name)
+
+
+def test_a_float_index_is_an_error_at_its_line(tmp_path, monkeypatch):
+    """Found by the fuzzer (a constant 0 mutated to 0.5 or -0.0): TVM's type check."""
+    for index, shown in (("A[bx * 8, 0.5]", "0.5"), ("A[bx * 8, -0.0:4]", "-0.0"),
+                         ("A[T.Cast(T.float32, bx), 0]", "float32")):
+        with pytest.raises(TileLabError, match="indices are integers") as info:
+            _module(tmp_path, monkeypatch, "float_index", f'''import tilelab.language as T
+
+@T.prim_func
+def k(A: T.Tensor((16, 8), T.float32), B: T.Tensor((16, 8), T.float32)):
+    with T.Kernel(2, threads=32) as bx:
+        t = T.alloc_fragment((8, 4), T.float32)
+        T.copy({index}, t)
+''')
+        assert info.value.location.line == 7 and shown in str(info.value)
+
+
+def test_num_stages_beyond_any_pipeline_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    """Found by the fuzzer (num_stages=2**31: the pipeline's prologue ran for ever)."""
+    with pytest.raises(TileLabError, match="at most 32") as info:
+        _module(tmp_path, monkeypatch, "stages_kernel", '''import tilelab.language as T
+
+@T.prim_func
+def k(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
+    with T.Kernel(1, threads=32) as bx:
+        s = T.alloc_shared((8,), T.float32)
+        for k in T.Pipelined(8, num_stages=2**31):
+            T.copy(A[k * 8], s)
+            T.copy(s, B[k * 8])
+''')
+    assert info.value.location.line == 7
+
+
+def test_shifts_by_the_width_or_more_shift_everything_out(tmp_path, monkeypatch):
+    """Found by the fuzzer (`+` mutated to `<<`): C and LLVM leave a shift by 32 or more
+    undefined, and the CPU backend's bounds checks were optimized away after it; tilelab
+    defines it as PTX does (the amount clamped to the width)."""
+    module = _module(tmp_path, monkeypatch, "shift_kernel", '''import tilelab.language as T
+
+@T.prim_func
+def k(X: T.Tensor((64,), T.int32), S: T.Tensor((64,), T.int32),
+      L: T.Tensor((64,), T.int32), R: T.Tensor((64,), T.int32)):
+    with T.Kernel(1, threads=64) as bx:
+        for i in T.Parallel(64):
+            L[i] = X[i] << S[i]
+            R[i] = X[i] >> S[i]
+''')
+    x = torch.randint(-1000, 1000, (64,), dtype=torch.int32)
+    s = torch.arange(-8, 56, dtype=torch.int32)
+    left, right = torch.zeros_like(x), torch.zeros_like(x)
+    tilelab.compile(module.k, target="cpu")(x, s, left, right)
+    inside = (s >= 0) & (s < 32)
+    shift = s.clamp(0, 31)
+    torch.testing.assert_close(left, torch.where(inside, x << shift, 0))
+    torch.testing.assert_close(right, torch.where(inside, x >> shift, x >> 31))
+
+
+def test_an_index_that_a_shift_sends_negative_is_caught_not_a_crash(tmp_path, monkeypatch):
+    module = _module(tmp_path, monkeypatch, "shift_index", '''import tilelab.language as T
+
+@T.prim_func
+def k(A: T.Tensor((1024,), T.float32), C: T.Tensor((1024,), T.float32)):
+    with T.Kernel(4, threads=256) as bx:
+        for t in T.Parallel(256):
+            index = bx * 256 << t
+            if index < 1024:
+                C[index] = A[index]
+''')
+    with pytest.raises(TileLabError, match="index out of bounds"):
+        tilelab.compile(module.k, target="cpu")(torch.randn(1024), torch.zeros(1024))

@@ -81,6 +81,19 @@ def binary(op: str, a, b):
     if op in ("<<", ">>") and isinstance(b, tirx.IntImm) and \
             not 0 <= int(b.value) < dtypes.as_dtype(dtype).bits:
         raise TileLabTypeError(f"cannot shift a {dtype} by {int(b.value)} bits")
+    if op in ("<<", ">>") and not isinstance(b, tirx.IntImm):
+        # A shift by the width or more, or by a negative amount, is undefined in C and
+        # LLVM (the compiler may then assume anything, bounds checks included). Defined
+        # here as NVIDIA GPUs do it (PTX clamps the amount to the width): every bit is
+        # shifted out, leaving 0, or the sign for >> of a signed value.
+        bits = dtypes.as_dtype(dtype).bits
+        amount = str(b.ty)
+        fits = tirx.And(tirx.GE(b, tirx.const(0, amount)), tirx.LT(b, tirx.const(bits, amount)))
+        if op == ">>" and dtype.startswith("int"):
+            out = tirx.shift_right(a, tirx.const(bits - 1, dtype))
+        else:
+            out = tirx.const(0, dtype)
+        return tirx.if_then_else(fits, _BINARY[op](a, b), out)
     if op in ("//", "%", "/") and not is_float and isinstance(b, tirx.IntImm) and \
             int(b.value) == 0:
         raise TileLabTypeError("integer division by zero")

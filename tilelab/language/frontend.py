@@ -444,15 +444,15 @@ class Interpreter:
             raise TileLabTypeError(f"{buffer.name} has {rank} dimension(s) but is indexed with "
                                    f"{len(elts)}")
         if not any(isinstance(e, ast.Slice) for e in elts):
-            return [E.to_expr(self.eval(e), "int32") for e in elts]
+            return [E.to_expr(_integer_index(self.eval(e), buffer), "int32") for e in elts]
         starts, extents = [], []
         for e, dim in zip(elts, buffer.shape):
             if isinstance(e, ast.Slice):
                 s = self.eval_Slice(e)
                 if s.step not in (None, 1):
                     raise TileLabSyntaxError("buffer regions take step 1 only")
-                start = 0 if s.start is None else s.start
-                stop = dim if s.stop is None else s.stop
+                start = 0 if s.start is None else _integer_index(s.start, buffer)
+                stop = dim if s.stop is None else _integer_index(s.stop, buffer)
                 starts.append(start)
                 extent = E.binary("-", stop, start)
                 if E.is_expr(extent):
@@ -461,7 +461,7 @@ class Interpreter:
                     extent = sym.Analyzer().simplify(extent)
                 extents.append(extent)
             else:
-                starts.append(self.eval(e))
+                starts.append(_integer_index(self.eval(e), buffer))
                 extents.append(1)
         return Region(buffer, tuple(starts), tuple(extents))
 
@@ -731,6 +731,17 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
     program.params = [p for p, _ in ordered]
     program.returned = len(outs) if has_return else None  # `return D`: D alone
     return program
+
+
+def _integer_index(value, buffer):
+    """An index or slice bound of `buffer`: an int or an integer expression, else an error."""
+    if isinstance(value, bool) or isinstance(value, float) or (
+            E.is_expr(value) and not E.dtype_of(value).startswith(("int", "uint"))):
+        kind = type(value).__name__ if not E.is_expr(value) else E.dtype_of(value)
+        raise TileLabTypeError(
+            f"{buffer.name} is indexed with {value!r}, a {kind}; indices are integers",
+            hint="use an integer expression (// divides integers, T.Cast('int32', x) converts)")
+    return value
 
 
 def prim_func(fn=None, **kwargs):

@@ -28,6 +28,7 @@ MAX_THREADS = 1024  # threads per block
 MAX_GRID = (2**31 - 1, 65535, 65535)  # blocks along x, y, z
 MAX_SHARED_BYTES = 227 * 1024  # shared memory per block on the largest GPUs (sm_90, sm_100)
 MAX_REGISTER_TILE = 65536  # elements of one fragment or local tile
+MAX_STAGES = 32  # T.Pipelined stages (the copies of each loaded tile)
 
 # ---------------------------------------------------------------- signatures
 
@@ -298,8 +299,13 @@ class Pipelined(serial):
 
     def __init__(self, start, stop=None, num_stages=0, order=None, stage=None, group=None):
         super().__init__(start, stop)
-        if not isinstance(num_stages, int) or num_stages < 0:
+        if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 0:
             raise TileLabTypeError(f"num_stages must be a non-negative int, got {num_stages!r}")
+        if num_stages > MAX_STAGES:
+            raise TileLabTypeError(
+                f"num_stages={num_stages}: each stage keeps its own copy of every tile the "
+                f"loop loads, and a pipeline holds at most {MAX_STAGES}",
+                hint="2 to 4 stages hide the load latency on current GPUs")
         self.annotations = {"num_stages": num_stages}
 
 
