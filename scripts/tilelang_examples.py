@@ -247,6 +247,14 @@ def run_all(checkout: Path, timeout: int, only: str | None) -> list[dict]:
     return rows
 
 
+# What a result means, where the table's one word would mislead; each was looked into.
+EXPLAINED = {
+    "deepseek_mla/example_mla_decode.py":
+        "the example asks rtol = atol = 1e-4 of float16 outputs: 18% of them differ from its "
+        "float16 torch reference by one float16 step (4.9e-4 near 0.5); at 1e-2 all agree",
+}
+
+
 def cuda_column(row: dict) -> str:
     if row["cuda_failed"]:
         return f"failed ({len(row['cuda_failed'])} of {row['cuda_ok'] + len(row['cuda_failed'])})"
@@ -281,6 +289,8 @@ def write_table(rows: list[dict], checkout: Path, out: Path, command: str) -> No
     ]
     for r in rows:
         reason = r.get("reason") or (r["cuda_failed"][0] if r["cuda_failed"] else "")
+        if r["example"] in EXPLAINED:
+            reason = f"{reason} ({EXPLAINED[r['example']]})"
         reason = reason.replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {r['example']} | {r['cpu']} | {cuda_column(r)} | not run | {reason} |")
     out.write_text("\n".join(lines) + "\n")
