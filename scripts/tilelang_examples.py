@@ -251,7 +251,8 @@ def run_all(checkout: Path, timeout: int, only: str | None) -> list[dict]:
 EXPLAINED = {
     "deepseek_mla/example_mla_decode.py":
         "the example asks rtol = atol = 1e-4 of float16 outputs: 18% of them differ from its "
-        "float16 torch reference by one float16 step (4.9e-4 near 0.5); at 1e-2 all agree",
+        "float16 torch reference by one float16 step (4.9e-4 near 0.5); against a float64 "
+        "reading the kernel is off by 1.6e-4 at most, the float16 reference by 7.6e-4",
 }
 
 
