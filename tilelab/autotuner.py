@@ -926,8 +926,8 @@ def autotune(configs=None, warmup: int | None = None, rep: int | None = None, re
     product), or a callable of the call's arguments returning either. `warmup`/`rep`
     count calls per timing (default 25/100 on a GPU, 2/10 on the CPU; with `rep` ≥ 30 every
     candidate is screened with 10 calls first and only those within 25% of the fastest
-    get `rep`). `ref_prog`: the
-    function each candidate's output must match (default: the kernel's own defaults);
+    get `rep`). `ref_prog`: the function each candidate's output must match (default: the
+    kernel's own defaults);
     `skip_check` times without checking. `backend`: "local" or "ray" (docs/AUTOTUNE.md).
     `compile_workers`: processes for the compile phase (default: one per core); `gpus`: the
     GPUs to benchmark on, as CUDA_VISIBLE_DEVICES names them (default: every visible one).

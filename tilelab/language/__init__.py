@@ -115,8 +115,7 @@ def _report_at_the_users_line():
     from . import frontend, primitives
 
     for name in ("alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "alloc_global",
-                 "const",
-                 "empty", "use_swizzle", "annotate_layout"):
+                 "const", "empty", "use_swizzle", "annotate_layout"):
         globals()[name] = raised_at_the_caller(getattr(primitives, name))
     globals()["prim_func"] = raised_at_the_caller(frontend.prim_func)
     for op in ops.all_ops():

@@ -735,7 +735,7 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
 
 def _integer_index(value, buffer):
     """An index or slice bound of `buffer`: an int or an integer expression, else an error."""
-    if isinstance(value, bool) or isinstance(value, float) or (
+    if isinstance(value, (bool, float)) or (
             E.is_expr(value) and not E.dtype_of(value).startswith(("int", "uint"))):
         kind = type(value).__name__ if not E.is_expr(value) else E.dtype_of(value)
         raise TileLabTypeError(

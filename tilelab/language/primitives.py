@@ -326,8 +326,8 @@ def _shape(shape):
     return tuple(int(_const_int(e)) for e in shape)
 
 
-def _alloc(primitive, shape, dtype, scope):
-    builder = current(primitive)
+def _alloc(primitive, shape, dtype, scope, builder=None):
+    builder = builder or current(primitive)
     dtype = dtypes.as_dtype(dtype)
     shape = _shape(shape)
     size = math.prod(shape)
@@ -385,12 +385,7 @@ def alloc_global(shape, dtype):
             "T.alloc_global belongs before `with T.Kernel(...)`: it is memory of the whole "
             "program, which every block and every kernel of it sees",
             hint="for memory of one block use T.alloc_shared or T.alloc_fragment")
-    dtype = dtypes.as_dtype(dtype)
-    name = builder.take_name("global")
-    buffer = tirx.decl_buffer(_shape(shape), str(dtype), name=name, scope="global")
-    builder.buffer_locations[name] = builder.location
-    builder.emit(tirx.AllocBuffer(buffer))
-    return buffer
+    return _alloc("alloc_global", shape, dtype, "global", builder)
 
 
 def use_swizzle(panel_size=8, order="row", enable=True):

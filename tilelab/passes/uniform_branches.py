@@ -77,19 +77,27 @@ def _uniform_vars(func, readonly: list) -> list:
 def _read_only_tensors(func) -> list:
     """Global tensors the kernel never writes: every thread that reads one element reads
     the same value (`i_s = BlockIndices[b, 0, h, i]` is the same for the whole block)."""
-    written, loaded = [], []
-
     # buffers themselves are compared: `buffer.data` is a new expression at each access
-    def by_address(call):  # an atomic, say, may write through it
-        if getattr(call.op, "name", "") in ("tirx.address_of", "tirx.tvm_access_ptr"):
-            walk(call, tvm.ir.TensorLoad, lambda load: written.append(load.source))
-            walk(call, tirx.Var, lambda var: written.append(var) if is_buffer(var) else None)
-
+    written = _by_address(func.body)  # an atomic, say, may write through an address
+    loaded = []
     walk(func.body, tirx.BufferStore, lambda store: written.append(store.buffer))
     walk(func.body, tvm.ir.TensorLoad, lambda load: loaded.append(load.source))
-    walk(func.body, tvm.ir.Call, by_address)
     return [b for b in loaded if b.scope() == "global"
             and not any(b.same_as(w) for w in written)]
+
+
+def _by_address(node) -> list:
+    """Buffers that calls in `node` take by address (`address_of(A[i])`, and
+    `tvm_access_ptr`: cp.async, wgmma descriptors, atomics)."""
+    found = []
+
+    def visit(call):
+        if getattr(call.op, "name", "") in ("tirx.address_of", "tirx.tvm_access_ptr"):
+            walk(call, tvm.ir.TensorLoad, lambda load: found.append(load.source))
+            walk(call, tirx.Var, lambda var: found.append(var) if is_buffer(var) else None)
+
+    walk(node, tvm.ir.Call, visit)
+    return found
 
 
 def _is_uniform(expr, uniform: list, readonly: list) -> bool:
@@ -110,22 +118,14 @@ def _is_uniform(expr, uniform: list, readonly: list) -> bool:
 
 
 def _touches_shared(stmt) -> bool:
-    found = []
+    found = _by_address(stmt)  # cp.async and wgmma take shared tiles by address
 
     def visit(node):
-        buffer = node.buffer if isinstance(node, tirx.BufferStore) else node.source
-        if buffer.scope().startswith("shared"):
-            found.append(buffer)
-
-    def pointer(call):  # cp.async, wgmma descriptors: shared tiles by address
-        if getattr(call.op, "name", "") == "tirx.tvm_access_ptr" and \
-                str(getattr(call.args[1].ty, "storage_scope", "")).startswith("shared"):
-            found.append(call.args[1])
+        found.append(node.buffer if isinstance(node, tirx.BufferStore) else node.source)
 
     walk(stmt, tirx.BufferStore, visit)
     walk(stmt, tvm.ir.TensorLoad, visit)
-    walk(stmt, tvm.ir.Call, pointer)
-    return bool(found)
+    return any(buffer.scope().startswith("shared") for buffer in found)
 
 
 def _once_if(cond, body):
