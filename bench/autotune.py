@@ -6,8 +6,8 @@ For each kernel (the course GEMM, FlashAttention forward with head dim 128):
 
 * **compile phase**: the same candidates compiled with one worker and with one per core,
   each into an empty compile cache; the speed-up is the ratio of the two compile phases
-  (with --serial-configs N, the one-worker run compiles the first N candidates only and the
-  ratio is of the time per candidate);
+  (with --serial-configs N, the one-worker run compiles N candidates spread evenly over the
+  sweep and the ratio is of the time per candidate);
 * **whole tune**: wall time of a tune from an empty compile cache (no results cache), with
   every core and every visible GPU;
 * **winner** against the hand-picked default configuration and the vendor library
@@ -15,7 +15,7 @@ For each kernel (the course GEMM, FlashAttention forward with head dim 128):
 * with two or more GPUs: the benchmark phase on one GPU and on two (compile cache warm).
 
 On a GPU: GEMM 8192³ over 64 configurations, FlashAttention (batch 4, 32 heads, 4096,
-d128) over 24. On the CPU (`--device cpu`): small sizes and sweeps, to measure the compile
+d128) over 36. On the CPU (`--device cpu`): small sizes and sweeps, to measure the compile
 phase on this machine's cores.
 """
 
@@ -61,7 +61,10 @@ def sweep(name, jit, configs, args, default, baseline, inputs, serial_configs, c
     print(f"{name}: {n} configurations, {cores} cores, {torch.cuda.device_count()} GPUs",
           flush=True)
     fresh_cache()
-    serial = configs[:serial_configs] if serial_configs else configs
+    # with --serial-configs N: N candidates spread evenly over the sweep (its first ones are
+    # its smallest tiles, the quickest to compile)
+    serial = configs[::max(1, n // serial_configs)][:serial_configs] if serial_configs \
+        else configs
     one, _ = tune(jit, serial, args, compile_workers=1, warmup=warmup, rep=rep)
     serial_s = one.autotune_result.seconds["compile"]
     serial_n = len(one.autotune_result.rows)
@@ -133,7 +136,8 @@ def main() -> None:
         q, k, v = (torch.randn(batch, heads, seq, dim, dtype=torch.float16, device=device)
                    for _ in range(3))
         if gpu:
-            configs = {"block_m": [64, 128], "block_n": [32, 64, 128], "num_stages": [1, 2],
+            # 36 candidates (TileLang's varlen FlashAttention example tunes a like space)
+            configs = {"block_m": [64, 128], "block_n": [32, 64, 128], "num_stages": [1, 2, 3],
                        "threads": [128, 256]}
         else:
             configs = {"block_m": [32, 64], "block_n": [32, 64], "num_stages": [1, 2]}

@@ -86,6 +86,9 @@ CHECKS = [
      [("randn", (2, 4, 1000, 64), "float16")] * 3, "sdpa", 2e-2),
     ("flash_attention_d128", "flash_attention", {"shape": (1, 4, 777, 128)},
      [("randn", (1, 4, 777, 128), "float16")] * 3, "sdpa", 2e-2),
+    ("flash_attention_d128_causal", "flash_attention",
+     {"shape": (1, 4, 777, 128), "options": {"causal": True}},
+     [("randn", (1, 4, 777, 128), "float16")] * 3, "sdpa_causal", 2e-2),
 ]
 
 BENCH = [
@@ -165,6 +168,15 @@ BENCH = [
      {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
      {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
+    # causal: the key loop of each query block stops at its diagonal (half the work)
+    ("flash_attention_causal", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"causal": True}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
+     {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
+    ("flash_attention_causal_bm128_w8", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"causal": True, "block_m": 128, "threads": 256}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
+     {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
 ]
 
 
@@ -347,6 +359,7 @@ def references():
         "matmul": lambda a, b: a @ b,
         "matmul_bias_relu": lambda a, b, bias: torch.relu(a @ b + bias),
         "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+        "sdpa_causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "twice_matmul": lambda a, b: 2 * (a.float() @ b.float()),
         "column_sum": lambda x, y: x.sum(0),
         "scale_plus_row": lambda x: x * 2 + (torch.arange(x.shape[0], device=x.device) % 64

@@ -712,6 +712,32 @@ def test_print_scalar_and_buffer(capfd):
     np.testing.assert_allclose([printed[i] for i in range(N)], a, rtol=1e-5)
 
 
+def test_print_passes_floats_to_printf_as_text(capfd):
+    """TVM's LLVM code generator declares printf without `...`; x86-64's printf finds a
+    double only when the caller counts its vector registers in %al, which that call does
+    not do. Seen on the H200 machine's CPU: `T.print` of a tile printed 6.95e-310 for
+    every element. The CPU backend hands printf no floating-point value at all."""
+    N = 3
+
+    @T.prim_func
+    def show(A: T.Tensor((N,), T.float32)):
+        with T.Kernel(1) as _:
+            T.print(A, msg="tile")
+            T.print(A[0] * 2.0, msg="twice")
+
+    a = randn(RNG(27), N)
+    kernel = tilelab.compile(show)
+    calls = [line for line in kernel.trace.code["llvm"].splitlines()
+             if "call" in line and "@printf(" in line]
+    assert len(calls) == N + 1
+    assert not [line for line in calls if "double" in line or "float" in line]
+    capfd.readouterr()
+    kernel(a)
+    flush_c_stdout()
+    out = capfd.readouterr().out
+    assert float(re.search(r"twice: (\S+)", out).group(1)) == pytest.approx(2 * a[0], 1e-5)
+
+
 # ---------------------------------------------------------------- program styles
 
 

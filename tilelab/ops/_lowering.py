@@ -158,21 +158,40 @@ def sync():
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
 
 
-def printf(fmt: str, *values):
-    """`printf(fmt, values...)`; a str value is passed as a string (for a `%s`)."""
-    args = []
+FLOAT_TEXT = 32  # bytes of text for one float printed on the CPU ("%g" needs at most 14)
+
+
+def printf(fmt: str, *values, floats_as_text: bool = False):
+    """`printf(fmt, values...)`; a str value is passed as a string (for a `%s`).
+
+    `floats_as_text` (the CPU): each float is first written as text by `strfromd` and
+    printed with `%s` (see `format_spec`). TVM's LLVM code generator declares every
+    external function without `...`, and x86-64's printf finds a double only if the
+    caller says in %al how many vector registers it used, which nobody then does: the
+    values printed depended on what %al held. Integers and pointers need no such count.
+    """
+    args, texts = [], []
     for v in values:
         if isinstance(v, str):
             args.append(tvm.ir.StringImm(v))
-            continue
-        dtype = str(v.ty)
-        args.append(tirx.Cast("float64", v) if dtype.startswith(("float", "bfloat"))
-                    else tirx.Cast("int32", v))  # %d: TVM narrows 64-bit indices anyway
-    return tirx.Evaluate(tirx.call_extern("int32", "printf", fmt, *args))
+        elif not str(v.ty).startswith(("float", "bfloat")):
+            args.append(tirx.Cast("int32", v))  # %d: TVM narrows 64-bit indices anyway
+        elif floats_as_text:
+            text = tirx.decl_buffer((FLOAT_TEXT,), "int8", name="text", scope="local")
+            start = tirx.address_of(tirx.BufferLoad(text, [0]))
+            texts += [tirx.AllocBuffer(text), tirx.Evaluate(tirx.call_extern(
+                "int32", "strfromd", start, FLOAT_TEXT, tvm.ir.StringImm("%g"),
+                tirx.Cast("float64", v)))]
+            args.append(start)
+        else:
+            args.append(tirx.Cast("float64", v))
+    return seq([*texts, tirx.Evaluate(tirx.call_extern("int32", "printf", fmt, *args))])
 
 
-def format_spec(value) -> str:
-    return "%g" if str(value.ty).startswith(("float", "bfloat")) else "%d"
+def format_spec(value, floats_as_text: bool = False) -> str:
+    if str(value.ty).startswith(("float", "bfloat")):
+        return "%s" if floats_as_text else "%g"
+    return "%d"
 
 
 # ---------------------------------------------------------------- GPU memory

@@ -75,17 +75,21 @@ def print_loops(target, msg, c_source: bool = False):
     strings raw, so a newline is the two characters backslash-n and the message is escaped;
     for LLVM the strings are the bytes themselves."""
     newline = "\\n" if c_source else "\n"
+    as_text = not c_source  # the CPU: floats go to printf as text (see `printf`)
     prefix, message = message_format(msg, c_source)
     if not isinstance(target, Region):
-        return printf(f"{prefix}{format_spec(target)}{newline}", *message, target)
+        return printf(f"{prefix}{format_spec(target, as_text)}{newline}", *message, target,
+                      floats_as_text=as_text)
     extents = list(target.extents)
 
     def body(loop_vars):
         idx = [s + v for s, v in zip(target.starts, loop_vars)]
         value = tirx.BufferLoad(target.buffer, idx)
         where = ", ".join(["%d"] * len(idx))
-        fmt = f"{prefix}{target.buffer.name}[{where}] = {format_spec(value)}{newline}"
-        return printf(fmt, *message, *[tirx.Cast("int32", v) for v in idx], value)
+        fmt = (f"{prefix}{target.buffer.name}[{where}] = {format_spec(value, as_text)}"
+               f"{newline}")
+        return printf(fmt, *message, *[tirx.Cast("int32", v) for v in idx], value,
+                      floats_as_text=as_text)
 
     return loop_nest(extents, body)
 
