@@ -37,6 +37,12 @@ SHAPES = {
     "flash_attention": "batch 4, heads 32, seq 4096, dim 128, fp16, non-causal; "
                        "block 64×64, 4 warps, 2 stages",
     "flash_attention_bm128_w8": "same shapes; block 128×64, 8 warps, 2 stages",
+    "gemm_fp16_128x256_t256": "8192³ fp16; 128×256×64 tiles, 8 warps (two warpgroups), "
+                              "3 stages, panels of 8",
+    "flash_attention_causal": "batch 4, heads 32, seq 4096, dim 128, fp16, causal (each query "
+                              "block's key loop stops at its diagonal); block 64×64, 4 warps, "
+                              "2 stages",
+    "flash_attention_causal_bm128_w8": "same shapes, causal; block 128×64, 8 warps, 2 stages",
     "flash_attention_bn32": "same shapes; block 64×32, 4 warps, 2 stages",
     "flash_attention_bm128_bn32_w8": "same shapes; block 128×32, 8 warps, 2 stages",
 }
@@ -50,11 +56,18 @@ BASELINES = {
     "softmax_t256_fast": "`torch.softmax`", "layer_norm_bm4_t1024": "`F.layer_norm`",
     "layer_norm_registers": "`F.layer_norm`", "layer_norm_registers_t512": "`F.layer_norm`",
     "gemm_fp16": "`torch.matmul`", "gemm_fp16_bk64": "`torch.matmul`",
-    "gemm_fp16_panel8": "`torch.matmul`",
+    "gemm_fp16_panel8": "`torch.matmul`", "gemm_fp16_128x256_t256": "`torch.matmul`",
+    "flash_attention_causal": "`F.scaled_dot_product_attention(is_causal=True)`",
+    "flash_attention_causal_bm128_w8": "`F.scaled_dot_product_attention(is_causal=True)`",
 }
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_gemm_attention.json",
+     "wgmma for T.gemm; GEMM with two warpgroups, causal FlashAttention (2026-12-01, a subset)",
+     "`python bench/gpu_suite.py build --only gemm_fp16,gemm_fp16_bk64,"
+     "gemm_fp16_128x256_t256,flash_attention,flash_attention_bm128_w8,"
+     "flash_attention_causal,flash_attention_causal_bm128_w8`"),
     ("gpu_suite_h200_hopper.json",
      "wgmma for T.gemm, block coarsening for elementwise kernels (2026-12-01, a subset)",
      "`python bench/gpu_suite.py build --only vector_add,vector_add_one_per_thread,swiglu,"
