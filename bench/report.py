@@ -39,6 +39,9 @@ SHAPES = {
     "flash_attention_bm128_w8": "same shapes; block 128×64, 8 warps, 2 stages",
     "gemm_fp16_128x256_t256": "8192³ fp16; 128×256×64 tiles, 8 warps (two warpgroups), "
                               "3 stages, panels of 8",
+    "gemm_fp16_bk64_s4": "8192³ fp16; 128×128×64 tiles, 4 warps, 4 stages, panels of 8",
+    "gemm_fp16_128x256_t256_s4": "8192³ fp16; 128×256×64 tiles, 8 warps, 4 stages, "
+                                 "panels of 8",
     "flash_attention_causal": "batch 4, heads 32, seq 4096, dim 128, fp16, causal (each query "
                               "block's key loop stops at its diagonal); block 64×64, 4 warps, "
                               "2 stages",
@@ -57,6 +60,7 @@ BASELINES = {
     "layer_norm_registers": "`F.layer_norm`", "layer_norm_registers_t512": "`F.layer_norm`",
     "gemm_fp16": "`torch.matmul`", "gemm_fp16_bk64": "`torch.matmul`",
     "gemm_fp16_panel8": "`torch.matmul`", "gemm_fp16_128x256_t256": "`torch.matmul`",
+    "gemm_fp16_bk64_s4": "`torch.matmul`", "gemm_fp16_128x256_t256_s4": "`torch.matmul`",
     "flash_attention_causal": "`F.scaled_dot_product_attention(is_causal=True)`",
     "flash_attention_causal_bm128_w8": "`F.scaled_dot_product_attention(is_causal=True)`",
 }
@@ -64,10 +68,11 @@ BASELINES = {
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
     ("gpu_suite_h200_gemm_attention.json",
-     "wgmma for T.gemm; GEMM with two warpgroups, causal FlashAttention (2026-12-01, a subset)",
+     "wgmma for T.gemm, one iteration's MMAs in flight in GEMM loops, one barrier per "
+     "pipelined iteration; two warpgroups, causal FlashAttention (2026-12-01, a subset)",
      "`python bench/gpu_suite.py build --only gemm_fp16,gemm_fp16_bk64,"
-     "gemm_fp16_128x256_t256,flash_attention,flash_attention_bm128_w8,"
-     "flash_attention_causal,flash_attention_causal_bm128_w8`"),
+     "gemm_fp16_128x256_t256,gemm_fp16_bk64_s4,gemm_fp16_128x256_t256_s4,flash_attention,"
+     "flash_attention_bm128_w8,flash_attention_causal,flash_attention_causal_bm128_w8`"),
     ("gpu_suite_h200_hopper.json",
      "wgmma for T.gemm, block coarsening for elementwise kernels (2026-12-01, a subset)",
      "`python bench/gpu_suite.py build --only vector_add,vector_add_one_per_thread,swiglu,"
@@ -136,6 +141,30 @@ def cpu_section(c: dict) -> list[str]:
     ]
 
 
+def autotune_section(r: dict) -> list[str]:
+    """The autotuner's sweeps (bench/autotune.py): compile phase, tune time, winners."""
+    out = ["## Autotuning on the GPU machine", "",
+           f"Command: `python {r['command']}` on {r['machine']}. The compile phase with one worker (a sample "
+           "of the candidates spread over the sweep) against one worker per core, each "
+           "into an empty compile cache; the whole tune from an empty cache; the winner, "
+           "the hand-picked default and the vendor library timed in the same process "
+           "(`tilelab.profiler.do_bench`: CUDA events, L2 flushed).", "",
+           "| kernel | candidates | compile speed-up (goal 0.7 × cores) | whole tune "
+           "(goal ≤ 60 s) | winner | winner vs default | winner vs vendor |",
+           "|---|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        winner = ", ".join(f"{k} {v}" for k, v in row["winner"].items())
+        out.append(
+            f"| {row['kernel']} | {row['configs']} ({row['failed']} failed) | "
+            f"{row['compile_speedup']:.1f}× on {row['compile_workers']} workers "
+            f"(goal {row['compile_speedup_goal']:.1f}) | {row['tune_wall_s']:.1f} s "
+            f"(benchmark phase {row['benchmark_s']:.1f} s) | {winner}: "
+            f"{row['winner_ms']:.3f} ms | ×{row['winner_vs_hand_picked']:.2f} "
+            f"({row['hand_picked_ms']:.3f} ms) | ×{row['winner_vs_vendor']:.2f} "
+            f"({row['vendor_ms']:.3f} ms) |")
+    return out + [""]
+
+
 def main() -> None:
     lines = ["# Performance", "",
              "Every figure comes from a `bench/` script; each kernel is timed beside its "
@@ -145,6 +174,9 @@ def main() -> None:
         gpu = RESULTS / results
         if gpu.exists():
             lines += gpu_section(json.loads(gpu.read_text()), what, build, results)
+    tuned = RESULTS / "autotune_h200.json"
+    if tuned.exists():
+        lines += autotune_section(json.loads(tuned.read_text()))
     cpu = RESULTS / "cpu_compile.json"
     if cpu.exists():
         lines += cpu_section(json.loads(cpu.read_text()))

@@ -66,7 +66,7 @@ def tile_product(A, B):
 
 def test_every_key_is_tested_here():
     tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
-              "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN"}
+              "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -139,6 +139,26 @@ def test_disable_wgmma_keeps_the_ampere_gemm(spelling):
     assert "mma.sync" in ampere.code["ptx"] and "wgmma" not in ampere.code["ptx"]
     assert ampere.instructions[0]["why"] == "not wgmma: turned off by " \
         "PassConfigKey.TL_DISABLE_WGMMA"
+
+
+@needs_nvcc
+def test_disable_wgmma_overlap_waits_for_every_gemm():
+    """The course GEMM's main loop only multiplies: on sm_90a each iteration leaves its MMAs
+    in flight (wait_group 1), copies run num_stages - 2 tiles ahead, and one wait after the
+    loop ends them; with the key, every T.gemm waits for its own (wait_group 0)."""
+    from examples.gemm import gemm_kernel
+
+    a = torch.empty(512, 256).half()
+    b = torch.empty(256, 384).half()
+    overlapped = gemm_kernel.compile(a, b, block_k=64, target="cuda:sm_90a").trace
+    plain = gemm_kernel.compile(a, b, block_k=64, target="cuda:sm_90a", pass_configs={
+        PassConfigKey.TL_DISABLE_WGMMA_OVERLAP: True}).trace
+    assert "wgmma.wait_group.sync.aligned 1" in overlapped.code["ptx"]
+    assert "wgmma.wait_group.sync.aligned 1" not in plain.code["ptx"]
+    assert (overlapped.pipelines[0]["ahead"], plain.pipelines[0]["ahead"]) == (1, 2)
+    loop = overlapped.code["cuda"].split("for (int reduction_block")[1].split("\n  }\n")[0]
+    assert loop.count("__syncthreads()") == 1  # the pipeline's own; the refill needs no other
+    assert "wait_group_sync_aligned_0" not in loop
 
 
 @needs_nvcc

@@ -18,6 +18,7 @@ THREADS = "tilelab.threads"  # on that loop: the block's thread extents
 NUM_STAGES = "num_stages"  # a T.Pipelined loop's stages (TileLang's name)
 PIPELINED = "tilelab.pipelined"  # a loop PipelineLoops has already rewritten
 PIPELINE_PLAN = "tilelab.pipeline_plan"  # on it: the schedule it was given (a fact, below)
+REFILL = "tilelab.pipeline_refill"  # around a pipelined loop's refill copies (its own barriers)
 SWIZZLE = "tilelab.swizzle"  # a T.Kernel loop: T.use_swizzle's [panel, order, enable]
 LAYOUT_PLAN = "tilelab.layout_plan"  # a T.Kernel loop: InferLayouts' LayoutPlan (a fact)
 COARSENED = "tilelab.coarsened"  # a T.Kernel loop: program blocks per launched block
@@ -101,3 +102,5 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_COARSEN = "tl.disable_coarsen"
     # sm_90a: keep T.gemm on the Ampere path (mma.sync + ldmatrix) instead of warpgroup MMA
     TL_DISABLE_WGMMA = "tl.disable_wgmma"
+    # sm_90a: wait for each pipelined T.gemm at once instead of keeping one in flight
+    TL_DISABLE_WGMMA_OVERLAP = "tl.disable_wgmma_overlap"

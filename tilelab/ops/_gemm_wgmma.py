@@ -25,6 +25,11 @@ Per `T.gemm` each warpgroup then runs:
    accumulating into the fp32 registers laid out as `Fragment.wgmma_accumulator`;
 3. `wgmma.commit_group` and `wgmma.wait_group 0`: the instructions run
    asynchronously; wait for them before the registers or the tiles are used.
+   In a pipelined loop that only multiplies (`passes/pipeline_loops.py`), the
+   call is marked `in_flight`: `wgmma.wait_group 1` waits only for the previous
+   iteration's instructions, and these stay in flight while the threads go on.
+   MMAs of one shape into the same accumulators run in order, so the next
+   iteration's may follow them; the `gemm_wait` after the loop waits for all.
 
 Where the program keeps A in registers (FlashAttention's P), the `rs` form
 takes A from the threads' registers (layout `Fragment.wgmma_operand_a`).
@@ -267,7 +272,11 @@ def lower(call, ctx, p: WgmmaPlan):
     # the copies wrote the tiles with ordinary stores (the generic proxy); the tensor cores
     # read them through the async proxy
     stmts.append(tirx.Evaluate(ptx.fence.proxy.async_.shared__cta()))
-    stmts.append(extern(f"tl::wgmma_fence_registers<{registers}>", address(c_local, [0])))
+    in_flight = bool(cfg.get("in_flight"))  # a pipelined loop's: wait for the previous ones
+    if cfg.get("clear_accum") or not in_flight:
+        # the accumulators' last writes stay before wgmma.fence (ptxas would count this as
+        # a use of registers an MMA in flight writes, and wait for it there)
+        stmts.append(extern(f"tl::wgmma_fence_registers<{registers}>", address(c_local, [0])))
     stmts.append(tirx.Evaluate(ptx.wgmma.fence.sync.aligned()))
     types = _TYPES[a.dtype]
     instr = getattr(ptx.wgmma.mma_async.sync.aligned, f"m64n{p.n_instr}k16").f32
@@ -291,7 +300,15 @@ def lower(call, ctx, p: WgmmaPlan):
                 stmts.append(tirx.Evaluate(instr(*acc, *a_operand, b_desc.piece(col0, kk * 16),
                                                  accumulate, *imm)))
     stmts.append(tirx.Evaluate(ptx.wgmma.commit_group.sync.aligned()))
-    stmts.append(tirx.Evaluate(ptx.wgmma.wait_group.sync.aligned(0)))
-    # the accumulators changed behind the compiler's back: no read of them before the wait
-    stmts.append(extern(f"tl::wgmma_fence_registers<{registers}>", address(c_local, [0])))
+    stmts.append(tirx.Evaluate(ptx.wgmma.wait_group.sync.aligned(1)) if in_flight
+                 else wait_all(c_local))
     return seq(stmts)
+
+
+def wait_all(c_local):
+    """Wait for every MMA in flight; then the accumulators in `c_local` may be read."""
+    registers = int(c_local.shape[0])
+    return seq([
+        tirx.Evaluate(_ptx().wgmma.wait_group.sync.aligned(0)),
+        # the accumulators changed behind the compiler's back: no read of them before the wait
+        extern(f"tl::wgmma_fence_registers<{registers}>", address(c_local, [0]))])

@@ -209,6 +209,8 @@ class ThreadLowering:
             return tirx.IfThenElse(self.fragment_scalars(stmt.condition),
                                    self.lower(stmt.then_case),
                                    self.lower(stmt.else_case) if stmt.else_case else None)
+        if isinstance(stmt, tirx.AttrStmt):  # a mark for a later pass (a pipeline's refill)
+            return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.lower(stmt.body))
         if isinstance(stmt, tirx.BufferStore):
             return self.lower_block_store(stmt)
         return stmt

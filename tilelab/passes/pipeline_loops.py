@@ -1,10 +1,10 @@
 """Software pipelining of `T.Pipelined` loops: load ahead while computing.
 
 In `for k in T.Pipelined(n, num_stages=S)`, the copies from global memory
-into shared tiles at the top of the body (the *producers*) do not depend on
-the rest of the body (the *consumers*). So the copies for iteration k + S - 1
-can be issued while iteration k computes, if every shared tile they fill has
-S slots. The loop becomes:
+into shared tiles in the body (the *producers*) do not depend on the rest of
+the body (the *consumers*). So the copies for iteration k + S - 1 can be
+issued while iteration k computes, if every shared tile they fill has S
+slots. The loop becomes:
 
     prologue:  for s < S-1:  copy tiles of iteration s into slot s; commit
     loop k:    wait until iteration k's copies landed; barrier
@@ -15,7 +15,19 @@ The copies are asynchronous (`cp.async`: global to shared without passing
 through registers); `commit` closes a group of them and `wait` lets at most
 S-2 groups stay in flight. The barrier both publishes the landed tile to all
 threads and proves that everyone finished reading the slot about to be
-refilled (it was read in iteration k-1).
+refilled (it was read in iteration k-1). So the refill needs no barrier of
+its own: it is marked (`REFILL`) and TVM's barrier pass does not see it
+(`passes/hide_refills.py`), which would otherwise put a second barrier
+between it and the consumers, not knowing that they use another slot.
+
+On Hopper, a body that only multiplies (`T.gemm`s of float16/bfloat16 tiles:
+the main loop of a GEMM) can do better. A warpgroup MMA runs asynchronously,
+so each `T.gemm` leaves its instructions in flight and waits only for the
+previous iteration's (`wgmma.wait_group 1`): the tensor cores multiply while
+the threads go on to the next iteration's wait, barrier and copies; a
+`gemm_wait` after the loop waits for the last. The slot being refilled must
+then be one that no multiplication in flight still reads, so copies run S-2
+iterations ahead instead of S-1 (the slot read at k-2 is refilled at k).
 
 The plan (which statement runs in which stage, the slots) goes into the Trace
 so that the notebook can replay the schedule.
@@ -27,7 +39,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.builder import seq
-from ..ir.keys import PIPELINE_PLAN, PIPELINED, fact
+from ..ir.keys import PIPELINE_PLAN, PIPELINED, REFILL, fact
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
 from ..ir.visit import keep_user_errors, rewrite, substitute
 
@@ -45,6 +57,20 @@ def _is_producer(stmt) -> bool:
         return False
     src, dst = regions(stmt)
     return src.scope == "global" and dst.scope.startswith("shared")
+
+
+def _only_multiplies(consumers) -> bool:
+    """Is the body after the copies only T.gemms that warpgroup MMA may take, each adding
+    to its accumulator (one that clears it would write registers an MMA in flight writes)?"""
+    return bool(consumers) and all(
+        isinstance(c, TilePrimitiveCall) and op_name(c) == "gemm" and
+        not c.config.get("clear_accum") and
+        all(r.dtype in ("float16", "bfloat16") for r in regions(c)[:2]) for c in consumers)
+
+
+def _in_flight(call):
+    """The T.gemm `call`, told to leave its MMAs in flight (a `gemm_wait` follows the loop)."""
+    return TilePrimitiveCall(*call.args, op=call.op, config={**call.config, "in_flight": True})
 
 
 def _describe(stmt) -> str:
@@ -143,9 +169,10 @@ def buffer_uses(node) -> dict:
     return counts
 
 
-def pipeline_loop(loop, timeline=None, block=None, uses=None):
+def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=False):
     """`uses`: buffer use counts of the whole kernel. A tile also used outside the loop keeps
-    its single slot (its copy stays synchronous): other code may expect its last contents."""
+    its single slot (its copy stays synchronous): other code may expect its last contents.
+    `overlap_gemms`: the target's T.gemm can stay in flight (sm_90a's warpgroup MMA)."""
     stages = int(loop.annotations["num_stages"])
     body = list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
     inside = buffer_uses(loop.body)
@@ -176,17 +203,27 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None):
             return stmt
         return tirx.IfThenElse(tirx.LT(iteration, n), stmt, None)
 
+    overlap = overlap_gemms and stages >= 3 and _only_multiplies(consumers)
+    ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     commit = _extern("tl::cp_async_commit")
     prologue = []
-    for s in range(stages - 1):
+    for s in range(ahead):
         prologue += [guarded(s, issue(s, s)), commit]
-    ahead = k + (stages - 1)
+    later = k + ahead
+    refill = tirx.AttrStmt(tirx.const(0, "int32"), REFILL, tirx.const(1, "int32"),
+                           guarded(later, issue(later, tirx.floormod(later, stages))))
+    computed = [staging.retarget(c, tirx.floormod(k, stages)) for c in consumers]
+    drain = []
+    if overlap:  # after the loop, wait for the last iteration's MMAs
+        computed = [_in_flight(c) for c in computed]
+        accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
+        drain = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
     new_body = [
-        _extern(f"tl::cp_async_wait<{stages - 2}>"),
+        _extern(f"tl::cp_async_wait<{ahead - 1}>"),
         _barrier(),
-        guarded(ahead, issue(ahead, tirx.floormod(ahead, stages))),
+        refill,
         commit,
-    ] + [staging.retarget(c, tirx.floormod(k, stages)) for c in consumers]
+    ] + computed
     if timeline is not None:  # an instrumented build: stamp the four points of an iteration
         new_body = [_stamp(timeline, block, k, 0)] + new_body[:2] + \
             [_stamp(timeline, block, k, 1)] + new_body[2:4] + \
@@ -195,18 +232,21 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None):
         "loop": str(k.name), "num_stages": stages,
         "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
         "statements": [{"text": _describe(s),
-                        "stage": 0 if any(s.same_as(p) for p in producers) else stages - 1,
+                        "stage": 0 if any(s.same_as(p) for p in producers) else ahead,
                         "order": i,
                         "role": "copy" if any(s.same_as(p) for p in producers) else "compute"}
                        for i, s in enumerate(body)],
         "slots": {name: stages for name in staging.buffers},
         "async_groups": [[_describe(p) for p in producers]],
-        "waits": f"cp.async.wait_group {stages - 2} then a barrier, at the top of each iteration",
+        "ahead": ahead,
+        "waits": f"cp.async.wait_group {ahead - 1} then a barrier, at the top of each "
+                 "iteration" + ("; each T.gemm leaves its MMAs in flight until the next "
+                                "iteration's (wgmma.wait_group 1)" if overlap else ""),
     }
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
-    return seq(prologue + [new_loop]), staging
+    return seq(prologue + [new_loop] + drain), staging
 
 
 def _linear_block(body):
@@ -223,9 +263,10 @@ def _linear_block(body):
     return linear
 
 
-def PipelineLoops():  # noqa: N802
+def PipelineLoops(overlap_gemms: bool = False):  # noqa: N802
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
-    Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace."""
+    Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace.
+    `overlap_gemms`: T.gemm may leave its MMAs in flight (sm_90a, wgmma on)."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.PipelineLoops")
     @keep_user_errors
@@ -240,7 +281,7 @@ def PipelineLoops():  # noqa: N802
             for stmt in seq_stmt:
                 if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
                         PIPELINED not in stmt.annotations:
-                    new, staging = pipeline_loop(stmt, timeline, block, uses)
+                    new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms)
                     if staging is not None:
                         stagings.append(staging)
                         changed = True

@@ -1,10 +1,13 @@
 """The software pipeline, replayed: which copy and which compute run when, in which slot.
 
 `passes/pipeline_loops.py` turns `for k in T.Pipelined(n, num_stages=S)`
-into a prologue that starts the copies of iterations 0..S-2, and a loop whose
-iteration k waits for its own copies, starts the copies of iteration k+S-1
-into slot (k+S-1) % S, and computes on slot k % S. Its plan (stage and order
-of every statement, slots, async groups, waits) is in `trace.pipelines`.
+into a prologue that starts the copies of iterations 0..a-1, and a loop whose
+iteration k waits for its own copies, starts the copies of iteration k+a
+into slot (k+a) % S, and computes on slot k % S. Copies run a = S-1
+iterations ahead (S-2 on Hopper when the body only multiplies and each
+iteration's MMAs stay in flight: the plan's `ahead`). Its plan (stage and
+order of every statement, slots, async groups, waits) is in
+`trace.pipelines`.
 
 This module replays a plan on an abstract clock: a group of async copies
 takes `copy_time` units from issue to landing (default 2: memory is slower
@@ -14,7 +17,7 @@ have not landed waits. The result is a timeline - a row per statement per
 iteration, plus the waits - with three phases marked: the *prologue* fills
 the pipeline (until the first compute starts), the *steady state* overlaps
 copies of later iterations with the compute of this one, and the *epilogue*
-drains it (the last S-1 iterations issue no copies). With the defaults, two
+drains it (the last `ahead` iterations issue no copies). With the defaults, two
 stages leave the compute waiting every iteration and three stages hide the
 copies completely - the reason `num_stages` exists.
 
@@ -58,6 +61,7 @@ def pipeline_timeline(plan: dict, iterations: int = 8, copy_time: float = 2.0,
 def replay(plan: dict, iterations: int = 8, copy_time: float = 2.0, compute_time: float = 1.0):
     """The timeline rows of a plan and the time spans of its three phases."""
     stages = int(plan["num_stages"])
+    ahead = int(plan.get("ahead", stages - 1))  # how many iterations copies run ahead
     n = replayed_iterations(plan, iterations)
     statements = sorted(plan["statements"], key=lambda s: s["order"])
     producers = [s for s in statements if s["role"] == "copy"]
@@ -77,24 +81,24 @@ def replay(plan: dict, iterations: int = 8, copy_time: float = 2.0, compute_time
                 f"{s['text']} #{iteration}", s["order"])
         landed[iteration] = now + copy_time
 
-    for i in range(min(stages - 1, n)):  # the prologue
+    for i in range(min(ahead, n)):  # the prologue
         issue(i, 0.0)
     now, tops = 0.0, []
     for k in range(n):
         tops.append(now)
         if landed[k] > now:
-            add(k, stages - 1, "wait", now, landed[k], f"wait for the copies of #{k}", None)
+            add(k, ahead, "wait", now, landed[k], f"wait for the copies of #{k}", None)
             now = landed[k]
-        if k + stages - 1 < n:
-            issue(k + stages - 1, now)
+        if k + ahead < n:
+            issue(k + ahead, now)
         for s in consumers:
             add(k, s["stage"], "compute", now, now + step, f"{s['text']} #{k}", s["order"])
             now += step
 
     # The prologue lasts until the first compute starts; the epilogue starts at the
-    # top of the first iteration that issues no copies (iteration n - S + 1).
+    # top of the first iteration that issues no copies (iteration n - ahead).
     first = min((r["start"] for r in rows if r["kind"] == "compute"), default=now)
-    drain = n - stages + 1
+    drain = n - ahead
     second = max(tops[drain] if 1 <= drain < n else (first if drain < 1 else now), first)
     spans = {"prologue": (0.0, first), "steady": (first, second), "epilogue": (second, now)}
     for row in rows:

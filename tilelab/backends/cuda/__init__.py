@@ -22,6 +22,7 @@ from ...errors import TileLabCompileError, TileLabError
 from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
+from ...passes.hide_refills import hidden_refills
 from ...passes.infer_layouts import InferLayouts
 from ...passes.insert_barriers import InsertBarriers
 from ...passes.keep_negations import KeepIntegerNegations
@@ -37,17 +38,20 @@ PIPELINE_NAME = "tilelab_cuda"
 
 
 def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
-           coarsen: bool = True) -> list:
+           coarsen: bool = True, overlap_gemms: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
-    the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well."""
+    the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
+    `overlap_gemms`: with wgmma, pipelined T.gemms keep one iteration's MMAs in flight."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
+    hide_refills, restore_refills = hidden_refills()
     return [
         *([CoarsenBlocks] if coarsen else []),  # elementwise kernels: F elements per thread
         CheckFragmentReads(program.buffer_locations),
-        PipelineLoops(),                       # T.Pipelined: load ahead with cp.async
+        # T.Pipelined: load ahead with cp.async
+        PipelineLoops(overlap_gemms=overlap_gemms and wgmma_off is None),
         InsertBarriers(),                      # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
         LowerTileOpsToThreads(),               # tile ops -> per-thread code
@@ -68,8 +72,10 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         KeepIntegerNegations,                  # ptxas 12.9-13.3 drops some inside min/max
         T.AnnotateEntryFunc(),
         HideUniformBranches,                       # `if bx ...`: barriers may go inside
+        hide_refills,                              # pipelines order their own refills
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
+        restore_refills,
         RestoreUniformBranches,
         PrepareSharedMerge,                        # room for 4-byte tiles, 1 KiB starts
         SeparateSharedLifetimes,                   # again, for the merge
@@ -353,7 +359,9 @@ class CUDABackend(Backend):
         vectorize = not configs.get(PassConfigKey.TL_DISABLE_VECTORIZE.value, False)
 
         coarsen = not configs.get(PassConfigKey.TL_DISABLE_COARSEN.value, False)
-        pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen)
+        overlap = not configs.get(PassConfigKey.TL_DISABLE_WGMMA_OVERLAP.value, False)
+        pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
+                           overlap)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
