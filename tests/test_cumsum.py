@@ -73,18 +73,38 @@ def test_cumsum_compiles_for_cuda_with_barriers_around_it():
     assert isinstance(kernel.cubin, bytes) and kernel.cubin
 
 
-@pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
-def test_cumsum_on_a_fragment_is_a_clear_error_on_the_gpu():
-    @T.prim_func
-    def in_registers(X: T.Tensor((64,), T.float32)):
-        with T.Kernel(1, threads=32):
-            values = T.alloc_fragment((64,), T.float32)
-            T.copy(X, values)
-            T.cumsum(values)
-            T.copy(values, X)
+@T.prim_func
+def cumsum_in_registers(X: T.Tensor((64,), T.float32)):
+    """An in-place scan of a fragment: the CPU runs it as written; on the GPU the scan
+    walks shared tiles, so the fragment is staged through one (passes/stage_operands.py)."""
+    with T.Kernel(1, threads=32):
+        values = T.alloc_fragment((64,), T.float32)
+        T.copy(X, values)
+        T.cumsum(values)
+        T.copy(values, X)
 
-    with pytest.raises(tilelab.TileLabError, match="works on shared tiles"):
-        tilelab.compile(in_registers, target="cuda:sm_90a")
+
+def test_cumsum_of_a_fragment_on_the_cpu():
+    x = torch.randn(64)
+    expected = x.cumsum(0)
+    tilelab.compile(cumsum_in_registers, target="cpu")(x)
+    torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
+def test_cumsum_of_a_fragment_is_staged_through_shared_tiles_on_the_gpu():
+    trace = tilelab.compile(cumsum_in_registers, target="cuda:sm_90a").trace
+    staged = next(p for p in trace.passes if p.name == "tilelab.StageOperands")
+    assert staged.changed
+    assert "T.tile.cumsum(values_in_shared[0:64], values_in_shared_[0:64]" in staged.ir
+
+
+@pytest.mark.gpu
+def test_cumsum_of_a_fragment_on_the_gpu():
+    x = torch.randn(64, device="cuda")
+    expected = x.cumsum(0)
+    tilelab.compile(cumsum_in_registers, target="cuda")(x)
+    torch.testing.assert_close(x, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.gpu

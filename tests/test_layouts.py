@@ -114,6 +114,7 @@ FRAGMENTS = [
     Fragment.accumulator_rows(64, 4, 1),
     Fragment.replicated((8,), 64),
     Fragment.wgmma_accumulator(64, 64, 1, 1),
+    Fragment.packed_rows((40,), 128, 4),  # padded: 32 thread groups, the second round has 8
 ]
 
 

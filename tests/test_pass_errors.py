@@ -39,12 +39,16 @@ def unsplittable_gemm():
     return kernel
 
 
-def reduce_of_a_shared_tile():
+def reduce_into_a_layout_that_does_not_line_up():
+    """The result's annotated layout keeps row i on thread 127 - i alone, not on the
+    threads that hold the row's parts."""
     @T.prim_func
     def kernel(X: T.Tensor((64, 64), T.float32), Y: T.Tensor((64,), T.float32)):
         with T.Kernel(1, threads=128):
-            tile = T.alloc_shared((64, 64), T.float32)
+            tile = T.alloc_fragment((64, 64), T.float32)
             sums = T.alloc_fragment((64,), T.float32)
+            T.annotate_layout({sums: T.Fragment((64,), forward_thread_fn=lambda i: 127 - i,
+                                                forward_index_fn=lambda i: 0)})
             T.copy(X, tile)
             T.reduce_sum(tile, sums, dim=1)  # @lowering-error
             T.copy(sums, Y)
@@ -54,7 +58,7 @@ def reduce_of_a_shared_tile():
 
 @pytest.mark.parametrize("make, marker, words", [
     (unsplittable_gemm, "layout-error", "cannot be split among 4 warps"),
-    (reduce_of_a_shared_tile, "lowering-error", "works on fragments"),
+    (reduce_into_a_layout_that_does_not_line_up, "lowering-error", "does not keep row"),
 ], ids=["infer-layouts", "lower-to-threads"])
 def test_a_pass_error_points_at_the_tile_op(make, marker, words):
     with pytest.raises(tilelab.TileLabError, match=words) as info:

@@ -724,10 +724,13 @@ class Fragment:
 
     @staticmethod
     def packed_rows(shape, threads: int, per_row: int) -> Fragment:
-        """Row i on the `per_row` consecutive threads that share it (rows packed round-robin)."""
+        """Row i on the `per_row` consecutive threads that share it (rows packed round-robin).
+        When the rows do not fill the last round (40 rows on 32 thread groups), the
+        fragment is padded, as `block_cyclic`'s."""
         shape = tuple(int(s) for s in shape)
         rows = _product(shape)
         rows_per_round = threads // per_row
+        padded = rows % rows_per_round != 0
 
         def forward(*args):
             *idx, rep = args
@@ -736,9 +739,20 @@ class Fragment:
                 flat = flat * extent + i
             return fmod(flat, rows_per_round) * per_row + rep, fdiv(flat, rows_per_round)
 
+        def inverse(thread, local):
+            rest, index = local * rows_per_round + fdiv(thread, per_row), []
+            for extent in reversed(shape[1:]):
+                index.append(fmod(rest, extent))
+                rest = fdiv(rest, extent)
+            return [rest, *reversed(index), fmod(thread, per_row)]
+
+        def valid(thread, local):
+            return local * rows_per_round + fdiv(thread, per_row) < rows
+
         return Fragment(shape, threads, per_row, forward, math.ceil(rows / rows_per_round),
                         {"kind": "packed_rows", "shape": list(shape), "threads": threads,
-                         "per_row": per_row})
+                         "per_row": per_row}, inverse=inverse if padded else None,
+                        valid=valid if padded else None)
 
     # -- printing and JSON
 

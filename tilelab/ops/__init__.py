@@ -55,6 +55,11 @@ class TileOp:
     # (call, ctx): once layouts are final, what the op will emit, for the Trace's views
     describe: Callable | None = None
     lowerings: dict = field(default_factory=dict)  # backend ("cpu", "cuda") -> rule
+    # (call) -> [(position among its regions, places, read, written)]: where its thread
+    # lowering takes an operand ("fragment", "shared"; the first is preferred) and whether
+    # the op reads and writes it; a tile elsewhere is staged there
+    # (passes/stage_operands.py), so the program runs as the CPU runs it
+    gpu_operands: Callable | None = None
 
     def lowering(self, backend: str) -> Callable:
         rule = self.lowerings.get(backend)

@@ -100,11 +100,14 @@ def lower_threads(call, ctx):
     extents = [int(src.extents[d]) for d in others]
     lines = math.prod(extents)
     rounds = -(-lines // ctx.threads)
-    c, k = tirx.Var("c", "int32"), tirx.Var("k", "int32")
+    c = tirx.Var("c", "int32")
+    k, kw = tirx.Var("k", "int32"), tirx.Var("k", "int32")  # each loop its own variable
     line = c * ctx.threads + ctx.tx if rounds > 1 else ctx.tx
     at = dict(zip(others, unravel(line, extents) if extents else []))
-    pos = (n - 1 - k) if reverse else k
-    index = [pos if d == dim else at[d] for d in range(len(src.extents))]
+
+    def at_step(step):
+        pos = (n - 1 - step) if reverse else step
+        return [pos if d == dim else at[d] for d in range(len(src.extents))]
     values = tirx.decl_buffer((n,), dst.dtype, name="line", scope="local")
     total = tirx.decl_buffer((1,), dst.dtype, name="running_sum", scope="local")
 
@@ -112,17 +115,25 @@ def lower_threads(call, ctx):
         return stmt if lines % ctx.threads == 0 else \
             tirx.IfThenElse(tirx.LT(line, lines), stmt, None)
 
-    read = tirx.BufferStore(values, to_expr(tirx.BufferLoad(src.buffer, index), dst.dtype), [k])
+    read = tirx.BufferStore(values, to_expr(tirx.BufferLoad(src.buffer, at_step(k)),
+                                            dst.dtype), [k])
     write = tirx.SeqStmt([
-        tirx.BufferStore(total, tirx.BufferLoad(total, [0]) + tirx.BufferLoad(values, [k]), [0]),
-        tirx.BufferStore(dst.buffer, tirx.BufferLoad(total, [0]), index)])
+        tirx.BufferStore(total, tirx.BufferLoad(total, [0]) + tirx.BufferLoad(values, [kw]),
+                         [0]),
+        tirx.BufferStore(dst.buffer, tirx.BufferLoad(total, [0]), at_step(kw))])
     body = tirx.SeqStmt([
         tirx.AllocBuffer(values), tirx.AllocBuffer(total),
         tirx.For(k, 0, n, tirx.ForKind.SERIAL, guarded(read)),
         tirx.BufferStore(total, to_expr(0, dst.dtype), [0]),
-        tirx.For(k, 0, n, tirx.ForKind.SERIAL, guarded(write))])
+        tirx.For(kw, 0, n, tirx.ForKind.SERIAL, guarded(write))])
     return body if rounds == 1 else tirx.For(c, 0, rounds, tirx.ForKind.SERIAL, body)
 
 
+def gpu_operands(call) -> list:
+    """Threads scan whole lines of shared tiles (the result is written, not read)."""
+    return [(0, ("shared",), True, False), (1, ("shared",), False, True)]
+
+
 register(TileOp("cumsum", primitives=(cumsum,), effects=effects,
-                lowerings={"cpu": lower_loops, "cuda": lower_threads}))
+                lowerings={"cpu": lower_loops, "cuda": lower_threads},
+                gpu_operands=gpu_operands))

@@ -285,5 +285,19 @@ def _gemm_fma(ctx, a: Region, b: Region, c: Region, ta: bool, tb: bool, k: int):
     return seq(stmts)
 
 
+def gpu_operands(call) -> list:
+    """B from shared memory; A from shared memory, or registers where the tensor cores
+    take it (16-bit types, K a multiple of 16); the accumulator in registers (read unless
+    clear_accum)."""
+    a, b, c = regions(call)
+    k = int(a.extents[-2] if config(call)["transpose_A"] else a.extents[-1])
+    tensor_cores = a.dtype in _TENSOR_CORE_TYPES and b.dtype == a.dtype and \
+        str(c.buffer.dtype) == "float32" and k % 16 == 0
+    a_places = ("shared", "fragment") if tensor_cores else ("shared",)
+    return [(0, a_places, True, False), (1, ("shared",), True, False),
+            (2, ("fragment",), not config(call).get("clear_accum"), True)]
+
+
 register(TileOp("gemm", primitives=(gemm,), effects=effects, fix_layouts=fix_layouts,
-                lowerings={"cpu": lower_loops, "cuda": lower_threads}))
+                lowerings={"cpu": lower_loops, "cuda": lower_threads},
+                gpu_operands=gpu_operands))

@@ -8,7 +8,10 @@ the reduced dimension folded away).
 
 Thread lowering: each thread folds its own registers into one partial per result
 register; threads holding parts of the same row combine with warp shuffles
-(`shfl.xor`) and, across warps, through a shared scratch tile.
+(`shfl.xor`) and, across warps, through a shared scratch tile. A tile in shared
+(or global) memory is there for every thread to read: each result element is
+folded by one thread, serially along the reduced dimension (for a fragment result, the thread
+that keeps the element; otherwise the elements are dealt round-robin).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..ir.expr import to_expr
 from ..ir.layout import Fragment, owner_table, thread_elements
 from ..ir.tile_ops import Region, _const_int, config, regions, tile_call
 from . import Effects, TileOp, register
-from ._lowering import flatten, is_fragment, seq, simplify, sync
+from ._lowering import flatten, guard, in_bounds, is_fragment, seq, simplify, sync, unravel
 from ._operands import whole_shape
 from .fill import fill_loops
 
@@ -152,9 +155,11 @@ def lower_threads(call, ctx):
 
 
 def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bool):
-    if not (is_fragment(src.buffer) and is_fragment(dst.buffer)):
-        raise TileLabTypeError("on the GPU, T.reduce_* works on fragments; copy the tile "
-                               "into a fragment first")
+    if not is_fragment(src.buffer):  # memory every thread can read
+        return reduce_shared(ctx, src, dst, kind, dim, clear)
+    if not is_fragment(dst.buffer):  # (passes/stage_operands.py gives it one)
+        raise TileLabTypeError("on the GPU, T.reduce_* of a fragment writes a fragment; "
+                               "reduce into one, then T.copy it where it should go")
     sf, df = ctx.layout_of(src.buffer), ctx.layout_of(dst.buffer)
     s_local, d_local = ctx.local(src.buffer), ctx.local(dst.buffer)
     dtype = str(d_local.dtype)
@@ -218,6 +223,54 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
     stmts.append(tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED,
                           tirx.BufferStore(d_local, final, [reg])))
     return seq(stmts)
+
+def reduce_shared(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bool):
+    """Every result element folded by one thread from the tile in memory, serially along `dim`
+    (the loop semantics' order, so a sum rounds as the CPU's does)."""
+    src_shape = [int(_const_int(e)) for e in src.extents]
+    src_free = [d for d in range(len(src_shape)) if d != dim and src_shape[d] != 1]
+    dst_free = [d for d, e in enumerate(dst.extents) if _const_int(e) != 1]
+    dtype = dst.dtype
+    total = tirx.decl_buffer((1,), dtype, name=f"{dst.buffer.name}_fold", scope="local")
+
+    def fold(dst_offsets, old, write):
+        """The statements folding the row that element `dst_offsets` (from dst's start)
+        names into `total`, starting from `old`, then `write(total)`."""
+        k = tirx.Var("k", "int32")  # a loop variable of its own for every loop
+        index = list(src.starts)
+        for d_dst, d_src in zip(dst_free, src_free):
+            index[d_src] = index[d_src] + dst_offsets[d_dst]
+        index[dim] = index[dim] + k
+        value = to_expr(tirx.BufferLoad(src.buffer, index), dtype)
+        step = tirx.BufferStore(total, combine(kind, tirx.BufferLoad(total, [0]), value), [0])
+        return seq([tirx.BufferStore(total, old, [0]),
+                    tirx.For(k, 0, src_shape[dim], tirx.ForKind.SERIAL, step),
+                    write(tirx.BufferLoad(total, [0]))])
+
+    if is_fragment(dst.buffer):  # each thread computes the elements its registers keep
+        df, d_local = ctx.layout_of(dst.buffer), ctx.local(dst.buffer)
+        stmts = []
+        for reg in range(df.local_size):
+            element = ctx.inverse(df, reg)[:len(df.shape)]
+            offsets = [simplify(e - s) for e, s in zip(element, dst.starts)]
+            old = tirx.BufferLoad(d_local, [reg]) if not clear else identity(kind, dtype)
+            stmts.append(ctx.only_if_valid(df, reg, fold(
+                offsets, old, lambda v, reg=reg: tirx.BufferStore(d_local, v, [reg]))))
+        return seq([tirx.AllocBuffer(total), *stmts])
+
+    extents = [int(_const_int(dst.extents[d])) for d in dst_free]
+
+    def element(item):
+        offsets = [0] * len(dst.extents)
+        for d, i in zip(dst_free, unravel(item, extents)):
+            offsets[d] = i
+        index = [s + o for s, o in zip(dst.starts, offsets)]
+        old = tirx.BufferLoad(dst.buffer, index) if not clear else identity(kind, dtype)
+        return guard(in_bounds(dst, index), fold(
+            offsets, old, lambda v: tirx.BufferStore(dst.buffer, v, index)))
+
+    return seq([tirx.AllocBuffer(total), ctx.deal(math.prod(extents), element)])
+
 
 def combine_across_warps(ctx, acc, df, d_elems, block_masks, kind):
     warps = ctx.threads // 32
@@ -292,7 +345,16 @@ def _xor_masks(sf: Fragment, dst_element, df: Fragment) -> list[int]:
     return masks
 
 
+def gpu_operands(call) -> list:
+    """A fragment's partial results combine in registers: its result is a fragment too
+    (folded into the old values unless clear). A tile in memory is read as it is."""
+    src, _ = regions(call)
+    return [(1, ("fragment",), not config(call)["clear"], True)] if is_fragment(src.buffer) \
+        else []
+
+
 register(TileOp("reduce", primitives=(reduce_sum, reduce_max, reduce_min, reduce_abssum,
                                       reduce_absmax),
                 effects=effects, propagate_layouts=propagate_layouts,
-                lowerings={"cpu": lower_loops, "cuda": lower_threads}))
+                lowerings={"cpu": lower_loops, "cuda": lower_threads},
+                gpu_operands=gpu_operands))

@@ -773,6 +773,12 @@ def _random_step(g: _Gen, dtype: str, acc: str, is_int: bool):
                   "size": [h, w]})
     elif roll < 0.45 and tiles:  # a reduction over either dimension
         src = rng.choice(tiles)
+        if src["scope"] == "shared" and rng.random() < 0.4:  # read from shared memory itself
+            dim = rng.randint(0, 1)
+            dst = g.buffer(rng.choice(("fragment", "shared")), src["kind"][1 - dim], acc)
+            g.step(op="reduce", dst=dst["name"], src=src["name"],
+                   kind=rng.choice(REDUCE_KINDS), dim=dim, clear=True)
+            return
         if src["scope"] != "fragment":
             frag = g.buffer("fragment", src["kind"], src["dtype"])
             g.step(op="copy", dst=frag["name"], src=src["name"])
