@@ -775,6 +775,19 @@ class Fragment:
                 f"threads x {self.local_size} registers, replicate {self.replicate})")
 
 
+def kept_alike(by_thread: dict, threads: int) -> bool:
+    """Is an element (its owners, thread -> register) in the same register of every thread?"""
+    return len(by_thread) == threads and len(set(by_thread.values())) == 1
+
+
+def kept_whole_alike(frag: Fragment) -> bool:
+    """Does every thread keep every element of `frag`, each in the same register? Then a
+    thread may read any element, at an index computed at run time."""
+    owners = owner_table(frag)
+    return len(owners) == _product(frag.shape) and all(
+        kept_alike(by_thread, frag.threads) for by_thread in owners.values())
+
+
 def _interleave_warps(frag: Fragment, warps_m: int, warps_n: int,
                       warps_per_copy: int = 1) -> Fragment:
     """Give each of the warps_n warps (or warpgroups of `warps_per_copy` warps) of a row a

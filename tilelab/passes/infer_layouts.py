@@ -36,7 +36,7 @@ from tvm_ffi import WalkResult
 from ..errors import TileLabTypeError
 from ..ir.dtypes import as_dtype
 from ..ir.keys import KERNEL, LAYOUT_PLAN, block_threads, fact
-from ..ir.layout import Fragment, owner_table, reshaped, thread_elements
+from ..ir.layout import Fragment, kept_whole_alike, owner_table, reshaped, thread_elements
 from ..ir.tile_ops import is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite_pre, walk
 from ..ops import at_user_line, lookup
@@ -49,7 +49,7 @@ class ParallelNest:
     loop: tirx.For
     loop_vars: list
     extents: list
-    accesses: list = field(default_factory=list)  # (buffer, positions)
+    accesses: list = field(default_factory=list)  # (buffer, indices, written)
 
     def positions(self, indices) -> tuple | None:
         """Map an access's indices to loop-dimension numbers (or None for a constant 0)."""
@@ -179,9 +179,9 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
 
             def access(n):
                 if isinstance(n, tirx.BufferStore) and _is_fragment(n.buffer):
-                    nest.accesses.append((n.buffer, n.indices))
+                    nest.accesses.append((n.buffer, n.indices, True))
                 elif is_load(n) and _is_fragment(n.source):
-                    nest.accesses.append((n.source, n.indices))
+                    nest.accesses.append((n.source, n.indices, False))
 
             walk(innermost.body, object, access)
             plan.nests.append(nest)
@@ -208,8 +208,17 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
             for nest in plan.nests:
                 changed |= _propagate_nest(nest, ctx.layouts, ctx.assign, plan)
 
-    # 2. known layouts spread to neighbours; 3. a fragment still free gets a default.
+    # 2. known layouts spread to neighbours; 3. a fragment a T.Parallel loop reads at a
+    # computed index (`f[n - 1 - i]`, `f[k]` of an outer loop) is kept whole by every
+    # thread, so that any element is at hand (small tiles); 4. the others get a default.
     propagate()
+    for nest in plan.nests:
+        for buffer, indices, written in nest.accesses:
+            if buffer.name not in ctx.layouts and not written and \
+                    nest.positions(indices) is None and \
+                    math.prod(_shape(buffer)) <= KEPT_WHOLE_LIMIT:
+                ctx.layouts[buffer.name] = Fragment.replicated(_shape(buffer), threads)
+                propagate()
     by_size = sorted(fragments.items(), key=lambda item: -math.prod(_shape(item[1])))
     for name, buffer in by_size:
         if name not in ctx.layouts:
@@ -218,7 +227,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
             propagate()
     for nest in plan.nests:
         _check_nest(nest, ctx.layouts, plan, threads)
-    # 4. with layouts final, ops say what they will emit (plan.instructions, for the Trace)
+    # 5. with layouts final, ops say what they will emit (plan.instructions, for the Trace)
     for call, op in calls:
         if op.describe is not None:
             with at_user_line(call, func):
@@ -226,11 +235,14 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
     return plan
 
 
+KEPT_WHOLE_LIMIT = 256  # elements of a fragment every thread may keep whole (registers)
+
+
 def _nest_layout(nest: ParallelNest, layouts: dict, plan: LayoutPlan):
     known = plan.loop_layouts.get(nest.loop)
     if known is not None:
         return known
-    for buffer, indices in nest.accesses:
+    for buffer, indices, _ in nest.accesses:
         pos = nest.positions(indices)
         if pos is None or buffer.name not in layouts:
             continue
@@ -252,7 +264,7 @@ def _propagate_nest(nest, layouts, assign, plan) -> bool:
     if layout is None:
         return False
     changed = False
-    for buffer, indices in nest.accesses:
+    for buffer, indices, _ in nest.accesses:
         if buffer.name in layouts:
             continue
         pos = nest.positions(indices)
@@ -282,12 +294,19 @@ def _check_nest(nest, layouts, plan, threads):
         else:
             return
     table = thread_elements(layout)
-    for buffer, indices in nest.accesses:
+    for buffer, indices, written in nest.accesses:
         pos = nest.positions(indices)
         if pos is None:
+            if not written and kept_whole_alike(layouts[buffer.name]):
+                continue  # every thread has every element
+            where = ", ".join(str(i) for i in indices)
             raise TileLabTypeError(
-                f"fragment {buffer.name!r} is indexed with an expression inside T.Parallel; "
-                "index fragments with the loop variables themselves")
+                f"fragment {buffer.name!r} is {'written' if written else 'read'} at "
+                f"[{where}] inside T.Parallel: a computed index, and its elements are "
+                "spread over the block's threads",
+                hint="index fragments with the loop variables themselves; a small fragment "
+                     f"(up to {KEPT_WHOLE_LIMIT} elements) that is only read at computed "
+                     "indices is kept whole by every thread, or go through shared memory")
         owners = owner_table(layouts[buffer.name])
         for t, elements in enumerate(table):
             for element in elements:

@@ -32,7 +32,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from ..errors import TileLabTypeError
 from ..ir.expr import dtype_of
 from ..ir.keys import KERNEL, LAYOUT_PLAN, SWIZZLE, block_threads, fact_value, without_facts
-from ..ir.layout import Fragment, owner_table, thread_elements
+from ..ir.layout import Fragment, kept_alike, kept_whole_alike, owner_table, thread_elements
 from ..ir.tile_ops import _const_int, is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, lookup
@@ -66,18 +66,6 @@ def _placed(layout, row, col) -> list:
 
     return [new_row if new_row is row else simplify(new_row),
             rewrite(simplify(new_col), tirx.FloorMod, wrap_as_and)]
-
-
-def _kept_alike(by_thread: dict, threads: int) -> bool:
-    """Is an element (its owners, thread -> register) in the same register of every thread?"""
-    return len(by_thread) == threads and len(set(by_thread.values())) == 1
-
-
-def _kept_whole_alike(frag) -> bool:
-    """Does every thread keep every element of `frag`, each in the same register?"""
-    owners = owner_table(frag)
-    return len(owners) == math.prod(frag.shape) and all(
-        _kept_alike(by_thread, frag.threads) for by_thread in owners.values())
 
 
 class ThreadLowering:
@@ -248,14 +236,14 @@ class ThreadLowering:
             # a variable index: fine where every thread keeps the whole fragment, each
             # element in the same register (a small replicated tile, e.g. a block mask
             # read in a serial loop); the register is then the layout's map of the index
-            if not _kept_whole_alike(frag):
+            if not kept_whole_alike(frag):
                 raise TileLabTypeError(
                     f"fragment {buffer.name!r} is indexed with a variable outside a T.Parallel "
                     f"loop, and its elements are spread over the block's threads",
                     hint="loop over it with T.Parallel, or keep it in shared memory")
             return simplify(frag.local_of(*indices))
         owners = owner_table(frag).get(element, {})
-        if not _kept_alike(owners, self.threads):
+        if not kept_alike(owners, self.threads):
             raise TileLabTypeError(
                 f"element {element} of fragment {buffer.name!r} is used by the whole block but "
                 f"lives on {len(owners)} of {self.threads} threads",
@@ -334,6 +322,8 @@ class ThreadLowering:
         def local_index(buffer, indices):
             pos = nest.positions(indices)
             frag = self.layout_of(buffer)
+            if pos is None:  # a computed index: every thread keeps the whole fragment
+                return simplify(frag.local_of(*indices))  # (checked by layout inference)
             owners = owner_table(frag)
             found = set()
             for t in range(layout.threads):
