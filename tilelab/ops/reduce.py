@@ -156,7 +156,7 @@ def lower_threads(call, ctx):
 
 def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bool):
     if not is_fragment(src.buffer):  # memory every thread can read
-        return reduce_shared(ctx, src, dst, kind, dim, clear)
+        return reduce_from_memory(ctx, src, dst, kind, dim, clear)
     if not is_fragment(dst.buffer):  # (passes/stage_operands.py gives it one)
         raise TileLabTypeError("on the GPU, T.reduce_* of a fragment writes a fragment; "
                                "reduce into one, then T.copy it where it should go")
@@ -224,7 +224,7 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
                           tirx.BufferStore(d_local, final, [reg])))
     return seq(stmts)
 
-def reduce_shared(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bool):
+def reduce_from_memory(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bool):
     """Every result element folded by one thread from the tile in memory, serially along `dim`
     (the loop semantics' order, so a sum rounds as the CPU's does)."""
     src_shape = [int(_const_int(e)) for e in src.extents]
