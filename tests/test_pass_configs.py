@@ -156,6 +156,8 @@ def test_disable_wgmma_overlap_waits_for_every_gemm():
     assert "wgmma.wait_group.sync.aligned 1" in overlapped.code["ptx"]
     assert "wgmma.wait_group.sync.aligned 1" not in plain.code["ptx"]
     assert (overlapped.pipelines[0]["ahead"], plain.pipelines[0]["ahead"]) == (1, 2)
+    assert "in flight" in overlapped.instructions[0]["why"]
+    assert "in flight" not in plain.instructions[0]["why"]
     loop = overlapped.code["cuda"].split("for (int reduction_block")[1].split("\n  }\n")[0]
     assert loop.count("__syncthreads()") == 1  # the pipeline's own; the refill needs no other
     assert "wait_group_sync_aligned_0" not in loop

@@ -126,7 +126,9 @@ def fix_layouts(call, ctx) -> None:
             "op": "gemm", "loc": loc, **names, "instruction": "wgmma.mma_async",
             "why": f"sm_90a: {choice.groups[0]}x{choice.groups[1]} warpgroups, "
                    f"m64n{choice.n_instr}k16, A from "
-                   f"{'registers' if not choice.a.swizzle_bytes else 'shared memory'}"})
+                   f"{'registers' if not choice.a.swizzle_bytes else 'shared memory'}"
+                   + ("; its pipelined loop leaves one iteration's MMAs in flight "
+                      "(wgmma.wait_group 1)" if cfg.get("in_flight") else "")})
         _gemm_wgmma.fix_layouts(call, ctx, choice)
         return
     k = int(a.extents[-2] if cfg["transpose_A"] else a.extents[-1])
