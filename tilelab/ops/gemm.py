@@ -105,10 +105,15 @@ def warp_grid(policy: str, m: int, n: int, warps: int) -> tuple[int, int]:
     return min(candidates, key=lambda c: (abs(m / c[0] - n / c[1]), -c[0]))
 
 
+def _tensor_core_types(a: Region, b: Region, c_dtype: str, k: int) -> bool:
+    """Are these the types and the K that the tensor cores multiply?"""
+    return a.dtype in _TENSOR_CORE_TYPES and b.dtype == a.dtype and c_dtype == "float32" \
+        and k % 16 == 0
+
+
 def _tensor_cores(a: Region, b: Region, c_dtype: str, k: int) -> bool:
-    """Can mma.sync take these tiles?"""
-    return (a.dtype in _TENSOR_CORE_TYPES and b.dtype == a.dtype and c_dtype == "float32"
-            and k % 16 == 0 and not is_fragment(b.buffer))
+    """Can mma.sync take these tiles (B from memory)?"""
+    return _tensor_core_types(a, b, c_dtype, k) and not is_fragment(b.buffer)
 
 
 def fix_layouts(call, ctx) -> None:
@@ -293,9 +298,8 @@ def gpu_operands(call) -> list:
     clear_accum)."""
     a, b, c = regions(call)
     k = int(a.extents[-2] if config(call)["transpose_A"] else a.extents[-1])
-    tensor_cores = a.dtype in _TENSOR_CORE_TYPES and b.dtype == a.dtype and \
-        str(c.buffer.dtype) == "float32" and k % 16 == 0
-    a_places = ("shared", "fragment") if tensor_cores else ("shared",)
+    a_places = ("shared", "fragment") if _tensor_core_types(a, b, str(c.buffer.dtype), k) \
+        else ("shared",)
     return [(0, a_places, True, False), (1, ("shared",), True, False),
             (2, ("fragment",), not config(call).get("clear_accum"), True)]
 

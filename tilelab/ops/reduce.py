@@ -10,8 +10,8 @@ Thread lowering: each thread folds its own registers into one partial per result
 register; threads holding parts of the same row combine with warp shuffles
 (`shfl.xor`) and, across warps, through a shared scratch tile. A tile in shared
 (or global) memory is there for every thread to read: each result element is
-folded by one thread, serially along the reduced dimension (for a fragment result, the thread
-that keeps the element; otherwise the elements are dealt round-robin).
+folded by one thread, serially along the reduced dimension (for a fragment result,
+the thread that keeps the element; otherwise the elements are dealt round-robin).
 """
 
 from __future__ import annotations
@@ -223,6 +223,7 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
     stmts.append(tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED,
                           tirx.BufferStore(d_local, final, [reg])))
     return seq(stmts)
+
 
 def reduce_from_memory(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bool):
     """Every result element folded by one thread from the tile in memory, serially along `dim`

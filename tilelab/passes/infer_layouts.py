@@ -41,6 +41,8 @@ from ..ir.tile_ops import is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite_pre, walk
 from ..ops import at_user_line, lookup
 
+KEPT_WHOLE_LIMIT = 256  # elements of a fragment every thread may keep whole (registers)
+
 
 @dataclass
 class ParallelNest:
@@ -233,9 +235,6 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
             with at_user_line(call, func):
                 op.describe(call, ctx)
     return plan
-
-
-KEPT_WHOLE_LIMIT = 256  # elements of a fragment every thread may keep whole (registers)
 
 
 def _nest_layout(nest: ParallelNest, layouts: dict, plan: LayoutPlan):

@@ -43,16 +43,17 @@ def place(region: Region) -> str:
 
 def _staged(call, names: set):
     rule = lookup(call).gpu_operands
+    operands = regions(call)
     moves = [(position, places[0], read, written)
              for position, places, read, written in (rule(call) if rule else [])
-             if place(regions(call)[position]) not in places]
+             if place(operands[position]) not in places]
     if not moves:
         return call
     where = {"loc": call.config["loc"]} if "loc" in call.config else {}  # the user's line
     args, before, after = list(call.args), [], []
     region_args = [i for i, a in enumerate(args) if isinstance(a, tvm.ir.TensorRegion)]
     for position, target, read, written in moves:
-        region = regions(call)[position]
+        region = operands[position]
         scope, suffix = SCOPES[target]
         name = f"{region.buffer.name}_{suffix}"
         while name in names:
