@@ -75,6 +75,15 @@ class TileLabTypeError(TileLabError):
     """Mismatched shapes, extents or dtypes inside a kernel."""
 
 
+class LayoutConflict(TileLabTypeError):
+    """No register layout serves every use of one fragment, named by `fragment` (the CUDA
+    compiler then keeps that fragment in shared memory; see passes/spill_fragments.py)."""
+
+    def __init__(self, fragment: str, message: str, hint: str = ""):
+        super().__init__(message, hint=hint)
+        self.fragment = fragment
+
+
 class TileLabArgumentError(TileLabError):
     """Arguments passed to a compiled kernel that do not match its signature."""
 

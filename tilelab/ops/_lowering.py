@@ -21,6 +21,13 @@ def simplify(expr):
     return _ANALYZER.simplify(expr) if not isinstance(expr, int) else expr
 
 
+def bind_thread_index(tx, threads: int) -> None:
+    """Tell the simplifier that `tx` runs over 0..threads-1, so that a layout's
+    `tx % 256` on a 256-thread block becomes `tx` (and TVM's FlattenBuffer, which
+    fails on some xor-swizzled indices that still carry the modulo, never sees it)."""
+    _ANALYZER.bind(tx, tvm.ir.Range(0, threads))
+
+
 # ---------------------------------------------------------------- edges and indices
 
 

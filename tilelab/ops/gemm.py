@@ -34,7 +34,7 @@ import enum
 
 from tvm import tirx
 
-from ..errors import TileLabTypeError
+from ..errors import LayoutConflict, TileLabTypeError
 from ..ir.builder import current
 from ..ir.dtypes import as_dtype
 from ..ir.expr import to_expr
@@ -152,7 +152,8 @@ def fix_layouts(call, ctx) -> None:
             ctx.plan.shared_layouts[buf.name] = Layout.swizzled(tile, 16)
     if is_fragment(a.buffer):
         if cfg["transpose_A"]:
-            raise TileLabTypeError("a register A operand of T.gemm cannot be transposed")
+            raise LayoutConflict(a.buffer.name,
+                                 "a register A operand of T.gemm cannot be transposed")
         k = int(a.buffer.shape[-1])
         ctx.assign(a.buffer, Fragment.operand_a(m, k, wm, wn), "T.gemm A operand")
 

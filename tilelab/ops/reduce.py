@@ -20,7 +20,7 @@ import math
 
 from tvm import tirx
 
-from ..errors import TileLabTypeError
+from ..errors import LayoutConflict, TileLabTypeError
 from ..ir.builder import current
 from ..ir.expr import to_expr
 from ..ir.layout import Fragment, owner_table, thread_elements
@@ -80,8 +80,8 @@ def propagate_layouts(call, ctx) -> bool:
     try:
         reduced = ctx.layouts[src.buffer.name].reduce(dim)
     except NotImplementedError:
-        raise TileLabTypeError(
-            f"reducing fragment {src.buffer.name!r} over dimension {dim} is "
+        raise LayoutConflict(
+            src.buffer.name, f"reducing fragment {src.buffer.name!r} over dimension {dim} is "
             f"not supported for its layout {ctx.layouts[src.buffer.name]}",
             hint="reduce over the last dimension, or annotate the fragment "
                  "with a layout that keeps the reduced dimension in a "

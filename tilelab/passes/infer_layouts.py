@@ -33,7 +33,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
 
-from ..errors import TileLabTypeError
+from ..errors import LayoutConflict, TileLabTypeError
 from ..ir.dtypes import as_dtype
 from ..ir.keys import KERNEL, LAYOUT_PLAN, block_threads, fact
 from ..ir.layout import Fragment, kept_whole_alike, owner_table, reshaped, thread_elements
@@ -136,9 +136,9 @@ class LayoutContext:
         known = self.layouts.get(buffer.name)
         if known is not None:
             if not known.same_as(frag):
-                raise TileLabTypeError(
-                    f"fragment {buffer.name!r} needs two different layouts: {known} and {frag} "
-                    f"(from {why})",
+                raise LayoutConflict(
+                    buffer.name, f"fragment {buffer.name!r} needs two different layouts: "
+                    f"{known} and {frag} (from {why})",
                     hint="copy it into a second fragment, or change the GEMM warp policy")
             return False
         if tuple(frag.shape) != _shape(buffer):
@@ -299,26 +299,37 @@ def _check_nest(nest, layouts, plan, threads):
             if not written and kept_whole_alike(layouts[buffer.name]):
                 continue  # every thread has every element
             where = ", ".join(str(i) for i in indices)
-            raise TileLabTypeError(
-                f"fragment {buffer.name!r} is {'written' if written else 'read'} at "
+            raise LayoutConflict(
+                buffer.name, f"fragment {buffer.name!r} is {'written' if written else 'read'} at "
                 f"[{where}] inside T.Parallel: a computed index, and its elements are "
                 "spread over the block's threads",
                 hint="index fragments with the loop variables themselves; a small fragment "
                      f"(up to {KEPT_WHOLE_LIMIT} elements) that is only read at computed "
                      "indices is kept whole by every thread, or go through shared memory")
         owners = owner_table(layouts[buffer.name])
+        registers = {}  # the loop's register -> the fragment's registers it meets
         for t, elements in enumerate(table):
-            for element in elements:
+            for reg, element in enumerate(elements):
                 if element is None:  # a padding slot of this thread
                     continue
                 wanted = tuple(0 if p is None else element[p] for p in pos)
+                registers.setdefault(reg, set()).add(owners.get(wanted, {}).get(t))
                 if t not in owners.get(wanted, {}):
-                    raise TileLabTypeError(
-                        f"in a T.Parallel loop over {tuple(nest.extents)}, thread {t} works on "
-                        f"element {element} but fragment {buffer.name!r} keeps element "
-                        f"{wanted} on another thread",
+                    raise LayoutConflict(
+                        buffer.name, f"in a T.Parallel loop over {tuple(nest.extents)}, "
+                        f"thread {t} works on element {element} but fragment {buffer.name!r} "
+                        f"keeps element {wanted} on another thread",
                         hint="make the fragments of one loop share a layout, e.g. by copying "
                              "through shared memory")
+        if any(len(found) > 1 for found in registers.values()):
+            # each thread runs the same code, so one loop register must meet one fragment
+            # register on every thread
+            raise LayoutConflict(
+                buffer.name, f"fragment {buffer.name!r} does not line up with the loop layout "
+                f"of its T.Parallel loop over {tuple(nest.extents)}: the threads keep one "
+                "iteration's element in different registers",
+                hint="make the fragments of one loop share a layout, e.g. by copying through "
+                     "shared memory")
 
 
 def InferLayouts(annotated: dict | None = None, wgmma_off: str | None = NO_WGMMA):  # noqa: N802

@@ -27,7 +27,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.tile_ops import Region, is_tile_call, regions, tile_call
-from ..ir.visit import keep_user_errors, rewrite
+from ..ir.visit import keep_user_errors, rewrite, walk
 from ..ops import lookup
 from ..ops._lowering import is_fragment
 
@@ -72,16 +72,20 @@ def _staged(call, names: set):
     return tirx.SeqStmt([*before, staged, *after])
 
 
+def stage_operands(body):
+    """`body` with every tile op's operands where its CUDA lowering takes them."""
+    names = set()
+    walk(body, tirx.AllocBuffer, lambda a: names.add(str(a.buffer.name)))
+    return rewrite(body, TilePrimitiveCall,
+                   lambda call: _staged(call, names) if is_tile_call(call) else call)
+
+
 def StageOperands():  # noqa: N802
     """Expects tile ops; moves operands to where their op's CUDA lowering takes them."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.StageOperands")
     @keep_user_errors
     def _pass(func, _mod, _ctx):
-        names = set()
-        rewrite(func.body, tirx.AllocBuffer, lambda a: names.add(str(a.buffer.name)) or a)
-        body = rewrite(func.body, TilePrimitiveCall,
-                       lambda call: _staged(call, names) if is_tile_call(call) else call)
-        return func.with_body(body)
+        return func.with_body(stage_operands(func.body))
 
     return _pass

@@ -30,6 +30,7 @@ from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
+from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
@@ -51,6 +52,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     return [
         *([CoarsenBlocks] if coarsen else []),  # elementwise kernels: F elements per thread
         CheckFragmentReads(program.buffer_locations),
+        # fragments no register layout serves are kept in shared memory
+        SpillFragments(program.layouts, wgmma_off, program.buffer_locations),
         StageOperands(),                       # operands where the ops' lowerings take them
         # T.Pipelined: load ahead with cp.async
         PipelineLoops(overlap_gemms=overlap_gemms and wgmma_off is None),

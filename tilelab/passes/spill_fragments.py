@@ -1,0 +1,121 @@
+"""Keep a fragment in shared memory when no register layout serves all its uses.
+
+A fragment is a tile spread over the block's threads: each element lives in
+the registers of the thread(s) that use it. That works when every use of the
+fragment agrees on who holds what. Some well-formed programs ask for more:
+
+    for i in T.Parallel(64):
+        g[63 - i] = f[i]                  # iteration i writes another thread's element
+    for h, j in T.Parallel(4, 256):
+        for k in T.serial(4):
+            x[h, j] += a[k, h] * b[k, j]  # every thread reads all four rows of b
+    for i, d in T.Parallel(64, 128):
+        acc_o[i, d] *= scale[i]           # scale's rows sit where another GEMM left them
+
+The CPU runs them as written: there every tile is memory. For the GPU, layout
+inference (passes/infer_layouts.py) reports such a fragment as a
+`LayoutConflict`. Instead of refusing the program, this pass does what a
+kernel engineer would do by hand: it keeps that fragment in shared memory,
+where every thread can reach every element, and tries again. The block's
+barriers then order its writes and reads like any shared tile's, and ops that
+take the tile only in registers (a GEMM's accumulator, a reduction's result)
+get a register copy around them from StageOperands. Registers are faster than
+shared memory, so the compiler warns at the fragment's line which fragment it
+moved and why; the fix, if speed matters, is the layout the warning names.
+
+A fragment that a statement outside any T.Parallel loop or tile op writes is
+not moved: every thread runs such a statement, and on a shared tile their
+writes would race. Nor is a fragment whose layout the program annotated.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import tvm_ffi
+from tvm import tirx
+from tvm_ffi import WalkResult
+
+from ..errors import LayoutConflict, TileLabWarning
+from ..ir.keys import KERNEL, block_threads
+from ..ir.visit import UserErrors, keep_user_errors, rewrite_pre, walk
+from .infer_layouts import NO_WGMMA, infer_layouts
+from .stage_operands import stage_operands
+
+
+def _allocation(body, name: str):
+    found = []
+
+    def visit(node):
+        if node.buffer.name == name:
+            found.append(node.buffer)
+
+    walk(body, tirx.AllocBuffer, visit)
+    return found[0] if found else None
+
+
+def _written_by_every_thread(body, buffer) -> bool:
+    """Does a plain statement outside T.Parallel loops store into `buffer`?"""
+    found = []
+
+    def visit(node):
+        if isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
+            return WalkResult.SKIP
+        if isinstance(node, tirx.BufferStore) and node.buffer.same_as(buffer):
+            found.append(node)
+        return None
+
+    walk(body, object, visit)
+    return bool(found)
+
+
+def in_shared(body, buffer):
+    """`body` with fragment `buffer` replaced by a shared tile of the same name and shape."""
+    tile = tirx.decl_buffer(buffer.shape, buffer.dtype, name=buffer.name, scope="shared.dyn")
+    # A buffer is a variable in TVM 0.27: one substitution reaches its allocation, its
+    # loads and stores, and the regions that tile ops take.
+    return tvm_ffi.structural_map(
+        body, (tirx.Var, lambda var: tile if var.same_as(buffer) else var), order="post")
+
+
+def spill(kernel, threads: int, annotated: dict, func, wgmma_off, locations: dict):
+    """The kernel loop with each fragment that layout inference cannot place in shared
+    memory; raises the conflict it cannot resolve."""
+    moved = set()
+    while True:
+        pending = len(UserErrors.pending)
+        try:
+            infer_layouts(stage_operands(kernel), threads, annotated, func, wgmma_off)
+            return kernel
+        except LayoutConflict as conflict:
+            name, why = conflict.fragment, conflict.message
+            buffer = _allocation(kernel, name)
+            if buffer is None or buffer.scope() != "local.fragment" or name in annotated or \
+                    name in moved or _written_by_every_thread(kernel, buffer):
+                raise
+            del UserErrors.pending[pending:]  # resolved here, not the user's to see
+        moved.add(name)
+        kernel = in_shared(kernel, buffer)
+        where = locations.get(name)
+        warnings.warn(f"{str(where) + ': ' if where else ''}fragment {name!r} is kept in "
+                      "shared memory on the GPU (no register layout serves all its uses): "
+                      f"{why}", TileLabWarning, stacklevel=2)
+
+
+def SpillFragments(annotated: dict | None = None, wgmma_off: str | None = NO_WGMMA,  # noqa: N802
+                   locations: dict | None = None):
+    """Expects tile ops; fragments that no register layout serves become shared tiles.
+    `locations`: where the program allocated each buffer (for the warning)."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SpillFragments")
+    @keep_user_errors
+    def _pass(func, _mod, _ctx):
+        def on_kernel(loop):
+            if KERNEL not in loop.annotations:
+                return loop
+            return spill(loop, block_threads(loop), annotated or {}, func, wgmma_off,
+                         locations or {})
+
+        return func.with_body(rewrite_pre(func.body, tirx.For, on_kernel))
+
+    return _pass
