@@ -417,7 +417,9 @@ def annotate_layout(layouts: dict):
     """Pin layouts: `T.annotate_layout({acc: T.Fragment(...), a_shared: T.Layout(...)})`.
 
     Annotated layouts take precedence over the ones layout inference would choose;
-    the CPU backend ignores them (it has no threads), the CUDA backend obeys them.
+    the CPU backend ignores them (it has no threads). The CUDA backend obeys a fragment's
+    T.Fragment and a shared tile's swizzle; any other T.Layout only orders elements in
+    memory, changes no result, and is left out with a warning.
     """
     from ..ir.layout import Fragment as _Fragment
     from ..ir.layout import Layout as _Layout

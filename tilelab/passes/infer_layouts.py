@@ -147,6 +147,25 @@ class LayoutContext:
         return True
 
 
+def warn_unapplied_layouts(annotated: dict, locations: dict) -> None:
+    """The CUDA backend applies an annotated T.Fragment (a fragment's layout) and a shared
+    tile's swizzle of 16-byte chunks. Any other T.Layout only orders a tile's elements in
+    memory, and every access to the tile goes through the compiler, so no result depends on
+    it (the CPU backend ignores them all): it is left out, with a warning at its tile."""
+    import warnings
+
+    from ..errors import TileLabWarning
+
+    for name, layout in annotated.items():
+        if isinstance(layout, Fragment) or getattr(layout, "place", None) is not None:
+            continue
+        where = locations.get(name)
+        warnings.warn(f"{str(where) + ': ' if where else ''}the layout annotated for {name!r} "
+                      "is not applied on the GPU (tilelab applies swizzles that permute "
+                      "16-byte chunks within rows, Layout.swizzled); it keeps the row-major "
+                      "order, which gives the same results", TileLabWarning, stacklevel=2)
+
+
 def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
                   wgmma_off: str | None = NO_WGMMA) -> LayoutPlan:
     """The LayoutPlan of one kernel body; `func` (the PrimFunc) lets errors name the user's
@@ -158,12 +177,9 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
                 raise TileLabTypeError(f"the T.Fragment of {name!r} uses {layout.threads} "
                                        f"threads but the kernel has {threads}")
             plan.fragments[name] = layout
-        elif getattr(layout, "place", None) is not None:
+        elif getattr(layout, "place", None) is not None:  # a swizzle of a shared tile
             plan.shared_layouts[name] = layout
-        else:
-            raise TileLabTypeError(
-                f"the layout annotated for {name!r} is not supported for shared memory yet",
-                hint="use a swizzle that permutes 16-byte chunks within rows (Layout.swizzled)")
+        # any other T.Layout is not applied (see warn_unapplied_layouts)
     fragments: dict = {}  # name -> buffer, in order of allocation
     calls: list = []  # (tile-op node, its TileOp), in program order
 

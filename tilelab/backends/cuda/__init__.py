@@ -23,7 +23,7 @@ from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, fact
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
 from ...passes.hide_refills import hidden_refills
-from ...passes.infer_layouts import InferLayouts
+from ...passes.infer_layouts import InferLayouts, warn_unapplied_layouts
 from ...passes.insert_barriers import InsertBarriers
 from ...passes.keep_negations import KeepIntegerNegations
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
@@ -49,6 +49,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
 
     T = tirx.transform  # noqa: N806
     hide_refills, restore_refills = hidden_refills()
+    warn_unapplied_layouts(program.layouts, program.buffer_locations)
     return [
         *([CoarsenBlocks] if coarsen else []),  # elementwise kernels: F elements per thread
         CheckFragmentReads(program.buffer_locations),
