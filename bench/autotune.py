@@ -136,9 +136,10 @@ def main() -> None:
         q, k, v = (torch.randn(batch, heads, seq, dim, dtype=torch.float16, device=device)
                    for _ in range(3))
         if gpu:
-            # 36 candidates (TileLang's varlen FlashAttention example tunes a like space)
-            configs = {"block_m": [64, 128], "block_n": [32, 64, 128], "num_stages": [1, 2, 3],
-                       "threads": [128, 256]}
+            # 64 candidates, like the GEMM's; K and V tiles of 256 rows in 2 or more stages
+            # ask more shared memory than a block has (failures the table must show)
+            configs = {"block_m": [64, 128], "block_n": [32, 64, 128, 256],
+                       "num_stages": [1, 2, 3, 4], "threads": [128, 256]}
         else:
             configs = {"block_m": [32, 64], "block_n": [32, 64], "num_stages": [1, 2]}
         configs = [dict(zip(configs, c)) for c in itertools.product(

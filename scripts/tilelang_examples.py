@@ -1,6 +1,7 @@
 """Run the examples of a TileLang checkout on tilelab and write a compatibility table.
 
     python scripts/tilelang_examples.py PATH_TO_TILELANG_CHECKOUT [--timeout 60] [--only gemm]
+        [--jobs 4] [--json rows.json] [--gpu-results rows_from_a_gpu_machine.json]
 
 Each example file under `examples/` that defines `main()` and a TileLang kernel is
 run in its own process, as its author wrote it, with these things changed around
@@ -17,7 +18,9 @@ The example's own checks against its torch reference (`assert_close`,
 `assert_allclose`, ...) decide "correct": an example that finishes but checks
 nothing is reported as "ran, no check". Every kernel the example compiles is also
 compiled for CUDA sm_90a (compile only) to fill the CUDA column. The table goes
-to `docs/TILELANG_COMPAT.md`. Nothing of TileLang's is copied into tilelab.
+to `docs/TILELANG_COMPAT.md`. Run on a GPU machine with `--json`, the rows say
+what the examples did there; `--gpu-results` of that file fills the table's H200
+column. Nothing of TileLang's is copied into tilelab.
 """
 
 from __future__ import annotations
@@ -222,29 +225,35 @@ def run_one(path: Path) -> dict:
 # ---------------------------------------------------------------- the table
 
 
-def run_all(checkout: Path, timeout: int, only: str | None) -> list[dict]:
-    rows = []
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for path in find_examples(checkout, only):
-        name = str(path.relative_to(checkout / "examples"))
-        start = time.time()
-        try:
-            done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env,
-                                  capture_output=True, text=True, timeout=timeout)
-            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{\"cuda_ok\"")]
-            # no record: the process died, or the example itself exited (say, "GPU Device
-            # is not detected"); its last words say which
-            said = done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or \
-                [f"crashed (exit status {done.returncode})"]
-            row = json.loads(lines[-1]) if lines else {
-                "cpu": "error", "cuda_ok": 0, "cuda_failed": [], "reason": said[-1][:300]}
-        except subprocess.TimeoutExpired:
-            row = {"cpu": "timeout", "cuda_ok": 0, "cuda_failed": [],
-                   "reason": f"over {timeout} s"}
-        row["example"], row["seconds"] = name, round(time.time() - start, 1)
-        print(f"{name}: {row['cpu']} ({row['seconds']} s) {row.get('reason', '')}", flush=True)
-        rows.append(row)
-    return rows
+def run_example(path: Path, checkout: Path, timeout: int) -> dict:
+    """One example in a process of its own: its row of the table."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}  # TVM may be on it too
+    name = str(path.relative_to(checkout / "examples"))
+    start = time.time()
+    try:
+        done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{\"cuda_ok\"")]
+        # no record: the process died, or the example itself exited (say, "GPU Device
+        # is not detected"); its last words say which
+        said = done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or \
+            [f"crashed (exit status {done.returncode})"]
+        row = json.loads(lines[-1]) if lines else {
+            "cpu": "error", "cuda_ok": 0, "cuda_failed": [], "reason": said[-1][:300]}
+    except subprocess.TimeoutExpired:
+        row = {"cpu": "timeout", "cuda_ok": 0, "cuda_failed": [], "reason": f"over {timeout} s"}
+    row["example"], row["seconds"] = name, round(time.time() - start, 1)
+    print(f"{name}: {row['cpu']} ({row['seconds']} s) {row.get('reason', '')}", flush=True)
+    return row
+
+
+def run_all(checkout: Path, timeout: int, only: str | None, jobs: int = 1) -> list[dict]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = find_examples(checkout, only)
+    with ThreadPoolExecutor(max(jobs, 1)) as pool:
+        return list(pool.map(lambda p: run_example(p, checkout, timeout), paths))
 
 
 # What a result means, where the table's one word would mislead; each was looked into.
@@ -262,7 +271,9 @@ def cuda_column(row: dict) -> str:
     return f"ok ({row['cuda_ok']})" if row["cuda_ok"] else "not reached"
 
 
-def write_table(rows: list[dict], checkout: Path, out: Path, command: str) -> None:
+def write_table(rows: list[dict], checkout: Path, out: Path, command: str,
+                gpu: dict | None = None) -> None:
+    """`gpu`: the rows of a run on a GPU machine (its `--json`), by example, or None."""
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "unknown"
     correct = [r for r in rows if r["cpu"] == "correct"]
@@ -277,13 +288,17 @@ def write_table(rows: list[dict], checkout: Path, out: Path, command: str) -> No
         f"Written by `{command}` against TileLang commit {commit}: each example file with a "
         "`main()` run unchanged but for its imports, sizes above 256 cut to 256, on the CPU "
         "backend; every kernel it compiles also compiled for CUDA sm_90a (no launch). "
-        "\"correct\" means the example's own comparison with its torch reference passed. "
-        "H200: not run here.",
+        "\"correct\" means the example's own comparison with its torch reference passed. " +
+        (f"H200: the same examples run on the GPU machine ({gpu['command']}), kernels "
+         "compiled there in the notebook's way and launched on the H200." if gpu else
+         "H200: not run here."),
         "",
         f"{len(rows)} examples: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) +
         f"; correct on the CPU and compiled for sm_90a: {len(both)} "
         f"({100 * len(both) / max(len(runnable), 1):.0f}% of the {len(runnable)} whose "
-        "packages are installed).",
+        "packages are installed)." +
+        (f" Correct on the H200: {sum(g['cpu'] == 'correct' for g in gpu['rows'].values())}."
+         if gpu else ""),
         "",
         "| example | CPU | CUDA compile (kernels) | H200 | reason |",
         "|---|---|---|---|---|",
@@ -292,8 +307,14 @@ def write_table(rows: list[dict], checkout: Path, out: Path, command: str) -> No
         reason = r.get("reason") or (r["cuda_failed"][0] if r["cuda_failed"] else "")
         if r["example"] in EXPLAINED:
             reason = f"{reason} ({EXPLAINED[r['example']]})"
+        on_gpu = gpu["rows"].get(r["example"]) if gpu else None
+        if on_gpu is not None and on_gpu["cpu"] != "correct" and on_gpu.get("reason") and \
+                on_gpu.get("reason") != r.get("reason"):
+            reason = f"{reason} (H200: {on_gpu['reason']})" if reason else \
+                f"H200: {on_gpu['reason']}"
         reason = reason.replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {r['example']} | {r['cpu']} | {cuda_column(r)} | not run | {reason} |")
+        lines.append(f"| {r['example']} | {r['cpu']} | {cuda_column(r)} | "
+                     f"{on_gpu['cpu'] if on_gpu else 'not run'} | {reason} |")
     out.write_text("\n".join(lines) + "\n")
 
 
@@ -303,6 +324,10 @@ def main(argv=None) -> None:
     parser.add_argument("--timeout", type=int, default=60, help="seconds per example")
     parser.add_argument("--only", help="run only examples whose path contains this")
     parser.add_argument("--out", default=str(ROOT / "docs" / "TILELANG_COMPAT.md"))
+    parser.add_argument("--jobs", type=int, default=1, help="examples run at a time")
+    parser.add_argument("--json", help="also write the rows here (a GPU machine's run)")
+    parser.add_argument("--gpu-results", help="the --json of a run on a GPU machine: fills "
+                        "the table's H200 column")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process: one example
     args = parser.parse_args(argv)
     if args.one:
@@ -311,10 +336,17 @@ def main(argv=None) -> None:
     if not args.checkout:
         parser.error("give the path of a TileLang checkout")
     checkout = Path(args.checkout).resolve()
-    rows = run_all(checkout, args.timeout, args.only)
+    rows = run_all(checkout, args.timeout, args.only, args.jobs)
     command = "python scripts/tilelang_examples.py TILELANG_CHECKOUT" + \
         (f" --only {args.only}" if args.only else "") + f" --timeout {args.timeout}"
-    write_table(rows, checkout, Path(args.out), command)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": command, "rows": rows}, indent=1))
+    gpu = None
+    if args.gpu_results:
+        done = json.loads(Path(args.gpu_results).read_text())
+        gpu = {"command": done["command"], "rows": {r["example"]: r for r in done["rows"]}}
+        command += f" --gpu-results {Path(args.gpu_results).name}"
+    write_table(rows, checkout, Path(args.out), command, gpu)
     print(f"wrote {args.out}")
 
 
