@@ -248,12 +248,25 @@ def run_example(path: Path, checkout: Path, timeout: int) -> dict:
     return row
 
 
-def run_all(checkout: Path, timeout: int, only: str | None, jobs: int = 1) -> list[dict]:
+def run_all(checkout: Path, timeout: int, only: str | None, jobs: int = 1,
+            on_row=None) -> list[dict]:
+    """Every example's row, in the order of the examples; `on_row(rows so far)` after each
+    (so that a run cut short keeps what it did)."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    paths = find_examples(checkout, only)
+    done, lock = [], threading.Lock()
+
+    def run(path):
+        row = run_example(path, checkout, timeout)
+        with lock:
+            done.append(row)
+            if on_row is not None:
+                on_row(list(done))
+        return row
+
     with ThreadPoolExecutor(max(jobs, 1)) as pool:
-        return list(pool.map(lambda p: run_example(p, checkout, timeout), paths))
+        return list(pool.map(run, find_examples(checkout, only)))
 
 
 # What a result means, where the table's one word would mislead; each was looked into.
@@ -336,11 +349,15 @@ def main(argv=None) -> None:
     if not args.checkout:
         parser.error("give the path of a TileLang checkout")
     checkout = Path(args.checkout).resolve()
-    rows = run_all(checkout, args.timeout, args.only, args.jobs)
     command = "python scripts/tilelang_examples.py TILELANG_CHECKOUT" + \
         (f" --only {args.only}" if args.only else "") + f" --timeout {args.timeout}"
-    if args.json:
-        Path(args.json).write_text(json.dumps({"command": command, "rows": rows}, indent=1))
+
+    def save(rows):
+        if args.json:
+            Path(args.json).write_text(json.dumps({"command": command, "rows": rows}, indent=1))
+
+    rows = run_all(checkout, args.timeout, args.only, args.jobs, save)
+    save(rows)
     gpu = None
     if args.gpu_results:
         done = json.loads(Path(args.gpu_results).read_text())
