@@ -82,10 +82,14 @@ def compare(p: Program, actual: dict, expected: dict, what: str) -> str | None:
         if torch.isnan(got).any() and not torch.isnan(want).any():
             return f"{what}: {name} holds NaN"
         # equal values agree, infinities included (inf - inf would be NaN); the
-        # tolerance scales with the largest finite expected value
+        # tolerance scales with the largest finite value: expected, or made inside an
+        # expression (a backend may round after each operation, so where terms cancel,
+        # `-s + (s - f)`, its error follows the size of `s`, not of the result)
         err = torch.where(got == want, 0.0, (got - want).abs())
         finite = want[torch.isfinite(want)]
-        limit = tol * (1 + (finite.abs().max().item() if finite.numel() else 0.0))
+        scale = max(finite.abs().max().item() if finite.numel() else 0.0,
+                    p.largest_intermediate)
+        limit = tol * (1 + scale)
         worst = err.max().item() if err.numel() else 0.0
         if not worst <= limit:
             flat = int(err.reshape(-1).argmax())

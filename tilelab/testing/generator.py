@@ -27,6 +27,7 @@ import copy as _copy
 import json
 import random
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 FLOATS = ("float32", "float16", "bfloat16")
 DTYPES = FLOATS + ("int32",)
@@ -57,6 +58,9 @@ class Program:
     tensors: list = field(default_factory=list)  # {"name", "kind", "dtype", "output"}
     buffers: list = field(default_factory=list)  # {"name", "scope", "kind", "dtype"}
     steps: list = field(default_factory=list)
+    # set by `reference`: the largest value an operation inside an expression made (the
+    # comparison's tolerance scales with it); not part of the program
+    largest_intermediate: ClassVar[float] = 0.0
 
     # -- identity and (de)serialization
 
@@ -153,11 +157,13 @@ class Program:
 
         full = {t["name"]: inputs[t["name"]].double().clone() for t in self.tensors}
         gx, gy = self.grid
+        self.largest_intermediate = 0.0
         for by in range(gy):
             for bx in range(gx):
                 block = _Block(self, full, bx, by, torch)
                 for step in self.steps:
                     _RUN[step["op"]](block, step)
+                self.largest_intermediate = max(self.largest_intermediate, block.largest)
         return {t["name"]: full[t["name"]] for t in self.tensors if t["output"]}
 
 
@@ -255,12 +261,12 @@ def _evaluate(expr, block, shape):
         return index[:, None].expand(*shape) if expr[1] == "i" else index[None, :].expand(*shape)
     if kind == "bin":
         a, b = _evaluate(expr[2], block, shape), _evaluate(expr[3], block, shape)
-        return {"+": torch.add, "-": torch.sub, "*": torch.mul, "max": torch.maximum,
-                "min": torch.minimum}[expr[1]](a, b)
+        return block.noted({"+": torch.add, "-": torch.sub, "*": torch.mul,
+                            "max": torch.maximum, "min": torch.minimum}[expr[1]](a, b))
     if kind == "un":
         a = _evaluate(expr[2], block, shape)
-        return {"abs": torch.abs, "neg": torch.neg,
-                "exp": lambda x: torch.exp(torch.clamp(x, max=2.0))}[expr[1]](a)
+        return block.noted({"abs": torch.abs, "neg": torch.neg,
+                            "exp": lambda x: torch.exp(torch.clamp(x, max=2.0))}[expr[1]](a))
     if kind == "sel":
         a, b = _evaluate(expr[2], block, shape), _evaluate(expr[3], block, shape)
         cond = {"<": torch.lt, ">": torch.gt, "==": torch.eq}[expr[1]](a, b)
@@ -279,6 +285,14 @@ class _Block:
         self.p, self.full, self.bx, self.by, self.torch = p, full, bx, by, torch
         self.local: dict = {}
         self.k = 0  # the masked loop's counter, while one runs
+        self.largest = 0.0  # the largest finite value an operation inside an expression made
+
+    def noted(self, value):
+        """`value`, an operation's result inside an expression, with its size noted."""
+        finite = value[self.torch.isfinite(value)]
+        if finite.numel():
+            self.largest = max(self.largest, finite.abs().max().item())
+        return value
 
     def rounded(self, value, dtype: str):
         """`value` stored in a buffer of `dtype` (rounded; integers wrap like int32)."""

@@ -29,6 +29,7 @@ from ...passes.keep_negations import KeepIntegerNegations
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
+from ...passes.scalar_bools import ScalarBools
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
 from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
@@ -66,6 +67,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.BF16ComputeLegalize(),
         T.NarrowDataType(32),
         T.StmtSimplify(),                      # drop edge guards that always hold
+        ScalarBools,                           # no vectors of bool (TVM's CUDA has none)
         T.VectorizeLoop(vectorize),            # 16-byte loads and stores (or scalar loops)
         SeparateSharedLifetimes,               # tiles that meet in a statement stay apart
         T.StorageRewrite(),                    # (it plans shared memory too)
