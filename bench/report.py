@@ -145,7 +145,7 @@ def autotune_section(r: dict) -> list[str]:
     """The autotuner's sweeps (bench/autotune.py): compile phase, tune time, winners."""
     out = ["## Autotuning on the GPU machine", "",
            f"Command: `python {r['command']}` on {r['machine']}. The compile phase with "
-           "one worker (a seeded random sample of the candidates) against one worker per "
+           "one worker (on a sample of the candidates) against one worker per "
            "core, each "
            "into an empty compile cache; the whole tune from an empty cache; the winner, "
            "the hand-picked default and the vendor library timed in the same process "
