@@ -702,3 +702,25 @@ def test_a_branch_on_a_tensor_the_kernel_writes_is_not_block_uniform():
     tilelab.compile(_branch_on_flags(True), target="cpu")(flags, x, y)
     expected = x.view(4, 64).flip(1) * torch.tensor([1.0, 0, 1, 1])[:, None]
     torch.testing.assert_close(y, expected.reshape(-1))
+
+
+def test_tvm_names_tilelang_programs_use():
+    """TileLang's TVM has `tirx.PrimExpr`; 0.27 calls expressions `tvm.ir.Expr`. A helper
+    annotated with the old name (TileLang's dequantize examples) runs."""
+    import tvm
+    from tvm import tirx
+
+    def doubled(x: tirx.PrimExpr) -> tirx.PrimExpr:
+        return x * 2
+
+    @T.prim_func
+    def kernel(A: T.Tensor((8,), T.float32), B: T.Tensor((8,), T.float32)):
+        with T.Kernel(1, threads=8):
+            for i in T.Parallel(8):
+                B[i] = doubled(A[i])
+
+    assert tirx.PrimExpr is tvm.ir.Expr
+    a = _rand(8, seed=3)
+    b = torch.empty(8)
+    tilelang.compile(kernel, target="cpu")(a, b)
+    torch.testing.assert_close(b, 2 * a)

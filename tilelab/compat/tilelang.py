@@ -198,6 +198,17 @@ def install() -> None:
             setattr(sys.modules[parent], child, module)
     if not any(isinstance(f, _Refuse) for f in sys.meta_path):
         sys.meta_path.append(_Refuse())
+    _tvm_spellings()
+
+
+def _tvm_spellings() -> None:
+    """Names that TileLang's own TVM has and apache-tvm 0.27 spells otherwise, so that
+    TileLang programs that name them (`val: tirx.PrimExpr` in a helper's signature) run."""
+    import tvm
+    from tvm import tirx
+
+    if not hasattr(tirx, "PrimExpr"):
+        tirx.PrimExpr = tvm.ir.Expr  # 0.27 calls every expression tvm.ir.Expr
 
 
 _PROVIDED = {"language", "math", "layout", "autotuner", "profiler", "transform", "utils",
