@@ -79,8 +79,8 @@ def in_shared(body, buffer):
 
 
 def spill(kernel, threads: int, annotated: dict, func, wgmma_off, locations: dict):
-    """The kernel loop with each fragment that layout inference cannot place in shared
-    memory; raises the conflict it cannot resolve."""
+    """The kernel loop with every fragment that no register layout serves moved to shared
+    memory; a conflict that moving cannot resolve is raised as it is."""
     moved = set()
     while True:
         pending = len(UserErrors.pending)
