@@ -705,12 +705,14 @@ def test_a_branch_on_a_tensor_the_kernel_writes_is_not_block_uniform():
 
 
 def test_tvm_names_tilelang_programs_use():
-    """TileLang's TVM has `tirx.PrimExpr`; 0.27 calls expressions `tvm.ir.Expr`. A helper
-    annotated with the old name (TileLang's dequantize examples) runs."""
+    """TileLang's TVM has `tirx.PrimExpr` and `expr.dtype`; 0.27 calls expressions
+    `tvm.ir.Expr` and their type `expr.ty`. A helper annotated with the old name, reading a
+    loaded value's dtype (TileLang's dequantize examples), runs."""
     import tvm
     from tvm import tirx
 
     def doubled(x: tirx.PrimExpr) -> tirx.PrimExpr:
+        assert x.dtype == T.float32
         return x * 2
 
     @T.prim_func
@@ -720,7 +722,28 @@ def test_tvm_names_tilelang_programs_use():
                 B[i] = doubled(A[i])
 
     assert tirx.PrimExpr is tvm.ir.Expr
+    x = tirx.Var("x", "int32")
+    assert (x + 1).dtype == T.int32 and tirx.const(1, "uint8").dtype == T.uint8
     a = _rand(8, seed=3)
     b = torch.empty(8)
     tilelang.compile(kernel, target="cpu")(a, b)
     torch.testing.assert_close(b, 2 * a)
+
+
+def test_tensor_subscript_annotation():
+    """`A: T.Tensor[[M, K], dtype]` (TileLang's eager examples) is `T.Tensor((M, K), dtype)`."""
+
+    @tilelang.jit
+    def scale_rows(A, block=16):
+        M, K = T.const("M, K")
+        A: T.Tensor[[M, K], T.float32]
+        B = T.empty((M, K), T.float32)
+        with T.Kernel(T.ceildiv(M, block), threads=128) as bx:
+            for i, j in T.Parallel(block, K):
+                if bx * block + i < M:
+                    B[bx * block + i, j] = A[bx * block + i, j] * (j + 1)
+        return B
+
+    a = _rand(37, 8, seed=5)
+    torch.testing.assert_close(scale_rows(a), a * torch.arange(1, 9))
+    assert T.Tensor[(4, 8), T.float16] == T.Tensor((4, 8), T.float16)

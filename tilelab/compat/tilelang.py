@@ -209,6 +209,9 @@ def _tvm_spellings() -> None:
 
     if not hasattr(tirx, "PrimExpr"):
         tirx.PrimExpr = tvm.ir.Expr  # 0.27 calls every expression tvm.ir.Expr
+    if "dtype" not in vars(tvm.ir.Expr):  # `val.dtype == T.uint8`: an expression's type
+        # (a Var keeps TVM's own property: a buffer's element type, else AttributeError)
+        tvm.ir.Expr.dtype = property(lambda expr: _as_dtype(str(expr.ty)))
 
 
 _PROVIDED = {"language", "math", "layout", "autotuner", "profiler", "transform", "utils",

@@ -51,6 +51,10 @@ class Tensor:
         object.__setattr__(self, "shape", tuple(shape))
         object.__setattr__(self, "dtype", dtypes.as_dtype(dtype))
 
+    def __class_getitem__(cls, item):
+        """`T.Tensor[shape, dtype]`, TileLang's annotation spelling, is `T.Tensor(shape, dtype)`."""
+        return cls(*item) if isinstance(item, tuple) else cls(item)
+
 
 Buffer = Tensor
 
