@@ -121,6 +121,30 @@ def _check_error(report: str):
     return TileLabError(message, location, hint=hint)
 
 
+def _no_float8(program) -> None:
+    """LLVM has no float8 type, and TVM's float8 legalization keeps a float8 tile's values
+    in float32, unrounded: the CPU backend would give other answers than the GPU. So a
+    float8 tensor or tile is refused here, at the line that declared it."""
+    from tvm import tirx
+
+    from ...errors import TileLabCompileError
+    from ...ir.visit import walk
+
+    found = [(p.name, p.dtype, p.location) for p in program.params]
+
+    def visit(node):
+        buffer = node.buffer
+        found.append((buffer.name, str(buffer.dtype), program.buffer_locations.get(buffer.name)))
+
+    walk(program.func.body, tirx.AllocBuffer, visit)
+    for name, dtype, where in found:
+        if str(dtype).startswith("float8"):
+            raise TileLabCompileError(
+                f"{name} is {dtype}: the CPU backend does not support float8 types (LLVM "
+                "has no float8 arithmetic)", where,
+                hint="use float16 or bfloat16 on the CPU")
+
+
 class CPUBackend(Backend):
     """Loops built by LLVM for this machine; the reference semantics of every kernel."""
 
@@ -139,6 +163,7 @@ class CPUBackend(Backend):
                 f"checks={bounds_checks_enabled()}")
 
     def build(self, mod, program, target: str, configs: dict, trace):
+        _no_float8(program)
         vectorize = not configs.get("tl.disable_vectorize", False)
         return run_pipeline(PIPELINE_NAME, passes(program, vectorize), mod, host_target())
 
