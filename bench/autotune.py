@@ -87,7 +87,13 @@ def sweep(name, jit, configs, args, default, baseline, inputs, serial_configs, c
            "winner": kernel.config, "hand_picked": default,
            "failed": sum(r["status"] != "ok" for r in result.rows), **times,
            "winner_vs_hand_picked": times["hand_picked_ms"] / times["winner_ms"],
-           "winner_vs_vendor": times["vendor_ms"] / times["winner_ms"]}
+           "winner_vs_vendor": times["vendor_ms"] / times["winner_ms"],
+           # where the compile phase's time went: each candidate's own compile seconds in
+           # the parallel run (the longest bounds the phase from below)
+           "compile_longest_s": max((r["compile_s"] or 0.0) for r in result.rows),
+           "compile_work_s": sum((r["compile_s"] or 0.0) for r in result.rows),
+           "candidates": [{**r["config"], "compile_s": r["compile_s"], "status": r["status"]}
+                          for r in result.rows]}
     if torch.cuda.device_count() >= 2:  # the benchmark phase on one GPU, then on two
         phases = []
         for gpus in (["0"], ["0", "1"]):

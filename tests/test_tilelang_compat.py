@@ -747,3 +747,61 @@ def test_tensor_subscript_annotation():
     a = _rand(37, 8, seed=5)
     torch.testing.assert_close(scale_rows(a), a * torch.arange(1, 9))
     assert T.Tensor[(4, 8), T.float16] == T.Tensor((4, 8), T.float16)
+
+
+def test_autotuner_builder():
+    """TileLang's `AutoTuner.from_kernel(...).set_compile_args(...).set_profile_args(...)
+    .run(...)` (its GEMM autotune examples) tunes with tilelab's autotuner."""
+    from tilelang.autotuner import AutoTuner
+
+    M = N = K = 64
+
+    def make(block_M=None, block_N=None):
+        @T.prim_func
+        def main(A: T.Tensor((M, K), T.float32), B: T.Tensor((K, N), T.float32),
+                 C: T.Tensor((M, N), T.float32)):
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+                acc = T.alloc_fragment((block_M, block_N), T.float32)
+                a = T.alloc_shared((block_M, K), T.float32)
+                b = T.alloc_shared((K, block_N), T.float32)
+                T.copy(A[by * block_M, 0], a)
+                T.copy(B[0, bx * block_N], b)
+                T.gemm(a, b, acc, clear_accum=True)
+                T.copy(acc, C[by * block_M, bx * block_N])
+
+        return main
+
+    configs = [{"block_M": 32, "block_N": 32}, {"block_M": 64, "block_N": 32}]
+    result = (AutoTuner.from_kernel(kernel=make, configs=configs)
+              .set_compile_args(out_idx=[-1], target="auto")
+              .set_profile_args(ref_prog=lambda a, b: a @ b, skip_check=False)
+              .run(warmup=1, rep=2))
+    assert result.config in configs and result.latency > 0
+    a, b = _rand(M, K, seed=1), _rand(K, N, seed=2)
+    torch.testing.assert_close(result.kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_autotune_configs_may_carry_pass_configs():
+    """A config's `pass_configs` entry (TileLang's per-config compiler settings) goes to the
+    compile; the rest are the kernel's parameters."""
+    from tilelang.autotuner import autotune
+
+    key = tilelang.PassConfigKey.TL_DISABLE_VECTORIZE
+    configs = [{"block": 32, "pass_configs": {key: flag}} for flag in (True, False)]
+
+    @autotune(configs=configs, warmup=1, rep=2)
+    @tilelang.jit(out_idx=[-1])
+    def doubled(N, block=16):
+        @T.prim_func
+        def main(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+            with T.Kernel(T.ceildiv(N, block), threads=block) as bx:
+                for i in T.Parallel(block):
+                    if bx * block + i < N:
+                        B[bx * block + i] = A[bx * block + i] * 2.0
+
+        return main
+
+    kernel = doubled(100)
+    assert kernel.config["block"] == 32 and kernel.config["pass_configs"][key] in (True, False)
+    a = _rand(100, seed=9)
+    torch.testing.assert_close(kernel(a), 2 * a)

@@ -146,6 +146,13 @@ def _reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[-1] if text else ''}".rstrip(": ")
 
 
+def split_config(config: dict) -> tuple[dict, dict | None]:
+    """A candidate's kernel parameters, and its `pass_configs` entry (TileLang's way of
+    tuning compiler settings beside the parameters), which goes to the compile."""
+    params = dict(config)
+    return params, params.pop("pass_configs", None)
+
+
 def compile_candidate(spec: KernelSpec, args: tuple, kwargs: dict, target: str,
                       call: tuple = ()) -> dict:
     """Compile one candidate (in a worker process): {"built": BuiltKernel} or {"reason"}.
@@ -155,7 +162,8 @@ def compile_candidate(spec: KernelSpec, args: tuple, kwargs: dict, target: str,
     try:
         jit = spec.jit()
         args = tuple(a.meta() if isinstance(a, TensorShape) else a for a in args)
-        kernel = jit.compile(*args, target=target, **kwargs)
+        params, pass_configs = split_config(kwargs)
+        kernel = jit.compile(*args, target=target, pass_configs=pass_configs, **params)
         if call:
             kernel = kernel.specialize(*(a.meta() if isinstance(a, TensorShape) else a
                                          for a in call), target=target)
@@ -680,7 +688,7 @@ class AutoTuner:
         signature = inspect.signature(self.jit.fn)
         knobs = list(dict.fromkeys(k for c in configs for k in c))
         for knob in knobs:
-            if knob not in signature.parameters:
+            if knob not in signature.parameters and knob != "pass_configs":
                 raise TileLabArgumentError(
                     f"autotune: {self.jit.fn.__name__} has no parameter {knob!r} to tune",
                     where, hint=f"its parameters: {', '.join(signature.parameters)}")
@@ -704,9 +712,12 @@ class AutoTuner:
             # autotune does the same; a varlen kernel could not even run on random inputs)
             best, result = {}, None
             if knobs:
-                default = {k: kwargs.get(k, signature.parameters[k].default) for k in knobs
-                           if k in kwargs or signature.parameters[k].default is not
-                           inspect.Parameter.empty}
+                params = signature.parameters
+                default = {k: kwargs.get(k, params[k].default) for k in knobs
+                           if k in kwargs or (k in params and params[k].default is not
+                                              inspect.Parameter.empty)}
+                if "pass_configs" in knobs:  # by default, the decorator's settings alone
+                    default["pass_configs"] = {}
                 candidates: list[dict] = []
                 for config in ([default] if len(default) == len(knobs) else []) + configs:
                     config = {k: config.get(k, default.get(k)) for k in knobs}
@@ -724,7 +735,8 @@ class AutoTuner:
                     raise TileLabError(f"autotune: no configuration of "
                                        f"{self.jit.fn.__name__} ran correctly ({failures})",
                                        where)
-            kernel = self.jit.compile(*args, target=target, **{**kwargs, **best})
+            params, pass_configs = split_config({**kwargs, **best})
+            kernel = self.jit.compile(*args, target=target, pass_configs=pass_configs, **params)
             if call:
                 kernel = kernel.specialize(*call, target=target)
             self._tuned[key] = (kernel, best, result)

@@ -68,6 +68,64 @@ def autotune(configs=None, warmup=None, rep=None, timeout=None, ref_prog=None, r
                             rtol=rtol, atol=atol, skip_check=skip_check, show=False)
 
 
+class AutotuneResult:
+    """What TileLang's `AutoTuner.run` returns: the best `config`, its compiled `kernel`
+    and its `latency` (ms); `ref_latency` is not measured here (None)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.config = kernel, kernel.config
+        times = [r["median_ms"] for r in kernel.autotune_result.rows
+                 if r["status"] == "ok" and r["median_ms"] is not None]
+        self.latency = min(times) if times else None  # the winner is the fastest
+        self.ref_latency = None
+
+    def __repr__(self) -> str:
+        return f"AutotuneResult(config={self.config}, latency={self.latency})"
+
+
+class AutoTuner:
+    """TileLang's builder over a kernel factory, run by tilelab's autotuner:
+
+        AutoTuner.from_kernel(kernel=make, configs=[{...}, ...])
+            .set_compile_args(out_idx=[-1], target="auto")
+            .set_profile_args(ref_prog=reference, skip_check=False)
+            .run(warmup=3, rep=20)              # -> .config, .kernel, .latency
+
+    `make(**config)` returns the `@T.prim_func`. Options about how TileLang makes inputs or
+    caches results are accepted; tilelab makes random inputs of the kernel's shapes."""
+
+    def __init__(self, fn, configs):
+        self.fn, self.configs = fn, configs
+        self.compile_args: dict = {"out_idx": None, "target": "auto", "pass_configs": None}
+        self.profile_args: dict = {"ref_prog": None, "skip_check": False, "rtol": 1e-2,
+                                   "atol": 1e-2}
+
+    @classmethod
+    def from_kernel(cls, kernel, configs):
+        return cls(kernel, configs)
+
+    def set_compile_args(self, out_idx=None, target="auto", pass_configs=None, **_options):
+        self.compile_args.update(out_idx=out_idx, target=target, pass_configs=pass_configs)
+        return self
+
+    def set_profile_args(self, ref_prog=None, skip_check=False, rtol=1e-2, atol=1e-2,
+                         **_options):
+        self.profile_args.update(ref_prog=ref_prog, skip_check=skip_check, rtol=rtol,
+                                 atol=atol)
+        return self
+
+    def run(self, warmup=None, rep=None, timeout=None, **_options):
+        from ..autotuner import autotune as tilelab_autotune
+
+        target = self.compile_args["target"]
+        jit = _kernel.jit(out_idx=self.compile_args["out_idx"],
+                          pass_configs=self.compile_args["pass_configs"],
+                          target=target)(self.fn)
+        tuned = tilelab_autotune(configs=self.configs, warmup=warmup, rep=rep, show=False,
+                                 **self.profile_args)(jit)
+        return AutotuneResult(tuned.compile())
+
+
 def set_autotune_inputs(*inputs, **_options):
     """`with set_autotune_inputs(q, k, ...)`: tune on these tensors. tilelab's autotuner
     makes its own inputs (random, of the call's shapes and dtypes) and checks every
@@ -143,7 +201,9 @@ def _submodules() -> dict[str, types.ModuleType]:
                                    make_swizzled_layout=make_swizzled_layout),
         "tilelang.autotuner": _module("tilelang.autotuner", "Autotuning.", autotune=autotune,
                                       set_autotune_inputs=set_autotune_inputs,
-                                      __all__=["autotune", "set_autotune_inputs"]),
+                                      AutoTuner=AutoTuner, AutotuneResult=AutotuneResult,
+                                      __all__=["autotune", "set_autotune_inputs",
+                                               "AutoTuner", "AutotuneResult"]),
         "tilelang.profiler": _module("tilelang.profiler", "Timing.", do_bench=do_bench,
                                      Profiler=Profiler),
         "tilelang.transform": _module("tilelang.transform", "Pass settings.",
