@@ -805,3 +805,26 @@ def test_autotune_configs_may_carry_pass_configs():
     assert kernel.config["block"] == 32 and kernel.config["pass_configs"][key] in (True, False)
     a = _rand(100, seed=9)
     torch.testing.assert_close(kernel(a), 2 * a)
+
+
+def test_alloc_buffer_without_a_scope():
+    """`T.alloc_buffer(shape, dtype)` before `with T.Kernel` is global scratch (TVM's default
+    scope; TileLang's split-K dequantize example), inside a kernel a shared tile."""
+    N, parts = 64, 4
+
+    @T.prim_func
+    def split_sum(A: T.Tensor((parts, N), T.float32), B: T.Tensor((N,), T.float32)):
+        partial = T.alloc_buffer((parts, N), T.float32)
+        with T.Kernel(parts, threads=64) as bx:
+            tile = T.alloc_buffer((N,), T.float32)
+            T.copy(A[bx, 0], tile)
+            for i in T.Parallel(N):
+                partial[bx, i] = tile[i] * 2.0
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(N):
+                B[i] = partial[0, i] + partial[1, i] + partial[2, i] + partial[3, i]
+
+    a = _rand(parts, N, seed=4)
+    b = torch.empty(N)
+    tilelang.compile(split_sum, target="cpu")(a, b)
+    torch.testing.assert_close(b, 2 * a.sum(0))

@@ -19,9 +19,9 @@ from tvm import tirx
 
 from ..errors import TileLabSyntaxError
 from ..ir import dtypes
-from ..ir.builder import SymbolicDim
+from ..ir.builder import SymbolicDim, current
 from . import expr as E
-from .primitives import alloc_fragment, alloc_local, alloc_shared, serial, unroll
+from .primitives import alloc_fragment, alloc_global, alloc_local, alloc_shared, serial, unroll
 
 # ---------------------------------------------------------------- data types
 
@@ -89,8 +89,15 @@ def dynamic(name: str, dtype: str = "int32"):  # noqa: A002
 symbolic = dynamic
 
 
-def alloc_buffer(shape, dtype, scope="shared.dyn"):  # noqa: A002
-    """TileLang's general allocation; the scope picks the tilelab primitive."""
+def alloc_buffer(shape, dtype, scope=None):  # noqa: A002
+    """TileLang's general allocation; the scope picks the tilelab primitive. Without one
+    it is, as in TVM, global memory before `with T.Kernel` (T.alloc_global: scratch of
+    the program) and, as tilelab reads it inside a kernel, a shared tile."""
+    if scope is None:
+        scope = "shared.dyn" if current("alloc_buffer", need_kernel=False).in_kernel \
+            else "global"
+    if scope == "global":
+        return alloc_global(shape, dtype)
     if scope.startswith("shared"):
         return alloc_shared(shape, dtype, scope)
     if scope == "local.fragment":
@@ -98,7 +105,8 @@ def alloc_buffer(shape, dtype, scope="shared.dyn"):  # noqa: A002
     if scope == "local":
         return alloc_local(shape, dtype)
     raise TileLangFeatureError.of("alloc_buffer", f"memory scope {scope!r}",
-                               "T.alloc_shared, T.alloc_fragment or T.alloc_local")
+                               "T.alloc_shared, T.alloc_fragment, T.alloc_local or "
+                               "T.alloc_global")
 
 
 def make_swizzled_layout(buffer):
