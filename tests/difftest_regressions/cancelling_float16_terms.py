@@ -2,7 +2,7 @@
 # Symptom (mismatch on cpu): CPU backend vs torch: Y3[11, 0] is -0.125, expected -0.157959 (max |err| 0.033 > 0.0285; 1 of 15 elements)
 # Not a compiler bug: `(-s1) + (s1 - f0)` with s1 in the hundreds in float16 cancels; a backend
 # that rounds after each operation is off by half a float16 step of s1 - f0; the comparison's
-# tolerance now follows the largest value an expression makes (Program.largest_intermediate).
+# tolerance now follows each element's size (the magnitudes it was computed from: Program.reference).
 # tests/test_difftest.py runs it on the CPU, and on CUDA when a GPU is present.
 """difftest program 15605 of seed 1 (tilelab.testing.generator)."""
 

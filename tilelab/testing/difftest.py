@@ -81,22 +81,26 @@ def compare(p: Program, actual: dict, expected: dict, what: str) -> str | None:
         want = want.detach().cpu().double()
         if torch.isnan(got).any() and not torch.isnan(want).any():
             return f"{what}: {name} holds NaN"
-        # equal values agree, infinities included (inf - inf would be NaN); the
-        # tolerance scales with the largest finite value: expected, or made inside an
-        # expression (a backend may round after each operation, so where terms cancel,
-        # `-s + (s - f)`, its error follows the size of `s`, not of the result)
+        # equal values agree, infinities included (inf - inf would be NaN); elsewhere the
+        # tolerance scales with the largest finite expected value, or, where larger, with
+        # the element's size: the largest magnitude it was computed from
+        # (Program.reference), which exceeds the values where terms cancelled
         err = torch.where(got == want, 0.0, (got - want).abs())
         finite = want[torch.isfinite(want)]
-        scale = max(finite.abs().max().item() if finite.numel() else 0.0,
-                    p.largest_intermediate)
-        limit = tol * (1 + scale)
-        worst = err.max().item() if err.numel() else 0.0
-        if not worst <= limit:
-            flat = int(err.reshape(-1).argmax())
+        scale = finite.abs().max().item() if finite.numel() else 0.0
+        size = p.output_sizes.get(name)
+        size = torch.zeros_like(want) if size is None else \
+            torch.nan_to_num(size.double(), nan=0.0, posinf=0.0)
+        limit = tol * (1 + torch.clamp(size, min=scale))
+        excess = torch.where(err <= limit, 0.0, err / limit.clamp(min=1e-300))
+        if excess.max().item() > 0 or torch.isnan(err).any():
+            excess = torch.nan_to_num(excess, nan=float("inf"))
+            flat = int(excess.reshape(-1).argmax())
             index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), err.shape))
             return (f"{what}: {name}{list(index)} is {got.reshape(-1)[flat].item():.6g}, "
-                    f"expected {want.reshape(-1)[flat].item():.6g} (max |err| {worst:.3g} > "
-                    f"{limit:.3g}; {int((err > limit).sum())} of {err.numel()} elements)")
+                    f"expected {want.reshape(-1)[flat].item():.6g} (|err| "
+                    f"{err.reshape(-1)[flat].item():.3g} > {limit.reshape(-1)[flat].item():.3g}; "
+                    f"{int((err > limit).sum())} of {err.numel()} elements)")
     return None
 
 

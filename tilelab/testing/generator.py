@@ -58,9 +58,9 @@ class Program:
     tensors: list = field(default_factory=list)  # {"name", "kind", "dtype", "output"}
     buffers: list = field(default_factory=list)  # {"name", "scope", "kind", "dtype"}
     steps: list = field(default_factory=list)
-    # set by `reference`: the largest value an operation inside an expression made (the
-    # comparison's tolerance scales with it); not part of the program
-    largest_intermediate: ClassVar[float] = 0.0
+    # set by `reference`: per output, each element's size (below); the comparison's
+    # tolerance scales with it. Not part of the program.
+    output_sizes: ClassVar[dict] = {}
 
     # -- identity and (de)serialization
 
@@ -152,19 +152,26 @@ class Program:
     # -- the torch reading
 
     def reference(self, inputs: dict) -> dict:
-        """Every output tensor, computed from `inputs` (name -> torch tensor) in float64."""
+        """Every output tensor, computed from `inputs` (name -> torch tensor) in float64.
+
+        Beside each value the reading keeps its *size*: the largest magnitude any value
+        it was computed from had (a sum's size adds up its terms' sizes). A backend that
+        rounds after each operation errs in proportion to the size, not to the value: in
+        `(-s) + (s - f)` with `s` in the hundreds the result is small, its error is not.
+        `output_sizes` holds them for the comparison."""
         import torch
 
         full = {t["name"]: inputs[t["name"]].double().clone() for t in self.tensors}
+        sizes = {name: value.abs() for name, value in full.items()}
         gx, gy = self.grid
-        self.largest_intermediate = 0.0
         for by in range(gy):
             for bx in range(gx):
-                block = _Block(self, full, bx, by, torch)
+                block = _Block(self, full, sizes, bx, by, torch)
                 for step in self.steps:
                     _RUN[step["op"]](block, step)
-                self.largest_intermediate = max(self.largest_intermediate, block.largest)
-        return {t["name"]: full[t["name"]] for t in self.tensors if t["output"]}
+        outputs = [t["name"] for t in self.tensors if t["output"]]
+        self.output_sizes = {name: sizes[name] for name in outputs}
+        return {name: full[name] for name in outputs}
 
 
 def _used_buffers(p: Program) -> set[str]:
@@ -237,42 +244,63 @@ def _render(expr) -> str:
 
 
 def _evaluate(expr, block, shape):
-    """The value of an expression over a whole (rows, cols) loop, as a float64 tensor."""
+    """The value of an expression over a whole (rows, cols) loop, as a float64 tensor, and
+    its size (see `Program.reference`): the largest magnitude of every operand and partial
+    result it was made of, element by element."""
     torch = block.torch
     kind = expr[0]
     rows, cols = (shape + (1,))[:2]
     if kind == "ld":
-        value, access = block.local[expr[1]], expr[2]
-        if access == "ji":
-            value = value.T
-        elif access == "i":
-            value = value[:, None] if len(shape) == 2 else value
-        elif access == "j":
-            value = value[None, :]
-        return value.expand(*shape) if len(shape) == 2 else value
+        value, size, access = block.local[expr[1]], block.size[expr[1]], expr[2]
+
+        def shaped(t):
+            if access == "ji":
+                t = t.T
+            elif access == "i":
+                t = t[:, None] if len(shape) == 2 else t
+            elif access == "j":
+                t = t[None, :]
+            return t.expand(*shape) if len(shape) == 2 else t
+
+        return shaped(value), shaped(size)
     if kind == "c":
-        return torch.full(shape, float(expr[1]), dtype=torch.float64)
+        value = torch.full(shape, float(expr[1]), dtype=torch.float64)
+        return value, value.abs()
     if kind == "ix" and expr[1] == "k":  # the masked loop's counter
-        return torch.full(shape, float(block.k), dtype=torch.float64)
+        value = torch.full(shape, float(block.k), dtype=torch.float64)
+        return value, value.abs()
     if kind == "ix":
         index = torch.arange(rows if expr[1] == "i" else cols, dtype=torch.float64)
-        if len(shape) == 1:
-            return index
-        return index[:, None].expand(*shape) if expr[1] == "i" else index[None, :].expand(*shape)
+        if len(shape) == 2:
+            index = index[:, None].expand(*shape) if expr[1] == "i" else \
+                index[None, :].expand(*shape)
+        return index, index
     if kind == "bin":
-        a, b = _evaluate(expr[2], block, shape), _evaluate(expr[3], block, shape)
-        return block.noted({"+": torch.add, "-": torch.sub, "*": torch.mul,
-                            "max": torch.maximum, "min": torch.minimum}[expr[1]](a, b))
+        (a, sa), (b, sb) = _evaluate(expr[2], block, shape), _evaluate(expr[3], block, shape)
+        out = {"+": torch.add, "-": torch.sub, "*": torch.mul, "max": torch.maximum,
+               "min": torch.minimum}[expr[1]](a, b)
+        size = sa * sb if expr[1] == "*" else torch.maximum(sa, sb)
+        return out, _larger(size, out)
     if kind == "un":
-        a = _evaluate(expr[2], block, shape)
-        return block.noted({"abs": torch.abs, "neg": torch.neg,
-                            "exp": lambda x: torch.exp(torch.clamp(x, max=2.0))}[expr[1]](a))
+        a, sa = _evaluate(expr[2], block, shape)
+        out = {"abs": torch.abs, "neg": torch.neg,
+               "exp": lambda x: torch.exp(torch.clamp(x, max=2.0))}[expr[1]](a)
+        return out, _larger(sa, out)
     if kind == "sel":
-        a, b = _evaluate(expr[2], block, shape), _evaluate(expr[3], block, shape)
+        (a, _), (b, _) = _evaluate(expr[2], block, shape), _evaluate(expr[3], block, shape)
         cond = {"<": torch.lt, ">": torch.gt, "==": torch.eq}[expr[1]](a, b)
-        return torch.where(cond, _evaluate(expr[4], block, shape),
-                           _evaluate(expr[5], block, shape))
+        (x, sx), (y, sy) = _evaluate(expr[4], block, shape), _evaluate(expr[5], block, shape)
+        return torch.where(cond, x, y), torch.where(cond, sx, sy)
     raise ValueError(kind)
+
+
+def _larger(size, value):
+    """The elementwise larger of a size and a value's magnitude (infinities and NaN count
+    as size 0: an infinite result is compared as itself)."""
+    import torch
+
+    magnitude = torch.where(torch.isfinite(value), value.abs(), 0.0)
+    return torch.maximum(torch.nan_to_num(size, nan=0.0, posinf=0.0), magnitude)
 
 
 # ---------------------------------------------------------------- one block of the reference
@@ -281,18 +309,12 @@ def _evaluate(expr, block, shape):
 class _Block:
     """The on-chip buffers of one block while the reference runs its steps."""
 
-    def __init__(self, p: Program, full: dict, bx: int, by: int, torch):
-        self.p, self.full, self.bx, self.by, self.torch = p, full, bx, by, torch
+    def __init__(self, p: Program, full: dict, full_size: dict, bx: int, by: int, torch):
+        self.p, self.full, self.full_size, self.bx, self.by = p, full, full_size, bx, by
+        self.torch = torch
         self.local: dict = {}
+        self.size: dict = {}  # each on-chip buffer's sizes (see Program.reference)
         self.k = 0  # the masked loop's counter, while one runs
-        self.largest = 0.0  # the largest finite value an operation inside an expression made
-
-    def noted(self, value):
-        """`value`, an operation's result inside an expression, with its size noted."""
-        finite = value[self.torch.isfinite(value)]
-        if finite.numel():
-            self.largest = max(self.largest, finite.abs().max().item())
-        return value
 
     def rounded(self, value, dtype: str):
         """`value` stored in a buffer of `dtype` (rounded; integers wrap like int32)."""
@@ -301,9 +323,10 @@ class _Block:
             return value.to(torch.int64).to(torch.int32).to(torch.float64)
         return value.to(getattr(torch, dtype)).to(torch.float64)
 
-    def window(self, name: str, starts, extents):
-        """A zero-padded window of a tensor: what `T.copy` reads past the edges."""
-        tensor = self.full[name]
+    def window(self, name: str, starts, extents, sizes=False):
+        """A zero-padded window of a tensor (or of its sizes): what `T.copy` reads past the
+        edges."""
+        tensor = (self.full_size if sizes else self.full)[name]
         out = self.torch.zeros(extents, dtype=self.torch.float64)
         index_out, index_in = [], []
         for s, e, size in zip(starts, extents, tensor.shape):
@@ -315,23 +338,28 @@ class _Block:
         out[tuple(index_out)] = tensor[tuple(index_in)]
         return out
 
-    def write(self, name: str, starts, value, add=False):
-        """Store `value` at `starts` in a tensor, dropping what falls past its edges."""
-        tensor = self.full[name]
+    def write(self, name: str, starts, value, size, add=False):
+        """Store `value` (of `size`) at `starts` in a tensor, dropping what falls past its
+        edges; `add`: add to what is there (atomically, on the GPU)."""
+        tensor, sizes = self.full[name], self.full_size[name]
         index_out, index_in = [], []
-        for s, e, size in zip(starts, value.shape, tensor.shape):
-            stop = min(s + e, size)
+        for s, e, extent in zip(starts, value.shape, tensor.shape):
+            stop = min(s + e, extent)
             if stop <= s:
                 return
             index_out.append(slice(s, stop))
             index_in.append(slice(0, stop - s))
-        part = value[tuple(index_in)]
+        at, part = tuple(index_out), tuple(index_in)
         dtype = self.p.tensor(name)["dtype"]
-        current = tensor[tuple(index_out)]
-        tensor[tuple(index_out)] = self.rounded(current + part if add else part, dtype)
+        new = self.rounded(tensor[at] + value[part] if add else value[part], dtype)
+        sizes[at] = _larger(sizes[at] + size[part] if add else size[part], new)
+        tensor[at] = new
 
-    def set(self, name: str, value):
+    def set(self, name: str, value, size=None):
+        """Store `value` in an on-chip buffer; its size is `size`, or its own magnitude."""
         self.local[name] = self.rounded(value, self.p.buffer(name)["dtype"])
+        self.size[name] = _larger(self.local[name].abs() if size is None else size,
+                                  self.local[name])
 
 
 # ---------------------------------------------------------------- steps: source and meaning
@@ -345,7 +373,8 @@ def _emit_load(p, s):
 def _run_load(b, s):
     kind = b.p.tensor(s["src"])["kind"]
     starts = _origin_values(b.p, kind, b.bx, b.by, s.get("shift", (0, 0)))
-    b.set(s["dst"], b.window(s["src"], starts, b.p.buffer_shape(b.p.buffer(s["dst"])["kind"])))
+    shape = b.p.buffer_shape(b.p.buffer(s["dst"])["kind"])
+    b.set(s["dst"], b.window(s["src"], starts, shape), b.window(s["src"], starts, shape, True))
 
 
 def _emit_store(p, s):
@@ -355,10 +384,10 @@ def _emit_store(p, s):
 
 def _run_store(b, s):
     kind = b.p.tensor(s["dst"])["kind"]
-    value = b.local[s["src"]]
+    value, size = b.local[s["src"]], b.size[s["src"]]
     if kind in ("om", "on"):
-        value = value[None, :]
-    b.write(s["dst"], _origin_values(b.p, kind, b.bx, b.by), value)
+        value, size = value[None, :], size[None, :]
+    b.write(s["dst"], _origin_values(b.p, kind, b.bx, b.by), value, size)
 
 
 def _emit_copy(p, s):
@@ -366,7 +395,7 @@ def _emit_copy(p, s):
 
 
 def _run_copy(b, s):
-    b.set(s["dst"], b.local[s["src"]])
+    b.set(s["dst"], b.local[s["src"]], b.size[s["src"]])
 
 
 def _emit_subcopy(p, s):
@@ -377,9 +406,10 @@ def _emit_subcopy(p, s):
 
 def _run_subcopy(b, s):
     (r0, c0), (r1, c1), (h, w) = s["from"], s["to"], s["size"]
-    dst = b.local[s["dst"]].clone()
+    dst, size = b.local[s["dst"]].clone(), b.size[s["dst"]].clone()
     dst[r1:r1 + h, c1:c1 + w] = b.local[s["src"]][r0:r0 + h, c0:c0 + w]
-    b.set(s["dst"], dst)
+    size[r1:r1 + h, c1:c1 + w] = b.size[s["src"]][r0:r0 + h, c0:c0 + w]
+    b.set(s["dst"], dst, size)
 
 
 def _emit_fill(p, s):
@@ -433,10 +463,11 @@ def _run_ew(b, s):
         return
     dst = b.p.buffer(s["dst"])
     shape = b.p.buffer_shape(dst["kind"])
-    value = _evaluate(s["expr"], b, shape)
+    value, size = _evaluate(s["expr"], b, shape)
     if s.get("tmp"):
         value = b.rounded(value, b.p.buffer(s["tmp"])["dtype"]) + 1
-    b.set(s["dst"], value)
+        size = size + 1
+    b.set(s["dst"], value, size)
 
 
 def _emit_reduce(p, s):
@@ -446,21 +477,22 @@ def _emit_reduce(p, s):
 
 def _run_reduce(b, s):
     torch = b.torch
-    x = b.local[s["src"]]
+    x, sx = b.local[s["src"]], b.size[s["src"]]
     kind, dim = s["kind"], s["dim"]
     if kind.startswith("abs"):
         x = x.abs()
     if kind.endswith("sum"):
-        value = x.sum(dim)
+        value, size = x.sum(dim), sx.sum(dim)  # a sum's rounding follows its terms
     elif kind.endswith("max"):
-        value = x.amax(dim)
+        value, size = x.amax(dim), sx.amax(dim)
     else:
-        value = x.amin(dim)
+        value, size = x.amin(dim), sx.amax(dim)
     if not s["clear"]:
-        old = b.local[s["dst"]]
+        old, old_size = b.local[s["dst"]], b.size[s["dst"]]
         value = old + value if kind.endswith("sum") else \
             (torch.maximum(old, value) if kind.endswith("max") else torch.minimum(old, value))
-    b.set(s["dst"], value)
+        size = old_size + size if kind.endswith("sum") else torch.maximum(old_size, size)
+    b.set(s["dst"], value, size)
 
 
 def _emit_gstore(p, s):
@@ -472,8 +504,8 @@ def _emit_gstore(p, s):
 
 
 def _run_gstore(b, s):
-    value = _evaluate(s["expr"], b, (b.p.bm, b.p.bn))
-    b.write(s["dst"], _origin_values(b.p, "mn", b.bx, b.by), value)
+    value, size = _evaluate(s["expr"], b, (b.p.bm, b.p.bn))
+    b.write(s["dst"], _origin_values(b.p, "mn", b.bx, b.by), value, size)
 
 
 def _emit_atomic(p, s):
@@ -487,7 +519,7 @@ def _emit_atomic(p, s):
 
 def _run_atomic(b, s):
     start = _origin_values(b.p, b.p.tensor(s["dst"])["kind"], b.bx, b.by)
-    b.write(s["dst"], start, b.local[s["src"]], add=True)
+    b.write(s["dst"], start, b.local[s["src"]], b.size[s["src"]], add=True)
 
 
 def _emit_scatter(p, s):
@@ -507,8 +539,10 @@ def _run_scatter(b, s):
     j = torch.arange(cols)[None, :]
     bins = ((i + 3 * j) % 8).reshape(-1)
     values = b.local[s["src"]][:rows, :cols].reshape(-1)
+    sizes = b.size[s["src"]][:rows, :cols].reshape(-1)
     add = torch.zeros(8, dtype=torch.float64).index_add_(0, bins, values)
-    b.write(s["dst"], [0], add, add=True)
+    size = torch.zeros(8, dtype=torch.float64).index_add_(0, bins, sizes)
+    b.write(s["dst"], [0], add, size, add=True)
 
 
 def _emit_gemm(p, s):
@@ -543,7 +577,7 @@ def _run_gemm(b, s):
         b.window(s["A"], [rows, k0], [p.bm, kt - k0])
     bb = b.window(s["B"], [cols, k0], [p.bn, kt - k0]).T if s["transpose_B"] else \
         b.window(s["B"], [k0, cols], [kt - k0, p.bn])
-    b.set(s["dst"], a @ bb)
+    b.set(s["dst"], a @ bb, a.abs() @ bb.abs())
 
 
 def _emit_ksum(p, s):
@@ -560,7 +594,7 @@ def _run_ksum(b, s):
     kt = -(-p.K // p.bk) * p.bk
     tiles = b.rounded(b.window(s["src"], [b.by * p.bm, 0], [p.bm, kt]),
                       p.buffer(s["tmp"])["dtype"])
-    b.set(s["dst"], tiles.sum(1))
+    b.set(s["dst"], tiles.sum(1), tiles.abs().sum(1))
 
 
 _EMIT = {name.removeprefix("_emit_"): fn for name, fn in globals().items()
