@@ -15,7 +15,9 @@ probability is exactly 0.
     python examples/flash_attention.py --device cpu --seq 256 --dim 64 --causal
 """
 
-from __future__ import annotations
+# (no `from __future__ import annotations`: the kernel's annotations name the factory's
+# own variables, and TileLang, which bench/peer_tilelang.py runs this source through,
+# evaluates string annotations without them)
 
 import torch
 import torch.nn.functional as F
