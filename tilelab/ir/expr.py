@@ -71,12 +71,19 @@ def _rank(dtype: str) -> tuple[int, int]:
 
 
 def common_dtype(a, b) -> str:
+    """The type two operands meet at. float8 has no arithmetic of its own (GPUs convert
+    it, CUDA C has no operators for it): its values meet others as float32, and a store
+    into a float8 tile rounds the result back."""
     da, db = dtype_of(a), dtype_of(b)
     if not is_expr(a):  # a Python number follows the expression's type
-        return db if not (isinstance(a, float) and not dtypes.as_dtype(db).is_float) else "float32"
-    if not is_expr(b):
-        return da if not (isinstance(b, float) and not dtypes.as_dtype(da).is_float) else "float32"
-    return builtins.max(da, db, key=_rank)
+        dtype = db if not (isinstance(a, float) and not dtypes.as_dtype(db).is_float) \
+            else "float32"
+    elif not is_expr(b):
+        dtype = da if not (isinstance(b, float) and not dtypes.as_dtype(da).is_float) \
+            else "float32"
+    else:
+        dtype = builtins.max(da, db, key=_rank)
+    return "float32" if dtype.startswith("float8") else dtype
 
 
 def unify(a, b):
