@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# name -> (module, factory or eager, sizes, options): the course kernels as the course runs
+# name -> (example module, sizes, options): the course kernels as the course runs
 # them on the H200 (docs/PERFORMANCE.md), GEMM at its default and at its fastest config
 PROGRAMS = {
     "gemm_128x128x32_s3": ("gemm", {"m": 8192, "n": 8192, "k": 8192},

@@ -21,11 +21,12 @@ def simplify(expr):
     return _ANALYZER.simplify(expr) if not isinstance(expr, int) else expr
 
 
-def bind_thread_index(tx, threads: int) -> None:
-    """Tell the simplifier that `tx` runs over 0..threads-1, so that a layout's
-    `tx % 256` on a 256-thread block becomes `tx` (and TVM's FlattenBuffer, which
-    fails on some xor-swizzled indices that still carry the modulo, never sees it)."""
-    _ANALYZER.bind(tx, tvm.ir.Range(0, threads))
+def thread_index_range(tx, threads: int):
+    """While a kernel is lowered: the simplifier knows that `tx` runs over 0..threads-1,
+    so that a layout's `tx % 256` on a 256-thread block becomes `tx` (TVM's FlattenBuffer
+    fails on some xor-swizzled indices that still carry the modulo). A scope, so the
+    shared simplifier keeps nothing of one kernel's thread index after it."""
+    return _ANALYZER.constraint_scope(tirx.And(tirx.GE(tx, 0), tirx.LT(tx, threads)))
 
 
 # ---------------------------------------------------------------- edges and indices

@@ -36,7 +36,7 @@ from ..ir.layout import Fragment, kept_alike, kept_whole_alike, owner_table, thr
 from ..ir.tile_ops import _const_int, is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, lookup
-from ..ops._lowering import address, bind_thread_index, is_fragment, seq, simplify, unravel
+from ..ops._lowering import address, is_fragment, seq, simplify, thread_index_range, unravel
 from .infer_layouts import LayoutPlan, parallel_nest
 
 
@@ -445,8 +445,8 @@ def _add_threads(loop, lowering_fn, threads, swizzle=None):
     if swizzle and swizzle[2] and len(block_loops) >= 2:
         node = substitute(node, rasterize(block_loops, swizzle[0]))
     tx = tirx.Var("tx", "int32")
-    bind_thread_index(tx, threads)
-    body, scratch = lowering_fn(node, tx, [b.loop_var for b in block_loops])
+    with thread_index_range(tx, threads):
+        body, scratch = lowering_fn(node, tx, [b.loop_var for b in block_loops])
     body = seq([tirx.AllocBuffer(s) for s in scratch] + [body])
     iter_var = tirx.IterVar(None, tirx.Var("threadIdx.x", "int32"), tirx.IterVar.ThreadIndex,
                             "threadIdx.x")
