@@ -264,7 +264,7 @@ class JITFunction:
     """The object `@tilelab.jit` returns; see the module docstring."""
 
     def __init__(self, fn, out_idx=None, target="auto", pass_configs=None):
-        from .language.frontend import FunctionSource
+        from .language.frontend import FunctionSource, eager_tensor_params
 
         functools.update_wrapper(self, fn)
         self.fn = fn
@@ -274,6 +274,12 @@ class JITFunction:
         self.source = FunctionSource.of(fn)
         self.style = "factory" if _is_factory(self.source) else "eager"
         self._kernels: dict = {}
+        # read once: an eager call is on the launch path, and inspect.signature alone costs
+        # tens of microseconds
+        self._signature = inspect.signature(fn)
+        self._tensor_names = frozenset(eager_tensor_params(self.source)) \
+            if self.style == "eager" else frozenset()
+        self._where = self.source.location(self.source.node)  # the `def` line, for errors
 
     def __repr__(self) -> str:
         return f"<tilelab.jit {self.style} {self.fn.__name__}>"
@@ -284,7 +290,7 @@ class JITFunction:
             return self._factory_kernel(args, kwargs)
         # an eager call takes compile's target= and pass_configs= too (unless the kernel has
         # parameters of those names); any other unknown keyword is an error while tracing
-        own = inspect.signature(self.fn).parameters
+        own = self._signature.parameters
         options = {k: kwargs.pop(k) for k in ("target", "pass_configs")
                    if k in kwargs and k not in own}
         kernel, tensors = self._eager_kernel(args, kwargs, need_tensors=True, **options)
@@ -320,7 +326,7 @@ class JITFunction:
         kernel = self._cached(key)
         if kernel is None:
             try:
-                inspect.signature(self.fn).bind(*args, **kwargs)
+                self._signature.bind(*args, **kwargs)
             except TypeError as err:
                 raise TileLabArgumentError(f"{self.fn.__name__}: {err}",
                                            self.source.location(self.source.node)) from None
@@ -352,14 +358,13 @@ class JITFunction:
 
     def _eager_kernel(self, args, kwargs, need_tensors: bool, target=None, pass_configs=None):
         from .compiler import resolve_target
-        from .language.frontend import eager_tensor_params
 
-        signature = inspect.signature(self.fn)
-        tensor_names = eager_tensor_params(self.source)
+        signature = self._signature
+        tensor_names = self._tensor_names
         params = list(signature.parameters)
         extra = {k: v for k, v in kwargs.items() if k not in signature.parameters}
         named = {k: v for k, v in kwargs.items() if k in signature.parameters}
-        where = self.source.location(self.source.node)
+        where = self._where
 
         def declared(name):  # the `X: T.Tensor(...)` line of a tensor parameter
             for stmt in self.source.node.body:
