@@ -205,6 +205,16 @@ def run(compiler: str, site: str, names: list, only_compile: bool) -> dict:
     return json.loads(lines[-1])
 
 
+def _machine() -> str:
+    """The GPU's name as nvidia-smi gives it (this process has no CUDA context)."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)
+        return done.stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        return "no GPU"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tilelang-site", default=os.environ.get("TILELANG_SITE"))
@@ -241,6 +251,7 @@ def main() -> None:
         table[name] = row
         print(name, json.dumps(row), flush=True)
     out = {"command": " ".join(["python", "bench/peer_tilelang.py", *sys.argv[1:]]),
+           "machine": _machine(), "date": time.strftime("%Y-%m-%d"),
            "programs": {n: {"sizes": PROGRAMS[n][1], "options": PROGRAMS[n][2]} for n in names},
            "results": table}
     path = Path(args.json) if args.json else None

@@ -42,6 +42,15 @@ SHAPES = {
     "gemm_fp16_bk64_s4": "8192³ fp16; 128×128×64 tiles, 4 warps, 4 stages, panels of 8",
     "gemm_fp16_128x256_t256_s4": "8192³ fp16; 128×256×64 tiles, 8 warps, 4 stages, "
                                  "panels of 8",
+    "gemm_fp16_bk64_s4_tma": "8192³ fp16; 128×128×64 tiles, 4 warps, 4 stages, panels of 8; "
+                             "tiles copied by TMA (`tl.enable_tma`)",
+    "gemm_fp16_128x256_t256_s4_tma": "8192³ fp16; 128×256×64 tiles, 8 warps, 4 stages, panels "
+                                     "of 8; tiles copied by TMA (`tl.enable_tma`)",
+    "gemm_fp16_128x256x32_t256_s6": "8192³ fp16; 128×256×32 tiles, 8 warps, 6 stages, panels "
+                                    "of 8",
+    "gemm_fp16_4096_128x256_t256_s4": "4096³ fp16; 128×256×64 tiles, 8 warps, 4 stages, "
+                                      "panels of 8",
+    "gemm_bf16_128x256_t256_s4": "8192³ bf16; 128×256×64 tiles, 8 warps, 4 stages, panels of 8",
     "flash_attention_causal": "batch 4, heads 32, seq 4096, dim 128, fp16, causal (each query "
                               "block's key loop stops at its diagonal); block 64×64, 4 warps, "
                               "2 stages",
@@ -61,6 +70,11 @@ BASELINES = {
     "gemm_fp16": "`torch.matmul`", "gemm_fp16_bk64": "`torch.matmul`",
     "gemm_fp16_panel8": "`torch.matmul`", "gemm_fp16_128x256_t256": "`torch.matmul`",
     "gemm_fp16_bk64_s4": "`torch.matmul`", "gemm_fp16_128x256_t256_s4": "`torch.matmul`",
+    "gemm_fp16_bk64_s4_tma": "`torch.matmul`",
+    "gemm_fp16_128x256_t256_s4_tma": "`torch.matmul`",
+    "gemm_fp16_128x256x32_t256_s6": "`torch.matmul`",
+    "gemm_fp16_4096_128x256_t256_s4": "`torch.matmul`",
+    "gemm_bf16_128x256_t256_s4": "`torch.matmul`",
     "flash_attention_causal": "`F.scaled_dot_product_attention(is_causal=True)`",
     "flash_attention_causal_bm128_w8": "`F.scaled_dot_product_attention(is_causal=True)`",
 }
@@ -166,6 +180,43 @@ def autotune_section(r: dict) -> list[str]:
     return out + [""]
 
 
+PEER_NAMES = {
+    "gemm_128x128x32_s3": "GEMM 8192³ fp16 (examples/gemm.py), 128×128×32 tiles, 3 stages, "
+                          "128 threads",
+    "gemm_128x256x64_s4_t256": "GEMM 8192³ fp16, 128×256×64 tiles, 4 stages, 256 threads",
+    "flash_attention_d128": "FlashAttention b4 h32 s4096 d128 fp16 (examples/flash_attention.py), "
+                            "64×64 blocks, 2 stages, 128 threads",
+    "flash_attention_d128_bm128_w8": "the same, 128×64 blocks, 256 threads",
+    "flash_attention_d128_causal": "the same, causal, 64×64 blocks, 128 threads",
+    "softmax": "row softmax 8192×8192 fp16 (examples/softmax.py), called eagerly",
+}
+
+
+def peer_section(r: dict) -> list[str]:
+    """The course's sources through both compilers (bench/peer_tilelang.py)."""
+    out = ["## Same program, two compilers: tilelab and TileLang 0.1.15", "",
+           f"Command: `{r['command'].replace('/tmp/tilelang-site', 'DIR')}` on one "
+           f"{r['machine']} ({r['date']}). The course's sources, unchanged, compiled by each "
+           "compiler in a process of its own (TileLang brings its own TVM); the processes "
+           "alternate, twice each; each times the program and PyTorch's kernel for it with "
+           "CUDA events, warm-up, L2 flushed before every launch, median; the table keeps the "
+           "median over the rounds. A kernel is called as the course calls it (the softmax "
+           "eagerly: its dispatch is in the time).", "",
+           "| program | tilelab | TileLang | tilelab vs TileLang | PyTorch, same run | "
+           "max error (both) |", "|---|---|---|---|---|---|"]
+    for name, row in r["results"].items():
+        ours, theirs = row["tilelab"], row["tilelang"]
+        if "ms" not in ours or "ms" not in theirs:
+            out.append(f"| {PEER_NAMES.get(name, name)} | {ours.get('error', '')} | "
+                       f"{theirs.get('error', '')} | | | |")
+            continue
+        out.append(f"| {PEER_NAMES.get(name, name)} | {ours['ms']:.3f} ms | "
+                   f"{theirs['ms']:.3f} ms | ×{row['tilelab_vs_tilelang']:.2f} | "
+                   f"{ours['torch_ms']:.3f} ms | "
+                   f"{max(ours['max_error'], theirs['max_error']):.1e} |")
+    return out + ([""] + [r["note"]] if r.get("note") else []) + [""]
+
+
 def main() -> None:
     lines = ["# Performance", "",
              "Every figure comes from a `bench/` script; each kernel is timed beside its "
@@ -175,6 +226,9 @@ def main() -> None:
         gpu = RESULTS / results
         if gpu.exists():
             lines += gpu_section(json.loads(gpu.read_text()), what, build, results)
+    peer = RESULTS / "peer_tilelang_h200.json"
+    if peer.exists():
+        lines += peer_section(json.loads(peer.read_text()))
     tuned = RESULTS / "autotune_h200.json"
     if tuned.exists():
         lines += autotune_section(json.loads(tuned.read_text()))

@@ -454,7 +454,9 @@ def main(argv=None) -> int:
     if args.one:
         return _one(args.one, args.module, args.target)
 
-    cache = tempfile.TemporaryDirectory(prefix="tilelab-difftest-cache-")
+    # workers still compiling when --seconds ends may write into it while it is removed
+    cache = tempfile.TemporaryDirectory(prefix="tilelab-difftest-cache-",
+                                        ignore_cleanup_errors=True)
     _init_worker(cache.name)
     work = [(args.seed, i, args.target, args.shrink_seconds)
             for i in range(args.start, args.start + args.count)]
