@@ -169,6 +169,32 @@ BENCH = [
                                                        "num_stages": 4, "threads": 256,
                                                        "panel": 8}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    # the same two with their tiles copied by TMA (tl.enable_tma, experimental)
+    ("gemm_fp16_bk64_s4_tma", "gemm", {"M": 8192, "N": 8192, "K": 8192,
+                                            "options": {"block_k": 64, "num_stages": 4,
+                                                        "panel": 8, "pass_configs": {
+                                                            "tl.enable_tma": True}}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("gemm_fp16_128x256_t256_s4_tma", "gemm",
+     {"M": 8192, "N": 8192, "K": 8192,
+      "options": {"block_n": 256, "block_k": 64, "num_stages": 4, "threads": 256, "panel": 8,
+                  "pass_configs": {"tl.enable_tma": True}}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("gemm_fp16_128x256x32_t256_s6", "gemm", {"M": 8192, "N": 8192, "K": 8192,
+                                              "options": {"block_n": 256, "block_k": 32,
+                                                          "num_stages": 6, "threads": 256,
+                                                          "panel": 8}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("gemm_fp16_4096_128x256_t256_s4", "gemm", {"M": 4096, "N": 4096, "K": 4096,
+                                                "options": {"block_n": 256, "block_k": 64,
+                                                            "num_stages": 4, "threads": 256,
+                                                            "panel": 8}},
+     [("randn", (4096, 4096), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 4096 ** 3}),
+    ("gemm_bf16_128x256_t256_s4", "gemm_bf16", {"M": 8192, "N": 8192, "K": 8192,
+                                                "options": {"block_n": 256, "block_k": 64,
+                                                            "num_stages": 4, "threads": 256,
+                                                            "panel": 8}},
+     [("randn", (8192, 8192), "bfloat16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     ("flash_attention", "flash_attention", {"shape": (4, 32, 4096, 128)},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
      {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
@@ -308,6 +334,8 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
         import tilelab.language as T
         from examples.gemm import gemm_kernel as k
 
+        sizes = dict(sizes)
+        options = dict(sizes.pop("options", {}), **options)
         return k.compile(**sizes, input_dtype=T.bfloat16, target="cuda", **options)
     elif kind == "atomic_column_sum":
         return tilelab.compile(atomic_column_sum(**sizes), target="cuda")

@@ -66,7 +66,8 @@ def tile_product(A, B):
 
 def test_every_key_is_tested_here():
     tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
-              "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP"}
+              "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP",
+              "TL_ENABLE_TMA"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -120,12 +121,12 @@ def test_an_unknown_key_is_an_error_naming_the_known_ones():
 def test_tilelang_keys_warn_once_and_compile():
     from tilelab import compiler
 
-    compiler._warned_configs.discard("tl.disable_tma_lower")
+    compiler._warned_configs.discard("tl.disable_warp_specialized")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        staged_copy.compile(N=1000, pass_configs={"tl.disable_tma_lower": True})
-        staged_copy.compile(N=1001, pass_configs={"tl.disable_tma_lower": True})
-    said = [str(w.message) for w in caught if "disable_tma_lower" in str(w.message)]
+        staged_copy.compile(N=1000, pass_configs={"tl.disable_warp_specialized": True})
+        staged_copy.compile(N=1001, pass_configs={"tl.disable_warp_specialized": True})
+    said = [str(w.message) for w in caught if "disable_warp_specialized" in str(w.message)]
     assert len(said) == 1 and "no effect" in said[0]
 
 
@@ -161,6 +162,23 @@ def test_disable_wgmma_overlap_waits_for_every_gemm():
     loop = overlapped.code["cuda"].split("for (int reduction_block")[1].split("\n  }\n")[0]
     assert loop.count("__syncthreads()") == 1  # the pipeline's own; the refill needs no other
     assert "wait_group_sync_aligned_0" not in loop
+
+
+@needs_nvcc
+def test_enable_tma_copies_with_one_thread():
+    """With the key, the course GEMM's main loop copies with TMA on sm_90a (tests/test_tma.py);
+    without it, every thread copies 16 bytes at a time with cp.async, as on Ampere."""
+    from examples.gemm import gemm_kernel
+
+    a = torch.empty(512, 256).half()
+    b = torch.empty(256, 384).half()
+    tma = gemm_kernel.compile(a, b, block_k=64, target="cuda:sm_90a", pass_configs={
+        PassConfigKey.TL_ENABLE_TMA: True})
+    plain = gemm_kernel.compile(a, b, block_k=64, target="cuda:sm_90a")
+    assert "cp.async.bulk.tensor" in tma.trace.code["ptx"] and "tensor_maps" in tma.launch
+    assert "cp.async.bulk.tensor" not in plain.trace.code["ptx"]
+    assert "cp.async.cg.shared.global" in plain.trace.code["ptx"]
+    assert "tensor_maps" not in plain.launch
 
 
 @needs_nvcc

@@ -116,7 +116,8 @@ def test_the_bank_view_replays_what_the_compiler_recorded(gemm_traces):
                view.data["accesses"])
     from examples.gemm import gemm_kernel
 
-    cuda = gemm_kernel.compile(M=256, N=256, K=256, num_stages=3, target="cuda:sm_90a")
+    # the CPU's plan is the Ampere path's (sm_90a copies this loop with TMA: test_tma.py)
+    cuda = gemm_kernel.compile(M=256, N=256, K=256, num_stages=3, target="cuda:sm_80")
     assert "tl::cp_async<16>" in cuda.trace.code["cuda"]  # what the record says it emits
     assert {(r["src"], r["dst"]): r for r in cuda.trace.instructions if r["op"] == "copy"} \
         == copies  # the CPU trace shows what the CUDA compile records

@@ -253,17 +253,21 @@ def test_what_wgmma_cannot_take_falls_back_with_a_reason(extra, why):
 
 
 @needs_nvcc
-def test_operand_tiles_start_on_the_swizzle_period():
-    """A 256-byte bias tile merged before the GEMM's tiles must not shift them off 1 KiB."""
+@pytest.mark.parametrize("tma", [True, False])
+def test_operand_tiles_start_on_the_swizzle_period(tma):
+    """A 256-byte bias tile merged before the GEMM's tiles must not shift them off 1 KiB
+    (where TMA writes them, and where every thread's cp.async does)."""
     from examples.gemm_bias_relu import gemm_bias_relu_kernel
 
     a, b = torch.empty(1000, 512, dtype=torch.float16), torch.empty(512, 1000, dtype=torch.float16)
-    kernel = gemm_bias_relu_kernel.compile(a, b, torch.empty(1000, dtype=torch.float16),
-                                           target="cuda:sm_90a")
+    kernel = gemm_bias_relu_kernel.compile(
+        a, b, torch.empty(1000, dtype=torch.float16), target="cuda:sm_90a",
+        pass_configs={"tl.enable_tma": True} if tma else {})
     assert [r["instruction"] for r in _gemms(kernel.trace)] == ["wgmma.mma_async"]
     source = kernel.trace.code["cuda"]
+    operand = r"(?:A|B)_tma" if tma else r"\(&\((?:A|B)_ptr"
     starts = {int(m) for m in re.findall(r"\(\(half\*\)buf_dyn_shmem_ptr\)\[.*\+ (\d+)\)\]\)\), "
-                                         r"\(&\((?:A|B)_ptr", source)}
+                                         + operand, source)}
     assert starts and all(2 * s % 1024 == 0 for s in starts), sorted(starts)
 
 

@@ -126,7 +126,8 @@ class BuiltKernel:
             runner = CudaLauncher(self.files["kernel.cubin"], launch["kernel_name"],
                                   launch["grid"], launch["block"], launch["dynamic_smem"],
                                   [p.dtype for p in params], arch=launch["arch"],
-                                  arg_order=launch["arg_order"])
+                                  arg_order=launch["arg_order"],
+                                  tensor_maps=launch.get("tensor_maps", ()))
         else:
             from .backends.cpu import CPURunner
 

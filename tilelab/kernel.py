@@ -218,7 +218,7 @@ class Kernel:
                       arch=self.launch["arch"], arg_order=self.launch["arg_order"],
                       trace_json=self.trace.to_json() if self.trace
                       else None, source=self.trace.code.get("cuda") if self.trace else None,
-                      config=self.config)
+                      config=self.config, tensor_maps=self.launch.get("tensor_maps", ()))
 
     def get_profiler(self, tensor_supply_type=None):
         """A Profiler whose random inputs follow `tensor_supply_type` (a TensorSupplyType)."""

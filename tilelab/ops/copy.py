@@ -4,9 +4,11 @@ Loop semantics: `dst[i, j] = src[i, j]` over the tile; elements past the edge of
 global tensor read as 0 and are never written.
 
 Thread lowering: between global and shared memory every thread of the block takes
-16-byte vectors in turn (`cp.async` when a software pipeline issued the copy); to or
-from a fragment each thread moves the elements it keeps; between fragments of
-different layouts the tile passes through a shared scratch tile.
+16-byte vectors in turn (`cp.async` when a software pipeline issued the copy), or, where
+the pipeline chose TMA (passes/pipeline_loops.py), thread 0 asks the Tensor Memory
+Accelerator for the tile, one box per wgmma panel; to or from a fragment each thread
+moves the elements it keeps; between fragments of different layouts the tile passes
+through a shared scratch tile.
 
 Layouts: a fragment-to-fragment copy passes a known layout to the other side; a
 half-precision shared tile written from a fragment is swizzled, because each thread
@@ -16,11 +18,13 @@ eight rows a warp writes at once.
 
 from __future__ import annotations
 
+import json
 import math
 
+import tvm
 from tvm import tirx
 
-from ..errors import TileLabTypeError
+from ..errors import TileLabCompileError, TileLabTypeError
 from ..ir.builder import current
 from ..ir.dtypes import as_dtype, itemsize
 from ..ir.expr import to_expr
@@ -54,14 +58,15 @@ def copy(src, dst, disable_tma: bool = False):
     Either side may be a whole buffer, a region `A[0:64, k:k + 32]`, or a start
     point `A[by * 64, k * 32]` whose extents are taken from the other side.
     Elements outside a global tensor are read as zero and never written.
-    `disable_tma` is TileLang's: tilelab does not copy with TMA, so it changes nothing.
+    `disable_tma` (TileLang's name): a pipelined loop with this copy does not use TMA
+    (where `tl.enable_tma` would have it; see passes/pipeline_loops.py).
     """
     if not isinstance(disable_tma, bool):
         raise TileLabTypeError(f"T.copy(disable_tma=...) takes True or False, got "
                                f"{disable_tma!r}")
     builder = current("copy")
     src, dst = resolve_pair(src, dst, "copy")
-    builder.emit(tile_call("copy", src, dst))
+    builder.emit(tile_call("copy", src, dst, **({"disable_tma": True} if disable_tma else {})))
 
 
 def effects(call) -> Effects:
@@ -123,7 +128,42 @@ def lower_threads(call, ctx):
         return fragment_to_fragment(ctx, src, dst)
     if fs or fd:
         return fragment_memory(ctx, src, dst)
+    if "tma" in config(call):
+        return tma_copy(ctx, call)
     return cooperative(ctx, src, dst, bool(config(call).get("asynchronous")))
+
+
+TENSOR_MAP = "tilelab.tensor_map"  # AttrStmt: a TMA descriptor's spec, for the launcher
+
+
+def tma_copy(ctx, call):
+    """Thread 0 announces the tile's bytes to the slot's mbarrier and asks TMA for each
+    wgmma panel of the tile: a box `panel width x rows` of the global tensor, written
+    swizzled at the panel's place. The descriptor's spec rides on the statement
+    (`TENSOR_MAP`) to the launch configuration (backends/cuda)."""
+    src, dst = regions(call)
+    cfg = config(call)
+    spec = json.loads(cfg["tma_spec"])
+    layout = ctx.plan.shared_layouts.get(dst.buffer.name)
+    if layout is None or layout.recipe.get("kind") != "wgmma_panels" or \
+            int(layout.recipe["swizzle_bytes"]) != spec["swizzle"]:
+        raise TileLabCompileError(
+            f"internal: the pipeline planned a TMA copy into {dst.buffer.name} with a "
+            f"{spec['swizzle']}-byte swizzle, but layout inference gave it "
+            f"{layout.recipe.get('kind') if layout else 'no layout'}",
+            hint="compile without pass_configs={'tl.enable_tma': True} meanwhile")
+    width, bar = spec["box"][0], cfg["barrier"]
+    outer = [tirx.Cast("int32", s) if not isinstance(s, int) else s
+             for s in reversed(src.starts[:-2])]
+    stmts = [extern("tl::mbar_arrive_expect_tx", bar, tirx.const(spec["bytes"], "uint32"))]
+    for panel in range(spec["panels"]):
+        at = list(dst.starts[:-1]) + [dst.starts[-1] + panel * width]
+        column = simplify(src.starts[-1] + panel * width)
+        stmts.append(extern("tl::tma_load", ctx.address(dst.buffer, at, rw_mask=2), cfg["tma"],
+                            bar, tirx.Cast("int32", column), tirx.Cast("int32", src.starts[-2]),
+                            *outer))
+    issue = tirx.IfThenElse(tirx.EQ(ctx.tx, 0), seq(stmts), None)
+    return tirx.AttrStmt(cfg["tma"], TENSOR_MAP, tvm.ir.StringImm(cfg["tma_spec"]), issue)
 
 
 def fragment_to_fragment(ctx, src: Region, dst: Region):
@@ -210,6 +250,14 @@ def describe(call, ctx) -> None:
     if fs and fd:
         return  # through a scratch tile of the lowering's own
     asynchronous = bool(config(call).get("asynchronous"))
+    if "tma" in config(call):
+        spec = json.loads(config(call)["tma_spec"])
+        ctx.plan.instructions.append({
+            "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
+            "dst": dst.buffer.name, "kind": "tma", "vector": 0,
+            "instruction": f"TMA: thread 0, {spec['panels']} box(es) of {spec['box'][0]}x"
+                           f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle, mbarrier"})
+        return
     if fs or fd:
         v, kind = fragment_width(ctx.layouts[(src if fs else dst).buffer.name], src, dst), \
             "registers"

@@ -29,23 +29,46 @@ the threads go on to the next iteration's wait, barrier and copies; a
 then be one that no multiplication in flight still reads, so copies run S-2
 iterations ahead instead of S-1 (the slot read at k-2 is refilled at k).
 
+Such a loop also stops copying with every thread. Hopper's Tensor Memory
+Accelerator (TMA) copies a whole tile on one thread's request: the tile is a
+*box* of a global tensor described by a descriptor (a `CUtensorMap`, encoded
+on the host at launch and passed to the kernel), and TMA writes it into shared
+memory already swizzled the way warpgroup MMA reads it. Completion is counted
+by an *mbarrier* in shared memory, one per slot: thread 0 announces the bytes
+to come (`arrive.expect_tx`) and issues the copies; the barrier's phase
+completes when the bytes have landed, and every thread waits for the phase
+of the slot it is about to read (its parity flips each time the slot is
+reused) instead of `cp.async.wait_group`. TMA is used where layout inference
+will give every copied tile the wgmma layout (a trial inference answers that
+here) and the tensor's strides suit it (multiples of 16 bytes); TMA's own
+bounds handling zero-fills edge tiles. For now TMA is opt-in (`tl.enable_tma`): it
+has not yet run correctly on a GPU. Its first H200 run faulted (misaligned
+address) while the mbarriers were static shared memory, which the hardware
+places before the dynamic allocation, moving every tile off the 1 KiB its
+swizzle needs; they now live in the dynamic allocation with the tiles.
+
 The plan (which statement runs in which stage, the slots) goes into the Trace
 so that the notebook can replay the schedule.
 """
 
 from __future__ import annotations
 
+import json
+import math
+
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.builder import seq
-from ..ir.keys import PIPELINE_PLAN, PIPELINED, REFILL, fact
+from ..ir.dtypes import itemsize
+from ..ir.keys import KERNEL, PIPELINE_PLAN, PIPELINED, REFILL, block_threads, fact
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
-from ..ir.visit import keep_user_errors, rewrite, substitute
+from ..ir.visit import UserErrors, keep_user_errors, rewrite, rewrite_pre, substitute
+from ..ops._lowering import address
 
 
-def _extern(name: str):
-    return tirx.Evaluate(tirx.call_extern("void", name))
+def _extern(name: str, *args):
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
 
 def _barrier():
@@ -82,12 +105,65 @@ def _describe(stmt) -> str:
     return type(stmt).__name__
 
 
+# ---------------------------------------------------------------- TMA
+
+
+def tensor_map_type():
+    """TVM's type of a CUtensorMap kernel parameter (`const __grid_constant__ CUtensorMap`)."""
+    from tvm.script import tirx as T
+
+    return T.handle("tensormap").ty
+
+
+def tma_spec(producer, layouts: dict) -> dict | None:
+    """How TMA copies this producer's tile, or None where it cannot: the global tensor's
+    shape, the box of one copy (innermost dimension first) and the swizzle, taken from the
+    wgmma layout `layouts` (a trial layout inference) gives the shared tile."""
+    src, dst = regions(producer)
+    layout = layouts.get(dst.buffer.name)
+    if producer.config.get("disable_tma") or layout is None or \
+            layout.recipe.get("kind") != "wgmma_panels" or src.dtype != dst.dtype or \
+            len(dst.buffer.shape) != 2:
+        return None
+    shape = [int(s) for s in src.buffer.shape] if all(
+        isinstance(s, (int, tirx.IntImm)) for s in src.buffer.shape) else None
+    rows, cols = (int(s) for s in dst.buffer.shape)
+    extents = src.static_extents()
+    if shape is None or not 2 <= len(shape) <= 4 or extents is None or \
+            list(extents[-2:]) != [rows, cols] or any(e != 1 for e in extents[:-2]):
+        return None
+    nbytes = itemsize(src.dtype)
+    strides = [math.prod(shape[d + 1:]) * nbytes for d in range(len(shape) - 1)]
+    if any(st % 16 or st >= 1 << 40 for st in strides) or rows > 256:
+        return None
+    swizzle = int(layout.recipe["swizzle_bytes"])
+    width = swizzle // nbytes  # elements of one panel's row
+    return {"tensor": str(src.buffer.name), "dtype": src.dtype, "shape": shape,
+            "box": [width, rows] + [1] * (len(shape) - 2), "swizzle": swizzle,
+            "panels": cols // width, "bytes": rows * cols * nbytes}
+
+
+def predicted_shared_layouts(kernel, annotated: dict, wgmma_off) -> dict:
+    """The layouts InferLayouts will give the kernel's shared tiles (a trial run here;
+    the staging of pipelined tiles adds a slot dimension and changes no layout)."""
+    from .infer_layouts import infer_layouts
+
+    pending = len(UserErrors.pending)
+    try:
+        plan = infer_layouts(kernel, block_threads(kernel), annotated, None, wgmma_off)
+    except Exception:  # noqa: BLE001 - the real inference reports it, later and in full
+        del UserErrors.pending[pending:]
+        return {}
+    return plan.shared_layouts
+
+
 class _Staging:
     """Shared tiles that get S slots: the new buffers and how to rewrite accesses."""
 
     def __init__(self, stages: int):
         self.stages = stages
         self.buffers: dict = {}  # old buffer name -> (old buffer, staged buffer)
+        self.tensor_maps: list = []  # the TMA descriptors the loop's copies read
 
     def add(self, buffer):
         shape = [self.stages] + [int(s) for s in buffer.shape]
@@ -169,11 +245,15 @@ def buffer_uses(node) -> dict:
     return counts
 
 
-def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=False):
+def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=False,
+                  shared_layouts=None):
     """`uses`: buffer use counts of the whole kernel. A tile also used outside the loop keeps
     its single slot (its copy stays synchronous): other code may expect its last contents.
-    `overlap_gemms`: the target's T.gemm can stay in flight (sm_90a's warpgroup MMA)."""
+    `overlap_gemms`: the target's T.gemm can stay in flight (sm_90a's warpgroup MMA).
+    `shared_layouts`: a function giving the predicted layouts of the kernel's shared tiles
+    where TMA may copy them (None: cp.async only)."""
     stages = int(loop.annotations["num_stages"])
+    loop = _from_zero(loop)
     body = list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
     inside = buffer_uses(loop.body)
     producers = [s for s in body if _is_producer(s) and
@@ -181,19 +261,47 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
                  inside.get(regions(s)[1].buffer.name, 0)]
     if stages < 2 or not producers:
         return loop, None
-    consumers = [s for s in body if not any(s.same_as(p) for p in producers)]
     staging = _Staging(stages)
     for p in producers:
         staging.add(regions(p)[1].buffer)
     k, n = loop.loop_var, loop.extent
+    consumers = [s for s in body if not any(s.same_as(p) for p in producers)]
+
+    overlap = overlap_gemms and stages >= 3 and _only_multiplies(consumers)
+    specs = [tma_spec(p, shared_layouts()) for p in producers] \
+        if overlap and shared_layouts is not None else []
+    tma = bool(specs) and all(specs)
+    if tma:
+        maps: dict = {}  # one descriptor per tensor and box
+        for spec in specs:
+            key = json.dumps(spec, sort_keys=True)
+            spec["map"] = maps.setdefault(key, tirx.Var(f"{spec['tensor']}_tma",
+                                                        tensor_map_type()))
+        staging.tensor_maps = list(maps.values())
+        # in the dynamic allocation with the tiles: static shared memory would come first
+        # in the block's window and move the tiles off the alignment TMA and wgmma need
+        full = tirx.decl_buffer((stages,), "uint64", name="tma_full", scope="shared.dyn")
+
+    def barrier_of(slot, rw_mask=None):
+        """The slot's mbarrier. Where all threads reach it, a `tvm_access_ptr` tells TVM's
+        liveness analysis that the memory is in use (`rw_mask`: read 1, written 2); thread
+        0's own accesses (inside an `if`) are plain addresses, which TVM's barrier pass
+        would otherwise want to guard with a __syncthreads inside that `if`."""
+        if rw_mask is None:
+            return tirx.address_of(tirx.BufferLoad(full, [slot]))
+        return address(full, [slot], rw_mask=rw_mask)
 
     def issue(iteration, slot):
         stmts = []
-        for p in producers:
+        for i, p in enumerate(producers):
             src, dst = regions(p)
             src = Region(src.buffer, tuple(substitute(s, {k: iteration}) if not isinstance(s, int)
                                            else s for s in src.starts), src.extents)
             where = {"loc": p.config["loc"]} if "loc" in p.config else {}  # the user's line
+            if tma:
+                spec = specs[i]
+                where.update(tma=spec["map"], barrier=barrier_of(slot), tma_spec=json.dumps(
+                    {key: value for key, value in spec.items() if key != "map"}))
             stmts.append(tile_call("copy", src, staging.region(dst, slot), asynchronous=True,
                                    **where))
         return seq(stmts)
@@ -203,31 +311,37 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
             return stmt
         return tirx.IfThenElse(tirx.LT(iteration, n), stmt, None)
 
-    overlap = overlap_gemms and stages >= 3 and _only_multiplies(consumers)
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
-    commit = _extern("tl::cp_async_commit")
+    # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
+    # of an iteration; TMA: wait for the phase of this iteration's slot
+    commit = [] if tma else [_extern("tl::cp_async_commit")]
+    wait = _extern("tl::mbar_wait", barrier_of(tirx.floormod(k, stages), 1),
+                   tirx.floormod(tirx.floordiv(k, stages), 2)) if tma else \
+        _extern(f"tl::cp_async_wait<{ahead - 1}>")
     prologue = []
+    if tma:  # one arrival (thread 0's expect_tx) per copy and slot
+        prologue = [tirx.AllocBuffer(full)] + \
+            [_extern("tl::mbar_init", barrier_of(s, 2), len(producers)) for s in range(stages)] + \
+            [_extern("tl::mbar_init_fence"), _barrier()]
     for s in range(ahead):
-        prologue += [guarded(s, issue(s, s)), commit]
+        prologue += [guarded(s, issue(s, s))] + commit
     later = k + ahead
     refill = tirx.AttrStmt(tirx.const(0, "int32"), REFILL, tirx.const(1, "int32"),
                            guarded(later, issue(later, tirx.floormod(later, stages))))
     computed = [staging.retarget(c, tirx.floormod(k, stages)) for c in consumers]
     drain = []
+    if tma:  # every thread is past its last wait: the barriers' memory may be reused
+        drain = [_barrier()] + [_extern("tl::mbar_inval", barrier_of(s, 2)) for s in range(stages)]
     if overlap:  # after the loop, wait for the last iteration's MMAs
         computed = [_in_flight(c) for c in computed]
         accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
-        drain = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
-    new_body = [
-        _extern(f"tl::cp_async_wait<{ahead - 1}>"),
-        _barrier(),
-        refill,
-        commit,
-    ] + computed
+        drain += [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
+    new_body = [wait, _barrier(), refill] + commit + computed
     if timeline is not None:  # an instrumented build: stamp the four points of an iteration
+        top = 3 + len(commit)
         new_body = [_stamp(timeline, block, k, 0)] + new_body[:2] + \
-            [_stamp(timeline, block, k, 1)] + new_body[2:4] + \
-            [_stamp(timeline, block, k, 2)] + new_body[4:] + [_stamp(timeline, block, k, 3)]
+            [_stamp(timeline, block, k, 1)] + new_body[2:top] + \
+            [_stamp(timeline, block, k, 2)] + new_body[top:] + [_stamp(timeline, block, k, 3)]
     plan = {
         "loop": str(k.name), "num_stages": stages,
         "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
@@ -239,7 +353,10 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         "slots": {name: stages for name in staging.buffers},
         "async_groups": [[_describe(p) for p in producers]],
         "ahead": ahead,
-        "waits": f"cp.async.wait_group {ahead - 1} then a barrier, at the top of each "
+        "copies": "TMA (thread 0 issues one box copy per panel of a tile), completion counted "
+                  "by an mbarrier per slot" if tma else "cp.async, 16 bytes per thread",
+        "waits": (f"mbarrier wait for the slot's phase (parity (k / {stages}) % 2)" if tma else
+                  f"cp.async.wait_group {ahead - 1}") + " then a barrier, at the top of each "
                  "iteration" + ("; each T.gemm leaves its MMAs in flight until the next "
                                 "iteration's (wgmma.wait_group 1)" if overlap else ""),
     }
@@ -247,6 +364,17 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
     return seq(prologue + [new_loop] + drain), staging
+
+
+def _from_zero(loop):
+    """`for k in T.Pipelined(start, stop)` as a loop over k' = k - start from 0: slots,
+    phases and the prologue count iterations, not values of k."""
+    if isinstance(loop.min, tirx.IntImm) and loop.min.value == 0:
+        return loop
+    k = tirx.Var(loop.loop_var.name, loop.loop_var.ty)
+    body = substitute(loop.body, {loop.loop_var: k + loop.min})
+    return tirx.For(k, tirx.const(0, "int32"), loop.extent, loop.kind, body,
+                    annotations=loop.annotations)
 
 
 def _linear_block(body):
@@ -263,10 +391,12 @@ def _linear_block(body):
     return linear
 
 
-def PipelineLoops(overlap_gemms: bool = False):  # noqa: N802
+def PipelineLoops(overlap_gemms: bool = False, tma: bool = False,  # noqa: N802
+                  annotated: dict | None = None):
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
     Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace.
-    `overlap_gemms`: T.gemm may leave its MMAs in flight (sm_90a, wgmma on)."""
+    `overlap_gemms`: T.gemm may leave its MMAs in flight (sm_90a, wgmma on); `tma`: such
+    loops may copy with TMA (`annotated`: the program's T.annotate_layout layouts)."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.PipelineLoops")
     @keep_user_errors
@@ -276,21 +406,34 @@ def PipelineLoops(overlap_gemms: bool = False):  # noqa: N802
         uses = buffer_uses(func.body)
         block = _linear_block(func.body) if timeline is not None else None
 
-        def on_seq(seq_stmt):
-            stmts, changed = [], False
-            for stmt in seq_stmt:
-                if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
-                        PIPELINED not in stmt.annotations:
-                    new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms)
-                    if staging is not None:
-                        stagings.append(staging)
-                        changed = True
-                    stmts.extend(list(new) if isinstance(new, tirx.SeqStmt) else [new])
-                else:
-                    stmts.append(stmt)
-            return tirx.SeqStmt(stmts) if changed else seq_stmt
+        def on_kernel(kernel):
+            if KERNEL not in kernel.annotations:
+                return kernel
+            predicted: list = []
 
-        body = rewrite(func.body, tirx.SeqStmt, on_seq)
+            def shared_layouts():  # asked for by loops that may use TMA, at most once
+                if not predicted:
+                    predicted.append(predicted_shared_layouts(kernel, annotated or {}, None))
+                return predicted[0]
+
+            def on_seq(seq_stmt):
+                stmts, changed = [], False
+                for stmt in seq_stmt:
+                    if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
+                            PIPELINED not in stmt.annotations:
+                        new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms,
+                                                     shared_layouts if tma else None)
+                        if staging is not None:
+                            stagings.append(staging)
+                            changed = True
+                        stmts.extend(list(new) if isinstance(new, tirx.SeqStmt) else [new])
+                    else:
+                        stmts.append(stmt)
+                return tirx.SeqStmt(stmts) if changed else seq_stmt
+
+            return rewrite(kernel, tirx.SeqStmt, on_seq)
+
+        body = rewrite_pre(func.body, tirx.For, on_kernel)
         for staging in stagings:
             def on_alloc(alloc, staging=staging):
                 if is_buffer(alloc.buffer) and alloc.buffer.name in staging.buffers:
@@ -298,6 +441,13 @@ def PipelineLoops(overlap_gemms: bool = False):  # noqa: N802
                 return alloc
 
             body = rewrite(body, tirx.AllocBuffer, on_alloc)
+        # A descriptor is a kernel parameter, so the host code that TVM splits off must
+        # define it: storage on the host's stack. tilelab's launcher (runtime/cuda.py) is
+        # what encodes and passes it; TVM's host function is never run.
+        maps = [m for staging in stagings for m in staging.tensor_maps]
+        if maps:
+            body = seq([tirx.Bind(m, tirx.tvm_stack_alloca("tensormap", 1)) for m in maps] +
+                       [body])
         return func.with_body(body)
 
     return _pass

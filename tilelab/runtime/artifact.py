@@ -78,6 +78,7 @@ class Artifact:
     version: int = FORMAT_VERSION
     arg_order: list | None = None  # kernel parameter k is tensor arg_order[k]
     config: dict | None = None  # the autotuner's winning keyword values (tilelab.autotune)
+    tensor_maps: list = field(default_factory=list)  # TMA descriptors the launcher encodes
 
     def runtime_params(self) -> list[RuntimeParam]:
         return [RuntimeParam(p["name"], tuple(p["shape"]), p["dtype"], bool(p["output"]))
@@ -89,7 +90,8 @@ class Artifact:
 
         return CudaLauncher(self.cubin, self.kernel_name, self.grid, self.block,
                             self.dynamic_smem, [p["dtype"] for p in self.params],
-                            self.scalar_params, arch=self.arch, arg_order=self.arg_order)
+                            self.scalar_params, arch=self.arch, arg_order=self.arg_order,
+                            tensor_maps=self.tensor_maps)
 
     def trace(self):
         """The compilation's Trace, or a small one holding the CUDA source."""
@@ -137,10 +139,32 @@ def _dims(value, what: str) -> tuple:
     return dims + (1,) * (3 - len(dims))
 
 
+_MAP_KEYS = {"param": int, "tensor": int, "dtype": str, "shape": list, "box": list,
+             "swizzle": int}
+
+
+def _tensor_maps(value) -> list:
+    """TMA descriptor specs as the launcher reads them (param and tensor positions, the
+    tensor's dtype and shape, the box, the swizzle), checked field by field."""
+    if not isinstance(value, list) or len(value) > 16:
+        raise TileLabArtifactError("tensor_maps must be a list of at most 16 descriptors")
+    specs = []
+    for spec in value:
+        if not isinstance(spec, dict) or any(not isinstance(spec.get(k), t)
+                                             for k, t in _MAP_KEYS.items()):
+            raise TileLabArtifactError(f"a tensor map needs {', '.join(_MAP_KEYS)}")
+        if not all(isinstance(n, int) and 0 < n < 1 << 32 for n in spec["shape"] + spec["box"]) \
+                or not 1 <= len(spec["shape"]) <= 5 or len(spec["box"]) != len(spec["shape"]):
+            raise TileLabArtifactError("a tensor map's shape and box must be 1 to 5 positive "
+                                       "sizes each")
+        specs.append({k: spec[k] for k in _MAP_KEYS})
+    return specs
+
+
 def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, block,
                   dynamic_smem: int, params, arch: str, trace_json: str | None = None,
                   source: str | None = None, scalar_params=(), arg_order=None,
-                  config: dict | None = None) -> str:
+                  config: dict | None = None, tensor_maps=()) -> str:
     """Write a kernel to one `.tilelab` file (atomically); returns the path written."""
     if not isinstance(cubin, (bytes, bytearray)) or not cubin:
         raise TileLabArtifactError("cubin must be non-empty bytes")
@@ -158,6 +182,8 @@ def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, bloc
     }
     if arg_order is not None:
         meta["arg_order"] = [int(i) for i in arg_order]
+    if tensor_maps:
+        meta["tensor_maps"] = _tensor_maps(list(tensor_maps))
     if config is not None:  # values JSON cannot hold (a dtype object) are kept as their text
         meta["config"] = {str(k): v if isinstance(v, (bool, int, float, str)) or v is None
                           else str(v) for k, v in config.items()}
@@ -243,6 +269,7 @@ def load_artifact(path) -> Artifact:
             scalar_params=[str(d) for d in meta.get("scalar_params", [])],
             arg_order=meta.get("arg_order"),
             config=meta.get("config"),
+            tensor_maps=_tensor_maps(meta.get("tensor_maps", [])),
             version=version,
         )
     except TileLabArtifactError as err:

@@ -11,7 +11,11 @@ first launch, so an exported kernel runs where only torch and a driver exist.
 The kernel's parameters are, in order, one device pointer per tensor
 (`param_dtypes`) and then, optionally, scalars passed by value
 (`scalar_params`, e.g. ``["int32"]``): call the launcher with the tensors
-followed by the scalar values.
+followed by the scalar values. A kernel that copies with TMA also takes
+descriptors (`tensor_maps`): 128 bytes each, passed by value, that describe a
+tensor's shape and the box one copy moves. They hold the tensor's address, so
+the launcher encodes them (`cuTensorMapEncodeTiled`) when a tensor's address
+changes and otherwise reuses them.
 
 A launcher keeps its parameter array in the object, so one launcher must not
 be called from two threads at the same time (the driver copies the parameter
@@ -21,6 +25,7 @@ values during `cuLaunchKernel`, so consecutive calls are safe).
 from __future__ import annotations
 
 import ctypes
+import math
 import time
 
 from ..errors import TileLabArgumentError, TileLabError
@@ -227,7 +232,8 @@ class CudaLauncher:
     """
 
     def __init__(self, cubin: bytes, kernel_name: str, grid, block, dynamic_smem: int = 0,
-                 param_dtypes=(), scalar_params=(), arch: str | None = None, arg_order=None):
+                 param_dtypes=(), scalar_params=(), arch: str | None = None, arg_order=None,
+                 tensor_maps=()):
         if not isinstance(cubin, (bytes, bytearray, memoryview)) or len(cubin) == 0:
             raise TileLabArgumentError("cubin must be non-empty bytes")
         if not kernel_name or not isinstance(kernel_name, str):
@@ -260,11 +266,18 @@ class CudaLauncher:
         self.arg_order = order
         self._n_ptr = n_ptr
         self._n_args = n_ptr + n_scalar  # what a call passes
-        # The kernelParams array (void*[n]) points at one 8-byte slot per pointer
-        # and at one ctypes value per scalar; it is built once and refilled per call.
+        # The kernelParams array (void*[n]) points at one 8-byte slot per pointer,
+        # at 128 bytes per TMA descriptor and at one ctypes value per scalar; it is
+        # built once and refilled per call.
         self._ptrs = (ctypes.c_uint64 * max(n_ptr, 1))()
         self._scalars = [SCALAR_CTYPES[d]() for d in self.scalar_params]
-        addresses = [ctypes.addressof(self._ptrs) + 8 * i for i in order]
+        self.tensor_maps = [dict(m) for m in tensor_maps]
+        self._maps = [_TensorMap(m) for m in self.tensor_maps]
+        at_position = {m.param: m for m in self._maps}
+        pointers = iter(order)
+        addresses = [ctypes.addressof(at_position[p].storage) if p in at_position else
+                     ctypes.addressof(self._ptrs) + 8 * next(pointers)
+                     for p in range(len(order) + len(self._maps))]
         addresses += [ctypes.addressof(s) for s in self._scalars]
         self._params = (ctypes.c_void_p * max(len(addresses), 1))(*addresses)
         self._params_addr = ctypes.addressof(self._params) if addresses else 0
@@ -300,7 +313,11 @@ class CudaLauncher:
         function = _call(f"finding kernel {self.kernel_name!r} in the cubin "
                          f"(cuModuleGetFunction)", drv.cuModuleGetFunction, module,
                          self.kernel_name.encode())
-        if self.dynamic_smem > STATIC_SMEM_LIMIT:
+        # a block may use 48 KB of shared memory, static and dynamic together, without
+        # opting in (TMA kernels keep their mbarriers in static shared memory)
+        static = _call("cuFuncGetAttribute", drv.cuFuncGetAttribute,
+                       drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function)
+        if self.dynamic_smem + static > STATIC_SMEM_LIMIT:
             attribute = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
             try:
                 _call(f"allowing {self.dynamic_smem} bytes of dynamic shared memory for "
@@ -374,6 +391,8 @@ class CudaLauncher:
             raise self._device_error(i, args[i], device) from None
         if self._scalars:
             self._set_scalars(args[self._n_ptr:])
+        for tensor_map in self._maps:
+            tensor_map.point_at(args[tensor_map.tensor], self.kernel_name)
         raw = _get_stream(device)
         if raw != self._stream_raw:
             self._stream = driver().CUstream(raw)
@@ -432,6 +451,53 @@ class CudaLauncher:
     def __getstate__(self):
         raise TypeError("a CudaLauncher cannot be pickled; save the kernel with "
                         "tilelab.runtime.save_artifact instead")
+
+
+class _TensorMap:
+    """One TMA descriptor parameter: its spec and its 128 bytes, re-encoded when the
+    tensor it describes moves. The spec (from backends/cuda) gives the tensor's shape
+    (outermost first), the box one copy moves (innermost first) and the swizzle width."""
+
+    DTYPES = {"float16": ("FLOAT16", 2), "bfloat16": ("BFLOAT16", 2), "float32": ("FLOAT32", 4),
+              "uint8": ("UINT8", 1), "int32": ("INT32", 4), "uint16": ("UINT16", 2)}
+
+    def __init__(self, spec: dict):
+        self.param, self.tensor = int(spec["param"]), int(spec["tensor"])
+        self.spec = spec
+        self.storage = (ctypes.c_uint64 * 16)()
+        self.address = None  # the data pointer the descriptor holds
+
+    def point_at(self, tensor, kernel_name: str) -> None:
+        address = tensor.data_ptr()
+        if address == self.address:
+            return
+        if address % 16:
+            raise TileLabArgumentError(
+                f"{kernel_name}: argument {self.tensor} starts at an address that is not a "
+                "multiple of 16 bytes, which the kernel's TMA copies need",
+                hint="pass a tensor of its own (.clone()), or compile without "
+                     "pass_configs={'tl.enable_tma': True}")
+        drv = driver()
+        spec = self.spec
+        shape = [int(s) for s in spec["shape"]]
+        name, nbytes = self.DTYPES[spec["dtype"]]
+        dims = [drv.cuuint64_t(s) for s in reversed(shape)]
+        strides = [drv.cuuint64_t(math.prod(shape[d:]) * nbytes)
+                   for d in range(len(shape) - 1, 0, -1)]
+        box = [drv.cuuint32_t(b) for b in spec["box"]]
+        ones = [drv.cuuint32_t(1)] * len(shape)
+        swizzle = {128: "128B", 64: "64B", 32: "32B", 0: "NONE"}[int(spec["swizzle"])]
+        encoded = _call(
+            f"encoding a TMA descriptor of argument {self.tensor} of {kernel_name} "
+            "(cuTensorMapEncodeTiled)", drv.cuTensorMapEncodeTiled,
+            getattr(drv.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + name),
+            len(shape), address, dims, strides, box, ones,
+            drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(drv.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + swizzle),
+            drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        ctypes.memmove(self.storage, encoded.getPtr(), 128)
+        self.address = address
 
 
 # ---------------------------------------------------------------- measuring

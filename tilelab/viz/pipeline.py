@@ -479,6 +479,7 @@ def _plan_tables(panels) -> str:
                    f'{escape(plan["loop"])} (num_stages = {plan["num_stages"]})</summary>'
                    '<table class="tl-table"><tr><th>order</th><th>statement</th><th>role</th>'
                    f'<th>stage</th></tr>{rows}</table><p class="tl-note">slots: {slots}<br>'
-                   f'async group: {groups}<br>waits: {escape(plan.get("waits", ""))}</p>'
+                   f'async group: {groups}<br>copies: {escape(plan.get("copies", ""))}<br>'
+                   f'waits: {escape(plan.get("waits", ""))}</p>'
                    "</details>")
     return "".join(out)

@@ -20,6 +20,7 @@ from tvm import tirx
 
 from ...errors import TileLabCompileError, TileLabError
 from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
+from ...ops.copy import TENSOR_MAP
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
 from ...passes.hide_refills import hidden_refills
@@ -41,11 +42,12 @@ PIPELINE_NAME = "tilelab_cuda"
 
 
 def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
-           coarsen: bool = True, overlap_gemms: bool = True) -> list:
+           coarsen: bool = True, overlap_gemms: bool = True, tma: bool = False) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
-    `overlap_gemms`: with wgmma, pipelined T.gemms keep one iteration's MMAs in flight."""
+    `overlap_gemms`: with wgmma, pipelined T.gemms keep one iteration's MMAs in flight;
+    `tma`: and their tiles are copied by TMA."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -57,8 +59,9 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         # fragments no register layout serves are kept in shared memory
         SpillFragments(program.layouts, wgmma_off, program.buffer_locations),
         StageOperands(),                       # operands where the ops' lowerings take them
-        # T.Pipelined: load ahead with cp.async
-        PipelineLoops(overlap_gemms=overlap_gemms and wgmma_off is None),
+        # T.Pipelined: load ahead with cp.async (or TMA)
+        PipelineLoops(overlap_gemms=overlap_gemms and wgmma_off is None, tma=tma,
+                      annotated=program.layouts),
         InsertBarriers(),                      # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
         LowerTileOpsToThreads(),               # tile ops -> per-thread code
@@ -204,9 +207,16 @@ def launch_config(device_mod) -> dict:
                 grid["xyz".index(tag[-1])] = int(node.value)
 
     walk(func.body, tirx.Stmt, visit)  # after merging: one dynamic allocation
+    specs = {}  # TMA descriptors: parameter name -> what the launcher encodes
+
+    def tensor_map(node):
+        if node.attr_key == TENSOR_MAP:
+            specs[str(node.node.name)] = json.loads(str(node.value.value))
+
+    walk(func.body, tirx.AttrStmt, tensor_map)
     params = [str(p.name) for p in func.params if not is_buffer(p)]
     return {"kernel_name": name, "dynamic_smem": smem["shared.dyn"], "grid": grid,
-            "static_smem": smem["shared"], "param_names": params}
+            "static_smem": smem["shared"], "param_names": params, "tensor_maps": specs}
 
 
 # Shared memory one block may use (KB, with the opt-in for more than 48 KB), by architecture.
@@ -261,8 +271,13 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
     fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
     compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
     names = [str(b.name) for b in program.func.params]
-    order = []
-    for pname in config["param_names"]:
+    order, tensor_maps = [], []
+    for position, pname in enumerate(config["param_names"]):
+        if pname in config["tensor_maps"]:  # a TMA descriptor of one of the tensors
+            spec = dict(config["tensor_maps"][pname], param=position)
+            spec["tensor"] = names.index(spec["tensor"])
+            tensor_maps.append(spec)
+            continue
         base = pname.removesuffix("_ptr")
         if base not in names:
             raise TileLabCompileError(f"kernel parameter {pname} matches no tensor of "
@@ -271,6 +286,8 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
     launch = {"kernel_name": config["kernel_name"], "grid": config["grid"],
               "block": [math.prod(program.threads or (1,)), 1, 1],
               "dynamic_smem": config["dynamic_smem"], "arch": arch, "arg_order": order}
+    if tensor_maps:
+        launch["tensor_maps"] = tensor_maps
     trace.code.update(cuda=source, ptx=compiled["ptx"], sass=compiled["sass"],
                       ptxas=compiled["ptxas"])
     trace.resources = dict(compiled["resources"], dynamic_smem_bytes=launch["dynamic_smem"],
@@ -300,7 +317,8 @@ def cuda_runner(program, launch: dict, cubin: bytes):
 
     return CudaLauncher(cubin, launch["kernel_name"], launch["grid"], launch["block"],
                         launch["dynamic_smem"], [p.dtype for p in program.params],
-                        arch=launch["arch"], arg_order=launch["arg_order"])
+                        arch=launch["arch"], arg_order=launch["arg_order"],
+                        tensor_maps=launch.get("tensor_maps", ()))
 
 
 def plans_without_code(program) -> tuple[dict, list, list]:
@@ -368,8 +386,9 @@ class CUDABackend(Backend):
 
         coarsen = not configs.get(PassConfigKey.TL_DISABLE_COARSEN.value, False)
         overlap = not configs.get(PassConfigKey.TL_DISABLE_WGMMA_OVERLAP.value, False)
+        tma = bool(configs.get(PassConfigKey.TL_ENABLE_TMA.value, False))
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
-                           overlap)
+                           overlap, tma)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 

@@ -12,6 +12,16 @@ typedef unsigned long long uint64_t;
 #include <stdint.h>
 #endif
 
+// A TMA descriptor (CUtensorMap, from the driver's cuda.h): 128 opaque bytes that the host
+// encodes (runtime/cuda.py) and passes by value as a `const __grid_constant__` parameter.
+// NVRTC has no cuda.h: the same layout is declared here.
+#ifdef __CUDACC_RTC__
+struct alignas(64) CUtensorMap_st { unsigned long long opaque[16]; };
+typedef struct CUtensorMap_st CUtensorMap;
+#else
+#include <cuda.h>
+#endif
+
 namespace tl {
 
 __device__ __forceinline__ uint32_t smem_addr(const void* ptr) {
@@ -98,6 +108,62 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+}
+
+// ---- mbarrier: a 64-bit counter in shared memory that completes a *phase* when the
+// expected arrivals have come and the expected bytes have landed; threads wait on the
+// phase's parity (0, 1, 0, ...). One thread initializes it for the whole block.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int arrivals) {
+  if (threadIdx.x == 0)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(arrivals));
+}
+// make the initialized barriers visible to the TMA unit (async proxy) before any copy
+__device__ __forceinline__ void mbar_init_fence() {
+  if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// before the barrier's memory holds anything else (every thread is past its last wait)
+__device__ __forceinline__ void mbar_inval(uint64_t* bar) {
+  if (threadIdx.x == 0)
+    asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+// one arrival that also announces `bytes` more bytes for the current phase
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+               :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// ---- TMA: the Tensor Memory Accelerator copies a box of a global tensor (described by a
+// CUtensorMap) into shared memory, swizzled as the map says, zero-filling what lies
+// outside the tensor; the barrier's phase completes when the bytes have landed.
+// Coordinates are element indices, innermost dimension first.
+__device__ __forceinline__ void tma_load(void* smem, const CUtensorMap& map, uint64_t* bar,
+                                         int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n"
+      :: "r"(smem_addr(smem)), "l"(&map), "r"(smem_addr(bar)), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void tma_load(void* smem, const CUtensorMap& map, uint64_t* bar,
+                                         int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n"
+      :: "r"(smem_addr(smem)), "l"(&map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load(void* smem, const CUtensorMap& map, uint64_t* bar,
+                                         int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+      :: "r"(smem_addr(smem)), "l"(&map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2),
+         "r"(c3) : "memory");
 }
 
 // ---- integer negation that ptxas keeps (passes/keep_negations.py): ptxas of CUDA

@@ -1,0 +1,243 @@
+"""TMA copies in pipelined GEMM loops on sm_90a (passes/pipeline_loops.py, ops/copy.py).
+
+Opt-in for now (`tl.enable_tma`, not yet verified on a GPU). Where a pipelined loop only
+multiplies with warpgroup MMA, thread 0 asks the Tensor Memory
+Accelerator for each operand tile (one box per wgmma panel) and the threads wait on an
+mbarrier per slot. The descriptors are encoded by the launcher (runtime/cuda.py) from the
+spec the compiler records in the launch configuration.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilelab
+import tilelab.language as T
+from tests.test_wgmma import CONFIGS, _inputs, _reference, matmul
+from tilelab.backends.cuda.nvcc import find_nvcc
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
+ON = {"tl.enable_tma": True}
+
+
+def _meta(*shape, dtype=torch.float16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def _compile(cfg, m=1000, n=776, k=520, pass_configs=None):
+    a, b = _inputs(cfg, m, n, k)
+    return matmul.compile(a.to("meta"), b.to("meta"), target="cuda:sm_90a",
+                          pass_configs=ON if pass_configs is None else pass_configs, **cfg)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["course", "trans_a", "trans_b", "bf16", "two_groups_cols"])
+def test_pipelined_wgmma_loops_copy_with_tma(name):
+    kernel = _compile(CONFIGS[name])
+    source = kernel.get_kernel_source()
+    assert "tl::tma_load" in source and "tl::mbar_wait" in source
+    maps = kernel.launch["tensor_maps"]
+    assert sorted(m["tensor"] for m in maps) == [0, 1]
+    for spec in maps:  # a box is one swizzle atom wide and the tile's rows tall
+        assert spec["box"][0] * 2 == spec["swizzle"] and spec["bytes"] > 0
+    plan = kernel.trace.pipelines[0]
+    assert plan["copies"].startswith("TMA") and "mbarrier" in plan["waits"]
+
+
+@needs_nvcc
+def test_tma_boxes_follow_the_wgmma_panels():
+    """A 128x64 A tile is one 128-byte panel: one box; a 64x128 B tile is two panels."""
+    kernel = _compile({"block_k": 64})
+    by_tensor = {m["tensor"]: m for m in kernel.launch["tensor_maps"]}
+    assert by_tensor[0]["box"] == [64, 128] and by_tensor[0]["panels"] == 1
+    assert by_tensor[1]["box"] == [64, 64] and by_tensor[1]["panels"] == 2
+    assert by_tensor[0]["shape"] == [1000, 520] and by_tensor[1]["shape"] == [520, 776]
+    assert kernel.get_kernel_source().count("tl::tma_load(") == 2 * (1 + 2)  # prologue, loop
+
+
+@needs_nvcc
+@pytest.mark.parametrize("why, cfg, sizes, configs", [
+    ("not asked for", {}, (1000, 776, 520), {}),
+    ("rows of 200 bytes: TMA strides are multiples of 16", {}, (256, 256, 100), None),
+    ("no warpgroup MMA for 64 threads", {"block_m": 64, "threads": 64}, (256, 256, 128), None),
+    ("two stages: the MMAs are waited for at once", {"stages": 2}, (256, 256, 128), None),
+])
+def test_other_loops_keep_cp_async(why, cfg, sizes, configs):
+    kernel = _compile(cfg, *sizes, pass_configs=configs)
+    source = kernel.get_kernel_source()
+    assert "tl::tma_load" not in source and "tl::cp_async<" in source, why
+    assert "tensor_maps" not in kernel.launch
+    plan = kernel.trace.pipelines[0]
+    assert plan["copies"].startswith("cp.async")
+
+
+@needs_nvcc
+def test_a_copy_may_refuse_tma():
+    """TileLang's `T.copy(..., disable_tma=True)` keeps its loop on cp.async."""
+
+    @tilelab.jit
+    def no_tma(A, B):
+        M, N, K = T.const("M, N, K")
+        A: T.Tensor((M, K), T.float16)
+        B: T.Tensor((K, N), T.float16)
+        C = T.empty((M, N), T.float16)
+        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+            a_tile = T.alloc_shared((128, 32), T.float16)
+            b_tile = T.alloc_shared((32, 128), T.float16)
+            acc = T.alloc_fragment((128, 128), T.float32)
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, 32), num_stages=3):
+                T.copy(A[by * 128, ko * 32], a_tile, disable_tma=True)
+                T.copy(B[ko * 32, bx * 128], b_tile)
+                T.gemm(a_tile, b_tile, acc)
+            T.copy(acc, C[by * 128, bx * 128])
+        return C
+
+    kernel = no_tma.compile(_meta(256, 256), _meta(256, 256), target="cuda:sm_90a",
+                            pass_configs=ON)
+    assert "tl::tma_load" not in kernel.get_kernel_source()
+
+
+@needs_nvcc
+def test_export_keeps_the_descriptor_specs(tmp_path):
+    from tilelab.runtime.artifact import load_artifact
+
+    kernel = _compile({})
+    path = tmp_path / "gemm.tilelab"
+    kernel.export(path)
+    artifact = load_artifact(path)
+    assert [(m["param"], m["tensor"], m["box"], m["swizzle"]) for m in artifact.tensor_maps] == \
+        [(m["param"], m["tensor"], m["box"], m["swizzle"]) for m in kernel.launch["tensor_maps"]]
+
+
+def test_damaged_descriptor_specs_are_refused(tmp_path):
+    from tilelab.runtime.artifact import TileLabArtifactError, _tensor_maps
+
+    good = {"param": 0, "tensor": 0, "dtype": "float16", "shape": [64, 64], "box": [64, 64],
+            "swizzle": 128}
+    assert _tensor_maps([good]) == [good]
+    for bad in ([dict(good, shape=[64, -1])], [dict(good, box=[64])], [{"param": 0}],
+                "not a list", [good] * 17, [dict(good, shape=[1] * 6, box=[1] * 6)]):
+        with pytest.raises(TileLabArtifactError):
+            _tensor_maps(bad)
+
+
+# ---------------------------------------------------------------- on the H200
+
+
+def _hopper():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs a Hopper GPU (sm_90a)")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sizes", [(1000, 776, 520), (7, 24, 8), (130, 264, 1000),
+                                   (4096, 4096, 64)])
+@pytest.mark.parametrize("name", ["course", "trans_b", "bf16", "two_groups_cols"])
+def test_tma_gemm_results_on_the_gpu(name, sizes):
+    """Edge tiles (zero-filled by TMA), boxes taller or wider than the tensor, both dtypes."""
+    _hopper()
+    cfg = CONFIGS[name]
+    for seed in range(2):
+        torch.manual_seed(seed)
+        a, b = _inputs(cfg, *sizes, device="cuda")
+        kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=ON, **cfg)
+        assert "tensor_maps" in kernel.launch
+        out = kernel(a, b)
+        torch.testing.assert_close(out.float(), _reference(cfg, a, b), rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.gpu
+def test_new_tensors_get_new_descriptors_and_exports_run(tmp_path):
+    """The launcher re-encodes a descriptor when its tensor moves; an exported kernel
+    (tilelab.load, no TVM) encodes its own."""
+    _hopper()
+    a, b = _inputs({}, 512, 512, 256, device="cuda")
+    kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=ON)
+    for _ in range(3):
+        a, b = _inputs({}, 512, 512, 256, device="cuda")
+        torch.testing.assert_close(kernel(a, b).float(), a.float() @ b.float(), rtol=2e-2,
+                                   atol=5e-2)
+    path = tmp_path / "gemm.tilelab"
+    kernel.export(path)
+    loaded = tilelab.load(path)
+    torch.testing.assert_close(loaded(a, b).float(), a.float() @ b.float(), rtol=2e-2,
+                               atol=5e-2)
+
+
+@pytest.mark.gpu
+def test_a_misaligned_tensor_is_a_clear_error():
+    _hopper()
+    a, b = _inputs({}, 256, 256, 128, device="cuda")
+    kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=ON)
+    shifted = torch.empty(256 * 128 + 1, dtype=torch.float16, device="cuda")[1:].view(256, 128)
+    shifted.copy_(a)
+    with pytest.raises(tilelab.TileLabError, match="16 bytes"):
+        kernel(shifted, b)
+    torch.testing.assert_close(kernel(a, b).float(), a.float() @ b.float(), rtol=2e-2,
+                               atol=5e-2)
+
+
+# ---------------------------------------------------------------- a loop that starts later
+
+
+@tilelab.jit
+def partial_k_matmul(A, B, first: int = 2, stages: int = 3, block_k: int = 32):
+    """C = A[:, first*bk:] @ B[first*bk:, :], by a pipelined loop from `first` (as causal
+    attention's key loops start at a block that depends on the query block)."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), T.float16)
+    B: T.Tensor((K, N), T.float16)
+    C = T.empty((M, N), T.float16)
+    with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+        a_tile = T.alloc_shared((128, block_k), T.float16)
+        b_tile = T.alloc_shared((block_k, 128), T.float16)
+        acc = T.alloc_fragment((128, 128), T.float32)
+        T.clear(acc)
+        for ko in T.Pipelined(first + by % 2, T.ceildiv(K, block_k), num_stages=stages):
+            T.copy(A[by * 128, ko * block_k], a_tile)
+            T.copy(B[ko * block_k, bx * 128], b_tile)
+            T.gemm(a_tile, b_tile, acc)
+        T.copy(acc, C[by * 128, bx * 128])
+    return C
+
+
+def _partial_reference(a, b, first, block_k=32):
+    out = torch.empty(a.shape[0], b.shape[1])
+    for row in range(0, a.shape[0], 128):
+        start = (first + (row // 128) % 2) * block_k
+        out[row:row + 128] = a[row:row + 128, start:].float() @ b[start:].float()
+    return out
+
+
+def test_a_loop_from_a_later_start_on_the_cpu():
+    torch.manual_seed(0)
+    a, b = torch.randn(300, 200).half(), torch.randn(200, 136).half()
+    torch.testing.assert_close(partial_k_matmul(a, b).float(), _partial_reference(a, b, 2),
+                               rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("configs", [{}, ON])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_a_loop_from_a_later_start_on_the_gpu(stages, configs):
+    """The prologue loads the loop's first iterations, not iterations 0, 1, ...: the
+    H200 found TileLang's varlen attention backward wrong (its key loop starts late)."""
+    _hopper()
+    torch.manual_seed(stages)
+    a, b = torch.randn(300, 200).half().cuda(), torch.randn(200, 136).half().cuda()
+    kernel = partial_k_matmul.compile(a, b, stages=stages, target="cuda:sm_90a",
+                                      pass_configs=configs)
+    torch.testing.assert_close(kernel(a, b).float().cpu(), _partial_reference(a.cpu(), b.cpu(), 2),
+                               rtol=2e-2, atol=5e-2)
+
+
+@needs_nvcc
+def test_a_loop_from_a_later_start_compiles_for_cuda():
+    a, b = _meta(300, 200), _meta(200, 136)
+    for configs in ({}, ON):
+        kernel = partial_k_matmul.compile(a, b, target="cuda:sm_90a", pass_configs=configs)
+        # the loop counts iterations from 0; its trip count depends on the block
+        assert "for (int ko = 0; ko < (5 - (((int)blockIdx.y) & 1)); ++ko)" in \
+            kernel.get_kernel_source()
