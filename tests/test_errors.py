@@ -244,10 +244,10 @@ def primitive_outside_kernel(A):
 def while_loop(A):
     A: T.Tensor((4,), T.float32)
     with T.Kernel(1, threads=32):
-        i = 0
+        i = A[0]  # a kernel value, bound to a name: the condition would never see i + 1
         while i < 4:  # @while-loop
-            A[i] = 0.0
-            i += 1
+            A[0] = i
+            i = i + 1.0
 
 
 @T.macro

@@ -7,8 +7,9 @@ source, parses it with `ast`, and *interprets* the tree statement by statement:
   `if` tests on them are evaluated at compile time, like a macro language.
 * Values that only exist on the device (block indices, loop variables, buffer
   elements) are TIR expressions; arithmetic on them builds expressions.
-* Loops over `T.Parallel`, `T.Pipelined`, `T.serial` or `range`, `if` on a
-  device value, stores into buffers and `T.*` calls become TIR statements.
+* Loops over `T.Parallel`, `T.Pipelined`, `T.serial` or `range`, `if` and
+  `while` on a device value, stores into buffers and `T.*` calls become TIR
+  statements. (A `while` on Python values runs while compiling.)
 
 Because every statement is visited with its position, any mistake becomes a
 `TileLabError` at the user's own file, line and column. `@T.macro` helpers are
@@ -285,6 +286,42 @@ class Interpreter:
             else_stmt = seq(else_stmts)
         self.builder.emit(tirx.IfThenElse(cond, seq(then_stmts), else_stmt,
                                           span=_span(self.source.location(node))))
+
+    # A `while` whose condition is known at compile time runs here, as Python; one that
+    # reads kernel values (a local variable, a tensor) becomes a loop of the kernel.
+    MAX_UNROLLED = 100_000
+
+    def exec_While(self, node):  # noqa: N802
+        if node.orelse:
+            raise TileLabSyntaxError("while ... else is not supported in a kernel")
+        cond = E.as_ir(self.eval(node.test))
+        if E.is_expr(cond) and _const_int(cond) is None:
+            return self.kernel_while(node, cond)
+        for _ in range(self.MAX_UNROLLED):
+            if not (bool(_const_int(cond)) if E.is_expr(cond) else cond):
+                return None
+            self.run(node.body)
+            cond = E.as_ir(self.eval(node.test))
+        raise TileLabSyntaxError(
+            f"this while loop's condition is known while compiling and still held after "
+            f"{self.MAX_UNROLLED} rounds (it would be unrolled into the kernel)",
+            hint="make the condition read a kernel value (T.alloc_var) to loop on the GPU")
+
+    def kernel_while(self, node, cond):
+        """The body runs while `cond` holds, re-read each round; the names the condition
+        reads keep their binding (kernel state lives in T.alloc_var or local buffers)."""
+        names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+        before = {n: self.locals.get(n, _MISSING) for n in names}
+        with self.builder.block() as stmts:
+            self.run(node.body)
+        rebound = sorted(n for n in names if self.locals.get(n, _MISSING) is not before[n])
+        if rebound:
+            raise TileLabSyntaxError(
+                f"the while condition reads {', '.join(rebound)}, which the loop body "
+                "assigns anew: the condition would keep reading the first value",
+                hint="keep the loop's state in a T.alloc_var (x = T.alloc_var(T.int32)) and "
+                     "update it with x[0] = ... or x = ...")
+        self.builder.emit(tirx.While(cond, seq(stmts), span=_span(self.source.location(node))))
 
     def exec_With(self, node):  # noqa: N802
         if len(node.items) != 1:

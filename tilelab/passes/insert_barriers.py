@@ -68,8 +68,8 @@ class _State:
 
 
 def _is_loop_body_container(stmt) -> bool:
-    return isinstance(stmt, tirx.For) and stmt.kind in (tirx.ForKind.SERIAL,
-                                                         tirx.ForKind.UNROLLED)
+    return isinstance(stmt, tirx.While) or isinstance(stmt, tirx.For) and stmt.kind in (
+        tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED)
 
 
 def _sequence(stmts: list, state: _State) -> list:
@@ -116,8 +116,10 @@ def _loop(loop, state: _State) -> list:
     if inner.conflicts(head.reads, head.writes):
         body.append(barrier())
         inner.clear()
-    out.append(tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, tirx.SeqStmt(body)
-                        if len(body) > 1 else body[0], annotations=loop.annotations))
+    body = tirx.SeqStmt(body) if len(body) > 1 else body[0]
+    out.append(tirx.While(loop.condition, body) if isinstance(loop, tirx.While) else
+               tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
+                        annotations=loop.annotations))
     state.reads, state.writes = inner.reads | reads, inner.writes | writes
     return out
 

@@ -197,6 +197,8 @@ class ThreadLowering:
             return tirx.IfThenElse(self.fragment_scalars(stmt.condition),
                                    self.lower(stmt.then_case),
                                    self.lower(stmt.else_case) if stmt.else_case else None)
+        if isinstance(stmt, tirx.While):
+            return tirx.While(self.fragment_scalars(stmt.condition), self.lower(stmt.body))
         if isinstance(stmt, tirx.AttrStmt):  # a mark for a later pass (a pipeline's refill)
             return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.lower(stmt.body))
         if isinstance(stmt, tirx.BufferStore):
@@ -365,6 +367,8 @@ class ThreadLowering:
             op = lookup(stmt)
             if self.in_parallel and not op.in_parallel:
                 raise TileLabTypeError(f"T.{op.name} cannot be used inside a T.Parallel loop")
+            if not self.in_parallel:  # a region that starts at a T.alloc_var's value
+                stmt = self.fragment_scalars(stmt)
             return op.lowering("cuda")(stmt, self)
 
 

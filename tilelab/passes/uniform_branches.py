@@ -15,9 +15,10 @@ racing with itself.
 `HideUniformBranches` rewrites such a branch, before ThreadSync, as a loop that
 runs once or not at all (`for _ in range(select(cond, 1, 0))`), which ThreadSync
 handles like any loop; `RestoreUniformBranches`, right after it, turns the loop
-back into the `if`, keeping the barriers ThreadSync put inside. Branches whose
-condition depends on a thread index, or on data threads may see differently,
-are left alone.
+back into the `if`, keeping the barriers ThreadSync put inside. A `while` loop
+whose condition the whole block sees alike (a cursor every thread advances the
+same way) is hidden and restored the same way. Branches whose condition depends
+on a thread index, or on data threads may see differently, are left alone.
 """
 
 from __future__ import annotations
@@ -37,21 +38,50 @@ def _block_uniform_vars(func) -> tuple[list, list]:
     loops whose bounds use only those and loads of such buffers. Those buffers are the
     read-only tensors (below) and the register arrays every thread fills the same way
     (a small tile each thread keeps whole, copied from a read-only tensor at a
-    block-uniform place: TileLang's block masks, `if block_mask[k] != 0`)."""
+    block-uniform place: TileLang's block masks, `if block_mask[k] != 0`; a loop cursor
+    advanced from its own value, `cursor = cursor + 1`). The registers are found from
+    above: all are assumed alike, and those with a store that proves otherwise are
+    dropped until none is left to drop, so that a register may feed its own update."""
     readonly = _read_only_tensors(func)
-    stores: dict = {}
-    walk(func.body, tirx.BufferStore, lambda s: stores.setdefault(
-        s.buffer, []).append(s) if s.buffer.scope() == "local" else None)
+    stores = _register_stores(func.body)
+    alike = [b for b in stores if not any(b.same_as(r) for r in readonly)]
     while True:
-        uniform = _uniform_vars(func, readonly)
-        alike = [b for b, written in stores.items()
-                 if not any(b.same_as(r) for r in readonly) and all(
-                     _is_uniform(s.value, uniform, readonly) and
-                     all(_is_uniform(i, uniform, readonly) for i in s.indices)
-                     for s in written)]
-        if not alike:
-            return uniform, readonly
-        readonly = readonly + alike
+        assumed = readonly + alike
+        uniform = _uniform_vars(func, assumed)
+        kept = [b for b in alike if all(
+            all(_is_uniform(e, uniform, assumed) for e in [s.value, *s.indices, *conditions])
+            for s, conditions in stores[b])]
+        if len(kept) == len(alike):
+            return uniform, assumed
+        alike = kept
+
+
+def _register_stores(body) -> dict:
+    """Register buffer -> its stores, each with the conditions it runs under (of the
+    enclosing ifs and while loops, and the bounds of enclosing serial loops)."""
+    stores: dict = {}
+
+    def visit(node, conditions):
+        if isinstance(node, tirx.BufferStore):
+            if node.buffer.scope() == "local":
+                stores.setdefault(node.buffer, []).append((node, conditions))
+        elif isinstance(node, tirx.SeqStmt):
+            for stmt in node:
+                visit(stmt, conditions)
+        elif isinstance(node, tirx.IfThenElse):
+            visit(node.then_case, conditions + [node.condition])
+            if node.else_case is not None:
+                visit(node.else_case, conditions + [node.condition])
+        elif isinstance(node, tirx.While):
+            visit(node.body, conditions + [node.condition])
+        elif isinstance(node, tirx.For):
+            bounds = [] if node.kind == tirx.ForKind.THREAD_BINDING else [node.min, node.extent]
+            visit(node.body, conditions + bounds)
+        elif hasattr(node, "body"):  # attributes, lets, allocations
+            visit(node.body, conditions)
+
+    visit(body, [])
+    return stores
 
 
 def _uniform_vars(func, readonly: list) -> list:
@@ -128,10 +158,17 @@ def _touches_shared(stmt) -> bool:
     return any(buffer.scope().startswith("shared") for buffer in found)
 
 
-def _once_if(cond, body):
-    extent = tirx.Select(cond, tirx.const(1, "int32"), tirx.const(0, "int32"))
+IF, WHILE = 1, 2  # what a hidden loop stands for (its annotation's value)
+
+
+def _once_if(cond, body, kind: int = IF):
+    """A serial loop whose extent holds the condition: 0 or 1 trips for an `if`; for a
+    `while`, ThreadSync sees a loop of several trips (it puts a barrier at the end of the
+    body where the next round's accesses race with this round's)."""
+    trips = tirx.const(1 if kind == IF else 2, "int32")
+    extent = tirx.Select(cond, trips, tirx.const(0, "int32"))
     return tirx.For(tirx.Var("uniform", "int32"), tirx.const(0, "int32"), extent,
-                    tirx.ForKind.SERIAL, body, annotations={ANNOTATION: tirx.const(1, "int32")})
+                    tirx.ForKind.SERIAL, body, annotations={ANNOTATION: tirx.const(kind, "int32")})
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.HideUniformBranches")
@@ -146,7 +183,13 @@ def HideUniformBranches(func, mod, ctx):  # noqa: N802 - a pass, named like TVM'
             loops.append(_once_if(tirx.Not(branch.condition), branch.else_case))
         return loops[0] if len(loops) == 1 else tirx.SeqStmt(loops)
 
-    return func.with_body(rewrite(func.body, tirx.IfThenElse, hide))
+    def hide_while(loop):
+        if not (_is_uniform(loop.condition, uniform, readonly) and _touches_shared(loop)):
+            return loop
+        return _once_if(loop.condition, loop.body, WHILE)
+
+    body = rewrite(func.body, tirx.IfThenElse, hide)
+    return func.with_body(rewrite(body, tirx.While, hide_while))
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.RestoreUniformBranches")
@@ -154,6 +197,8 @@ def RestoreUniformBranches(func, mod, ctx):  # noqa: N802
     def restore(loop):
         if ANNOTATION not in loop.annotations:
             return loop
+        if int(loop.annotations[ANNOTATION]) == WHILE:
+            return tirx.While(loop.extent.condition, loop.body)
         return tirx.IfThenElse(loop.extent.condition, loop.body, None)
 
     return func.with_body(rewrite(func.body, tirx.For, restore))
