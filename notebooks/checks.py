@@ -682,6 +682,39 @@ def fragment_values_per_thread(trace) -> dict[str, int]:
             if layout.get("kind") == "fragment"}
 
 
+# ---------------------------------------------------------------- 09 hopper
+
+
+@exercise("09.1", "09_hopper.ipynb", "a warpgroup's share of a 128 × 256 tile",
+          ("accumulator_registers", "wgmma_per_k16", "wgmma_per_iteration"))
+def _check_warpgroup_quiz(accumulator_registers, wgmma_per_k16, wgmma_per_iteration):
+    # block_m = 128, block_n = 256, block_k = 64, 256 threads: two warpgroups of 64 × 256
+    _quiz("accumulator_registers", accumulator_registers, 128 * 256 // 256, "The 128 × 256 "
+          "accumulator is float32 and spread over all 256 threads, each holding the same "
+          "number of values.")
+    _quiz("wgmma_per_k16", wgmma_per_k16, 1, "Each warpgroup's share is 64 rows by 256 "
+          "columns, and one wgmma.m64nNk16 covers 64 rows and up to N = 256 columns.")
+    _quiz("wgmma_per_iteration", wgmma_per_iteration, 64 // 16, "An iteration multiplies a "
+          "block_k = 64 slice of K, 16 at a time.")
+    return ("Four instructions per warpgroup per iteration, each of 64 × 256 × 16 "
+            "multiply-adds, with both operands read straight from shared memory.")
+
+
+@exercise("09.2", "09_hopper.ipynb", "the shared-memory budget of a Hopper pipeline",
+          ("ahead", "shared_bytes", "max_stages"))
+def _check_hopper_pipeline_quiz(ahead, shared_bytes, max_stages):
+    stage = (128 * 64 + 64 * 256) * 2  # a tile of A and a tile of B, float16
+    _quiz("ahead", ahead, 4 - 2, "With the MMAs of one iteration still in flight, the slot a "
+          "copy refills must be one no running MMA reads: copies run num_stages - 2 ahead.")
+    _quiz("shared_bytes", shared_bytes, 4 * stage, "Each stage holds a 128 × 64 tile of A and a "
+          "64 × 256 tile of B, at 2 bytes per float16.")
+    _quiz("max_stages", max_stages, 232448 // stage, "Divide the block's 232,448 bytes by the "
+          "bytes of one stage, rounding down.")
+    return ("Four stages take 192 KB, and a fifth would not fit: at this tile size the "
+            "pipeline is as deep as shared memory allows, which is why such kernels keep only "
+            "the A and B tiles there and write C from registers.")
+
+
 # ---------------------------------------------------------------- 10 autotuning
 
 SHARED_BUDGET = 48 * 1024  # bytes of shared memory a block may use without opting in

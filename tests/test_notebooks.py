@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 SOLUTIONS = NOTEBOOKS / "solutions"
 CHAPTERS = ["00_setup", "01_vector_add", "02_reduce", "03_softmax", "04_gemm", "05_layer_norm",
-            "06_rms_norm", "07_flash_attention", "08_debugging", "10_autotuning"]
+            "06_rms_norm", "07_flash_attention", "08_debugging", "09_hopper", "10_autotuning"]
 CELL_TIMEOUT_S = 300  # per cell; the slowest cells take a few seconds on a 2-core machine
 
 # What the checker must say about each shipped skeleton: the mistake it makes, by name.
@@ -52,6 +52,8 @@ SKELETON_HINTS = {
     "08.1": "past the end of Y",
     "08.2": "transpose_B=True",
     "08.3": "values in every thread",
+    "09.1": "spread over all 256 threads",
+    "09.2": "num_stages - 2 ahead",
     "10.1": "48 KiB shared memory budget",
     "10.2": "can only win if it is correct",
 }
