@@ -368,6 +368,22 @@ def test_jit_follows_the_globals_a_kernel_reads():
     torch.testing.assert_close(scaled_add(a, b), (a + b) * 2)
 
 
+def test_repeated_calls_reuse_their_kernel_and_still_check_the_inputs():
+    """A positional call like an earlier one goes straight to that kernel (no re-binding of
+    the signature), and the kernel still checks what it is given."""
+    a, b = torch.randn(100), torch.randn(100)
+    torch.testing.assert_close(scaled_add(a, b), (a + b) * 2)
+    compiled = dict(scaled_add._kernels)
+    c, d = torch.randn(100), torch.randn(100)
+    torch.testing.assert_close(scaled_add(c, d), (c + d) * 2)
+    assert scaled_add._kernels == compiled  # nothing traced again
+    strided = torch.randn(100, 2)[:, 0]
+    with pytest.raises(TileLabError, match="contiguous"):
+        scaled_add(strided, d)
+    with pytest.raises(TileLabError, match="float32"):
+        scaled_add(a.double(), b)
+
+
 def test_return_names_the_outputs():
     """`return C` returns C alone; another T.empty is a scratch output, not returned."""
     a, b = torch.randn(100), torch.randn(100)

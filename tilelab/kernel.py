@@ -274,6 +274,7 @@ class JITFunction:
         self.source = FunctionSource.of(fn)
         self.style = "factory" if _is_factory(self.source) else "eager"
         self._kernels: dict = {}
+        self._seen: dict = {}  # positional-call key -> (its _kernels key, tensor positions)
         # read once: an eager call is on the launch path, and inspect.signature alone costs
         # tens of microseconds
         self._signature = inspect.signature(fn)
@@ -290,11 +291,34 @@ class JITFunction:
             return self._factory_kernel(args, kwargs)
         # an eager call takes compile's target= and pass_configs= too (unless the kernel has
         # parameters of those names); any other unknown keyword is an error while tracing
+        if not kwargs:  # the common call, f(x, y): straight to the kernel it compiled before
+            seen = self._seen.get(self._call_key(args))
+            kernel = self._cached(seen[0]) if seen is not None else None
+            if kernel is not None:
+                return kernel(*(args[i] for i in seen[1]))
         own = self._signature.parameters
         options = {k: kwargs.pop(k) for k in ("target", "pass_configs")
                    if k in kwargs and k not in own}
         kernel, tensors = self._eager_kernel(args, kwargs, need_tensors=True, **options)
         return kernel(*tensors)
+
+    def _call_key(self, args) -> tuple | None:
+        """What decides an eager call's kernel when it passes only positional arguments:
+        each tensor's shape, dtype and device, the other values, the bounds-check setting.
+        None where a value cannot be a key (the full path then decides)."""
+        parts = []
+        for value in args:
+            if _is_tensor(value):
+                device = getattr(value, "device", None)
+                parts.append((tuple(value.shape), str(value.dtype), str(device)))
+            else:
+                parts.append(value)
+        key = (tuple(parts), _checks())
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
 
     @raised_at_the_caller
     def compile(self, *args, target=None, pass_configs=None, **kwargs) -> Kernel:
@@ -406,6 +430,11 @@ class JITFunction:
 
             program = trace_eager(self.fn, self.source, values, extra, examples)
             kernel = self._store(key, compile(program, target=resolved, pass_configs=configs))
+        if need_tensors and not kwargs and target is None and pass_configs is None:
+            positions = tuple(i for i, value in enumerate(args) if any(value is t for t in tensors))
+            call_key = self._call_key(args)
+            if call_key is not None and len(positions) == len(tensors):
+                self._seen[call_key] = (key, positions)
         return kernel, tensors
 
 
