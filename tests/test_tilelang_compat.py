@@ -150,6 +150,28 @@ def test_get_kernel_source_on_the_decorated_function_and_datatype():
     assert tilelang.DataType("float16").bits == 16 and tilelang.DataType("int8").bits == 8
 
 
+def test_four_bit_types_are_names_and_their_tensors_a_clear_error():
+    """TileLang's dequantization helpers key tables by T.int4 (lop3.py's
+    `{T.float16: "f16", T.int4: "i4", ...}`): the names exist; a tensor or tile of them is
+    refused at its line (their values live packed in uint8)."""
+    assert {T.float16: "f16", T.int4: "i4"}[T.int4] == "i4" and T.int4.bits == 4
+    assert T.uint4 in [T.int8, T.uint4] and T.float4_e2m1fn == "float4_e2m1fn"
+
+    @tilelab.jit
+    def widen(X):
+        N = T.const("N")
+        X: T.Tensor((N,), T.int4)
+        Y = T.empty((N,), T.float32)
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                Y[i] = X[i]
+        return Y
+
+    with pytest.raises(TileLabError, match="no int4 tensors or tiles") as info:
+        widen(torch.zeros(8, dtype=torch.int8))
+    assert "test_tilelang_compat.py" in str(info.value) and "uint8" in str(info.value)
+
+
 def test_tilelang_pass_config_names_compile_with_a_warning():
     """TileLang's examples pass `tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED` and the
     like: the names exist, tilelab's own keys keep their effect, the others warn once."""

@@ -48,11 +48,19 @@ uint32 = DType("uint32")
 uint64 = DType("uint64")
 boolean = DType("bool")
 
+# Named so that programs can refer to them (TileLang's dequantization helpers keep tables
+# keyed by T.int4); a tensor or tile of these types is refused (`as_dtype` below): their
+# values live packed in uint8, two to a byte, and are unpacked with shifts.
+int4 = DType("int4")
+uint4 = DType("uint4")
+float4_e2m1fn = DType("float4_e2m1fn")
+NAMED_ONLY = {str(d): d for d in (int4, uint4, float4_e2m1fn)}
+
 ALL = {str(d): d for d in (float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2,
                            int8, int16, int32, int64, uint8, uint16, uint32, uint64, boolean)}
 _BITS = {name: (8 if name == "bool" else int("".join(c for c in name.split("_")[0]
                                                      if c.isdigit())))
-         for name in ALL}
+         for name in [*ALL, *NAMED_ONLY]}
 
 # Other spellings of the same types: C's names (TileLang's `T.float`, "float"), and Python's
 # own types (`dtype=float`). Each maps to one of the types above.
@@ -64,7 +72,7 @@ ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "i
 
 def as_dtype(value) -> DType:
     """Accept a DType, a name ("float16", "float"), a torch/numpy dtype or Python's float/int."""
-    if isinstance(value, DType):
+    if isinstance(value, DType) and str(value) in ALL:
         return value
     name = str(value)
     for prefix in ("torch.", "<class 'numpy.", "dtype('"):
@@ -75,6 +83,11 @@ def as_dtype(value) -> DType:
         return ALL[name]
     from ..errors import TileLabTypeError
 
+    if name in NAMED_ONLY:
+        raise TileLabTypeError(f"tilelab has no {name} tensors or tiles (torch has no {name} "
+                               "tensors to pass in either)",
+                               hint="store the values packed in uint8, two to a byte, and "
+                                    "unpack them with shifts and masks")
     known = ", ".join(sorted(ALL))
     hint = "int4 and fp4 have no torch tensor type; store them packed in uint8 and unpack " \
         "with shifts" if name.startswith(("int4", "uint4", "float4")) else ""

@@ -173,9 +173,6 @@ MISSING: dict[str, tuple[str, str]] = {
     "rng_init": ("random numbers on the device", "random tensors made with torch and passed in"),
     "rng_rand": ("random numbers on the device", "random tensors made with torch and passed in"),
     "gemm_sp": ("sparse tensor-core GEMM", "T.gemm on dense tiles"),
-    "int4": ("the int4 data type", "uint8 storage with two values per byte, unpacked with "
-             "shifts"),
-    "float4_e2m1fn": ("fp4 data types", "uint8 storage, unpacked with shifts"),
     "tfloat32": ("the tf32 data type", "T.float32 (tensor cores use tf32 for float32 GEMMs)"),
 }
 
