@@ -13,7 +13,10 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.errors import TileLabError, TileLabWarning
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
 
 
 def _rand(*shape, seed=0):
@@ -378,7 +381,7 @@ def test_alloc_global_is_scratch_between_the_kernels_of_a_program():
     torch.testing.assert_close(s, a * 6)
 
 
-def test_alloc_global_inside_a_kernel_or_for_cuda_is_a_clear_error():
+def test_alloc_global_inside_a_kernel_is_a_clear_error():
     N = 64
     with pytest.raises(TileLabError, match="before `with T.Kernel") as info:
         @T.prim_func
@@ -386,9 +389,70 @@ def test_alloc_global_inside_a_kernel_or_for_cuda_is_a_clear_error():
             with T.Kernel(1, threads=32):
                 scratch = T.alloc_global((N,), T.float32)  # noqa: F841
     assert "T.alloc_global((N,), T.float32)" in info.value.location.excerpt()
-    with pytest.raises(TileLabError, match="CPU backend only") as info:
-        tilelab.compile(split_then_combine(N), target="cuda:sm_90a")
-    assert "T.alloc_global((splits, N), T.float32)" in info.value.location.excerpt()
+
+
+def twice_then_plus_one(N):
+    """Two kernels in order: the second reads what the first wrote into an output."""
+
+    @T.prim_func
+    def chain(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32),
+              C: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+            for i in T.Parallel(128):
+                if bx * 128 + i < N:
+                    B[bx * 128 + i] = A[bx * 128 + i] * 2.0
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    C[bx * 32 + i] = B[bx * 32 + i] + 1.0
+
+    return chain
+
+
+@needs_nvcc
+def test_programs_of_several_kernels_and_scratch_compile_for_cuda(tmp_path):
+    """Each `with T.Kernel` is a kernel of the cubin, launched in program order with its own
+    grid and threads; T.alloc_global tensors are allocated by the launcher for each call
+    (launch.json: the first kernel, `next_kernels`, `scratch`), in exported files too."""
+    from tilelab.runtime.artifact import load_artifact
+    from tilelab.runtime.cuda import KernelSequence
+
+    kernel = tilelab.compile(split_then_combine(1000), target="cuda:sm_90a")
+    launch = kernel.launch
+    assert launch["grid"] == [16, 3, 1] and launch["arg_order"] == [0, 2]  # A, then partial
+    [second] = launch["next_kernels"]
+    assert second["grid"] == [16, 1, 1] and second["arg_order"] == [1, 2]  # S, partial
+    assert launch["scratch"] == [{"name": "partial", "shape": [3, 1000], "dtype": "float32"}]
+    assert isinstance(kernel._runner, KernelSequence)
+    chain = tilelab.compile(twice_then_plus_one(1000), target="cuda:sm_90a")
+    assert [chain.launch["block"], chain.launch["next_kernels"][0]["block"]] == \
+        [[128, 1, 1], [32, 1, 1]]
+    assert "scratch" not in chain.launch
+    path = tmp_path / "split.tilelab"
+    kernel.export(path)
+    artifact = load_artifact(path)
+    assert artifact.next_kernels == launch["next_kernels"]
+    assert artifact.scratch == launch["scratch"]
+    assert isinstance(artifact.launcher(), KernelSequence)
+
+
+@pytest.mark.gpu
+def test_programs_of_several_kernels_and_scratch_on_the_gpu(tmp_path):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    for seed in range(2):
+        a = _rand(1000, seed=seed).cuda()
+        s = torch.zeros(1000, device="cuda")
+        kernel = tilelab.compile(split_then_combine(1000), target="cuda")
+        kernel(a, s)
+        torch.testing.assert_close(s, a * 6)
+        b, c = torch.zeros_like(a), torch.zeros_like(a)
+        tilelab.compile(twice_then_plus_one(1000), target="cuda")(a, b, c)
+        torch.testing.assert_close(c, a * 2 + 1)
+    kernel.export(tmp_path / "split.tilelab")
+    s.zero_()
+    tilelab.load(tmp_path / "split.tilelab")(a, s)
+    torch.testing.assert_close(s, a * 6)
 
 
 def test_atomic_add_memory_order():
@@ -443,7 +507,7 @@ def test_dynamic_sizes_compile_for_each_call_shape():
         kernel(_rand(5, 13))
 
 
-def test_two_kernels_run_on_cpu_and_cuda_says_why_it_does_not():
+def test_two_kernels_run_on_the_cpu_and_compile_for_cuda():
     N = 50
 
     @T.prim_func
@@ -459,8 +523,9 @@ def test_two_kernels_run_on_cpu_and_cuda_says_why_it_does_not():
 
     a = _rand(N, seed=2)
     torch.testing.assert_close(tilelang.compile(twice_then_add_one, out_idx=[1])(a), a * 2 + 1)
-    with pytest.raises(TileLabError, match="launches 2 kernels"):
-        tilelang.compile(twice_then_add_one, out_idx=[1], target="cuda:sm_90a")
+    if find_nvcc() is not None:  # the kernels run in turn (tests: ..._several_kernels_...)
+        kernel = tilelang.compile(twice_then_add_one, out_idx=[1], target="cuda:sm_90a")
+        assert len(kernel.launch["next_kernels"]) == 1
 
 
 def persistent_gemm(M, N, K, block_M=32, block_N=32, block_K=32, waves_of=3):

@@ -120,14 +120,10 @@ class BuiltKernel:
         params = [RuntimeParam(p["name"], tuple(p["shape"]), p["dtype"], p["output"])
                   for p in self.params]
         if self.target == "cuda":
-            from .runtime.cuda import CudaLauncher
+            from .runtime.cuda import launcher_for
 
             launch = json.loads(self.files["launch.json"])
-            runner = CudaLauncher(self.files["kernel.cubin"], launch["kernel_name"],
-                                  launch["grid"], launch["block"], launch["dynamic_smem"],
-                                  [p.dtype for p in params], arch=launch["arch"],
-                                  arg_order=launch["arg_order"],
-                                  tensor_maps=launch.get("tensor_maps", ()))
+            runner = launcher_for(self.files["kernel.cubin"], launch, [p.dtype for p in params])
         else:
             from .backends.cpu import CPURunner
 

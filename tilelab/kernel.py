@@ -218,7 +218,9 @@ class Kernel:
                       arch=self.launch["arch"], arg_order=self.launch["arg_order"],
                       trace_json=self.trace.to_json() if self.trace
                       else None, source=self.trace.code.get("cuda") if self.trace else None,
-                      config=self.config, tensor_maps=self.launch.get("tensor_maps", ()))
+                      config=self.config, tensor_maps=self.launch.get("tensor_maps", ()),
+                      next_kernels=self.launch.get("next_kernels", ()),
+                      scratch=self.launch.get("scratch", ()))
 
     def get_profiler(self, tensor_supply_type=None):
         """A Profiler whose random inputs follow `tensor_supply_type` (a TensorSupplyType)."""

@@ -79,19 +79,28 @@ class Artifact:
     arg_order: list | None = None  # kernel parameter k is tensor arg_order[k]
     config: dict | None = None  # the autotuner's winning keyword values (tilelab.autotune)
     tensor_maps: list = field(default_factory=list)  # TMA descriptors the launcher encodes
+    next_kernels: list = field(default_factory=list)  # a program's later `with T.Kernel`s
+    scratch: list = field(default_factory=list)  # T.alloc_global tensors made for each call
 
     def runtime_params(self) -> list[RuntimeParam]:
         return [RuntimeParam(p["name"], tuple(p["shape"]), p["dtype"], bool(p["output"]))
                 for p in self.params]
 
     def launcher(self):
-        """A `CudaLauncher` for this kernel (tensors in signature order, then scalars)."""
-        from .cuda import CudaLauncher
+        """A `CudaLauncher` for this kernel (tensors in signature order, then scalars), or a
+        `KernelSequence` for a program of several kernels or with scratch tensors."""
+        from .cuda import CudaLauncher, launcher_for
 
+        dtypes = [p["dtype"] for p in self.params]
+        if self.next_kernels or self.scratch:
+            return launcher_for(self.cubin, {
+                "kernel_name": self.kernel_name, "grid": self.grid, "block": self.block,
+                "dynamic_smem": self.dynamic_smem, "arch": self.arch,
+                "arg_order": self.arg_order, "tensor_maps": self.tensor_maps,
+                "next_kernels": self.next_kernels, "scratch": self.scratch}, dtypes)
         return CudaLauncher(self.cubin, self.kernel_name, self.grid, self.block,
-                            self.dynamic_smem, [p["dtype"] for p in self.params],
-                            self.scalar_params, arch=self.arch, arg_order=self.arg_order,
-                            tensor_maps=self.tensor_maps)
+                            self.dynamic_smem, dtypes, self.scalar_params, arch=self.arch,
+                            arg_order=self.arg_order, tensor_maps=self.tensor_maps)
 
     def trace(self):
         """The compilation's Trace, or a small one holding the CUDA source."""
@@ -161,10 +170,46 @@ def _tensor_maps(value) -> list:
     return specs
 
 
+def _next_kernels(value) -> list:
+    """The later kernels of a program: symbol, grid, block, shared memory, parameters."""
+    if not isinstance(value, list) or len(value) > 64:
+        raise TileLabArtifactError("next_kernels must be a list of at most 64 kernels")
+    kernels = []
+    for k in value:
+        if not isinstance(k, dict) or not isinstance(k.get("kernel_name"), str) or \
+                not isinstance(k.get("arg_order"), list) or \
+                not all(isinstance(i, int) and 0 <= i < 4096 for i in k["arg_order"]):
+            raise TileLabArtifactError("a kernel needs kernel_name and arg_order")
+        kernels.append({"kernel_name": k["kernel_name"], "grid": list(_dims(k.get("grid"), "grid")),
+                        "block": list(_dims(k.get("block"), "block")),
+                        "dynamic_smem": int(k.get("dynamic_smem", 0)),
+                        "arg_order": list(k["arg_order"]),
+                        **({"tensor_maps": _tensor_maps(k["tensor_maps"])}
+                           if k.get("tensor_maps") else {})})
+    return kernels
+
+
+def _scratch(value) -> list:
+    """Scratch tensors (T.alloc_global): name, shape, dtype."""
+    if not isinstance(value, list) or len(value) > 64:
+        raise TileLabArtifactError("scratch must be a list of at most 64 tensors")
+    out = []
+    for t in value:
+        if not isinstance(t, dict) or not isinstance(t.get("dtype"), str) or \
+                not isinstance(t.get("shape"), list) or len(t["shape"]) > 8 or \
+                not all(isinstance(n, int) and 0 < n < 1 << 40 for n in t["shape"]):
+            raise TileLabArtifactError("a scratch tensor needs a shape of positive sizes and "
+                                       "a dtype")
+        out.append({"name": str(t.get("name", "")), "shape": list(t["shape"]),
+                    "dtype": t["dtype"]})
+    return out
+
+
 def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, block,
                   dynamic_smem: int, params, arch: str, trace_json: str | None = None,
                   source: str | None = None, scalar_params=(), arg_order=None,
-                  config: dict | None = None, tensor_maps=()) -> str:
+                  config: dict | None = None, tensor_maps=(), next_kernels=(),
+                  scratch=()) -> str:
     """Write a kernel to one `.tilelab` file (atomically); returns the path written."""
     if not isinstance(cubin, (bytes, bytearray)) or not cubin:
         raise TileLabArtifactError("cubin must be non-empty bytes")
@@ -184,6 +229,10 @@ def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, bloc
         meta["arg_order"] = [int(i) for i in arg_order]
     if tensor_maps:
         meta["tensor_maps"] = _tensor_maps(list(tensor_maps))
+    if next_kernels:
+        meta["next_kernels"] = _next_kernels(list(next_kernels))
+    if scratch:
+        meta["scratch"] = _scratch(list(scratch))
     if config is not None:  # values JSON cannot hold (a dtype object) are kept as their text
         meta["config"] = {str(k): v if isinstance(v, (bool, int, float, str)) or v is None
                           else str(v) for k, v in config.items()}
@@ -270,6 +319,8 @@ def load_artifact(path) -> Artifact:
             arg_order=meta.get("arg_order"),
             config=meta.get("config"),
             tensor_maps=_tensor_maps(meta.get("tensor_maps", [])),
+            next_kernels=_next_kernels(meta.get("next_kernels", [])),
+            scratch=_scratch(meta.get("scratch", [])),
             version=version,
         )
     except TileLabArtifactError as err:

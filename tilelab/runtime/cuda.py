@@ -30,7 +30,8 @@ import time
 
 from ..errors import TileLabArgumentError, TileLabError
 
-__all__ = ["CudaError", "CudaLauncher", "CudaUnavailableError", "driver", "launch_overhead_us"]
+__all__ = ["CudaError", "CudaLauncher", "CudaUnavailableError", "KernelSequence", "driver",
+           "launch_overhead_us", "launcher_for"]
 
 # Kernels may use this much dynamic shared memory without opting in.
 STATIC_SMEM_LIMIT = 48 * 1024
@@ -450,6 +451,65 @@ class CudaLauncher:
 
     def __getstate__(self):
         raise TypeError("a CudaLauncher cannot be pickled; save the kernel with "
+                        "tilelab.runtime.save_artifact instead")
+
+
+# ---------------------------------------------------------------- programs of several kernels
+
+
+def launcher_for(cubin: bytes, launch: dict, param_dtypes):
+    """What runs a compiled program, from its launch configuration (launch.json): one
+    kernel - a CudaLauncher - or, for a program of several `with T.Kernel` blocks or with
+    T.alloc_global scratch tensors, a KernelSequence. `launch` describes the first kernel;
+    `next_kernels` the others, in program order; `scratch` the global tensors the launcher
+    allocates for each call. A kernel's `arg_order` picks from the program's tensors and
+    then its scratch tensors."""
+    scratch = list(launch.get("scratch", []))
+    dtypes = [str(d) for d in param_dtypes] + [str(s["dtype"]) for s in scratch]
+    launchers = [CudaLauncher(cubin, k["kernel_name"], k["grid"], k["block"],
+                              k["dynamic_smem"], dtypes, arch=launch.get("arch"),
+                              arg_order=k["arg_order"], tensor_maps=k.get("tensor_maps", ()))
+                 for k in [launch, *launch.get("next_kernels", [])]]
+    if len(launchers) == 1 and not scratch:
+        return launchers[0]
+    return KernelSequence(launchers, scratch, len(param_dtypes))
+
+
+class KernelSequence:
+    """The kernels of one program, launched in turn on the current stream (each sees what
+    the ones before it wrote), with the program's scratch tensors allocated for the call."""
+
+    def __init__(self, launchers: list, scratch: list, n_tensors: int):
+        self.launchers = launchers
+        self.scratch = [(tuple(int(n) for n in s["shape"]), str(s["dtype"])) for s in scratch]
+        self.n_tensors = n_tensors
+
+    def __call__(self, *tensors):
+        if len(tensors) != self.n_tensors:
+            raise TileLabArgumentError(f"{self.launchers[0].kernel_name} takes "
+                                       f"{self.n_tensors} tensor(s), but {len(tensors)} "
+                                       "were given")
+        import torch
+
+        device = torch.device("cuda", torch.cuda.current_device())
+        scratch = [torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+                   for shape, dtype in self.scratch]
+        for launcher in self.launchers:
+            launcher(*tensors, *scratch)
+
+    def load(self):
+        for launcher in self.launchers:
+            launcher.load()
+
+    def close(self):
+        for launcher in self.launchers:
+            launcher.close()
+
+    def __repr__(self) -> str:
+        return f"<KernelSequence {', '.join(k.kernel_name for k in self.launchers)}>"
+
+    def __getstate__(self):
+        raise TypeError("a KernelSequence cannot be pickled; save the kernel with "
                         "tilelab.runtime.save_artifact instead")
 
 

@@ -173,29 +173,30 @@ def cuda_source(executable) -> str:
     return '#include "tilelab.cuh"\n' + source
 
 
-def launch_config(device_mod) -> dict:
-    """Kernel symbol, dynamic shared memory and parameter names of the device function."""
-    import math
-
+def launch_config(device_mod) -> list[dict]:
+    """Per kernel of the device module, in program order (SplitHostDevice names them
+    `f_kernel`, `f_kernel_1`, ...): symbol, grid, threads, shared memory, parameter names
+    and the TMA descriptors it takes."""
     from ...ir.dtypes import itemsize
     from ...ir.tile_ops import is_buffer
     from ...ir.visit import walk
 
-    kernels = [(gv, f) for gv, f in device_mod.functions.items()
-               if f.attrs is not None and "calling_conv" in f.attrs]
-    if len(kernels) > 1:  # the launcher runs one kernel per program; never drop the others
-        from ...errors import TileLabCompileError
+    def order(item):
+        name = str(item[0].name_hint)
+        suffix = name.rpartition("_")[2]
+        return int(suffix) if suffix.isdigit() else 0
 
-        raise TileLabCompileError(
-            f"this program launches {len(kernels)} kernels (one per `with T.Kernel`); the "
-            "CUDA backend runs one kernel per program",
-            hint="write each `with T.Kernel` block as its own @T.prim_func and call them in turn")
-    gv, func = kernels[0]
-    name = str(gv.name_hint)
+    kernels = sorted(((gv, f) for gv, f in device_mod.functions.items()
+                      if f.attrs is not None and "calling_conv" in f.attrs), key=order)
+    return [_kernel_config(gv, func, itemsize, is_buffer, walk) for gv, func in kernels]
+
+
+def _kernel_config(gv, func, itemsize, is_buffer, walk) -> dict:
     smem = {"shared.dyn": 0, "shared": 0}
-    grid = [1, 1, 1]  # as the passes left it (CoarsenBlocks launches fewer blocks)
+    grid, threads = [1, 1, 1], 1  # as the passes left it (CoarsenBlocks launches fewer blocks)
 
     def visit(node):
+        nonlocal threads
         if isinstance(node, tirx.AllocBuffer) and node.buffer.scope() in smem:
             # a lone tile may have been given a vector type (float32x4) by StorageRewrite
             base, _, lanes = str(node.buffer.dtype).partition("x")
@@ -205,6 +206,8 @@ def launch_config(device_mod) -> dict:
             tag = str(node.node.thread_tag)
             if tag.startswith("blockIdx."):
                 grid["xyz".index(tag[-1])] = int(node.value)
+            elif tag == "threadIdx.x":
+                threads = int(node.value)
 
     walk(func.body, tirx.Stmt, visit)  # after merging: one dynamic allocation
     specs = {}  # TMA descriptors: parameter name -> what the launcher encodes
@@ -215,8 +218,20 @@ def launch_config(device_mod) -> dict:
 
     walk(func.body, tirx.AttrStmt, tensor_map)
     params = [str(p.name) for p in func.params if not is_buffer(p)]
-    return {"kernel_name": name, "dynamic_smem": smem["shared.dyn"], "grid": grid,
-            "static_smem": smem["shared"], "param_names": params, "tensor_maps": specs}
+    return {"kernel_name": str(gv.name_hint), "dynamic_smem": smem["shared.dyn"], "grid": grid,
+            "threads": threads, "static_smem": smem["shared"], "param_names": params,
+            "tensor_maps": specs}
+
+
+def global_scratch(program) -> list[dict]:
+    """The program's T.alloc_global tensors: the launcher allocates them for each call."""
+    from ...ir.visit import walk
+
+    found = []
+    walk(program.func.body, tirx.AllocBuffer, lambda a: found.append(a.buffer)
+         if a.buffer.scope() == "global" else None)
+    return [{"name": str(b.name), "shape": [int(n) for n in b.shape], "dtype": str(b.dtype)}
+            for b in found]
 
 
 # Shared memory one block may use (KB, with the opt-in for more than 48 KB), by architecture.
@@ -265,12 +280,38 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
             "nothing, so no GPU code is left to run",
             program.source.location(program.source.node),
             hint="copy a result into one of the kernel's tensors (T.copy(tile, Out[...]))")
-    config = launch_config(recorder.device_module)
-    check_shared_memory(program, config["dynamic_smem"] + config["static_smem"], arch)
+    configs_of_kernels = launch_config(recorder.device_module)
+    check_shared_memory(program, max(c["dynamic_smem"] + c["static_smem"]
+                                     for c in configs_of_kernels), arch)
     source = cuda_source(executable)
     fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
     compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
-    names = [str(b.name) for b in program.func.params]
+    scratch = global_scratch(program)
+    names = [str(b.name) for b in program.func.params] + [s["name"] for s in scratch]
+    kernels = [_launch_of(program, config, names) for config in configs_of_kernels]
+    launch = dict(kernels[0], arch=arch)
+    if len(kernels) > 1:  # the program's other `with T.Kernel` blocks, in order
+        launch["next_kernels"] = kernels[1:]
+    if scratch:
+        launch["scratch"] = scratch
+    trace.code.update(cuda=source, ptx=compiled["ptx"], sass=compiled["sass"],
+                      ptxas=compiled["ptxas"])
+    trace.resources = dict(compiled["resources"], dynamic_smem_bytes=launch["dynamic_smem"],
+                           grid=launch["grid"], block=launch["block"], arch=arch)
+    if len(kernels) > 1:
+        trace.resources["kernels"] = [{"name": k["kernel_name"], "grid": k["grid"],
+                                       "block": k["block"],
+                                       "dynamic_smem_bytes": k["dynamic_smem"]}
+                                      for k in kernels]
+    _warn_about_spills(program, trace)
+    files = {"kernel.cubin": compiled["cubin"], "launch.json": json.dumps(launch).encode()}
+    runner = cuda_runner(program, launch, compiled["cubin"])
+    return CompiledArtifact(runner, trace, launch, compiled["cubin"]), files
+
+
+def _launch_of(program, config: dict, names: list) -> dict:
+    """One kernel's launch: its parameters as positions among the program's tensors and
+    scratch tensors (`names`), its TMA descriptors, grid and block."""
     order, tensor_maps = [], []
     for position, pname in enumerate(config["param_names"]):
         if pname in config["tensor_maps"]:  # a TMA descriptor of one of the tensors
@@ -284,18 +325,11 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
                                       f"{program.name}")
         order.append(names.index(base))
     launch = {"kernel_name": config["kernel_name"], "grid": config["grid"],
-              "block": [math.prod(program.threads or (1,)), 1, 1],
-              "dynamic_smem": config["dynamic_smem"], "arch": arch, "arg_order": order}
+              "block": [config["threads"], 1, 1], "dynamic_smem": config["dynamic_smem"],
+              "arg_order": order}
     if tensor_maps:
         launch["tensor_maps"] = tensor_maps
-    trace.code.update(cuda=source, ptx=compiled["ptx"], sass=compiled["sass"],
-                      ptxas=compiled["ptxas"])
-    trace.resources = dict(compiled["resources"], dynamic_smem_bytes=launch["dynamic_smem"],
-                           grid=launch["grid"], block=launch["block"], arch=arch)
-    _warn_about_spills(program, trace)
-    files = {"kernel.cubin": compiled["cubin"], "launch.json": json.dumps(launch).encode()}
-    runner = cuda_runner(program, launch, compiled["cubin"])
-    return CompiledArtifact(runner, trace, launch, compiled["cubin"]), files
+    return launch
 
 
 def _warn_about_spills(program, trace) -> None:
@@ -312,13 +346,10 @@ def _warn_about_spills(program, trace) -> None:
 
 
 def cuda_runner(program, launch: dict, cubin: bytes):
-    """A CudaLauncher called with the tensors in signature order."""
-    from ...runtime.cuda import CudaLauncher
+    """The program's launcher, called with the tensors in signature order."""
+    from ...runtime.cuda import launcher_for
 
-    return CudaLauncher(cubin, launch["kernel_name"], launch["grid"], launch["block"],
-                        launch["dynamic_smem"], [p.dtype for p in program.params],
-                        arch=launch["arch"], arg_order=launch["arg_order"],
-                        tensor_maps=launch.get("tensor_maps", ()))
+    return launcher_for(cubin, launch, [p.dtype for p in program.params])
 
 
 def plans_without_code(program) -> tuple[dict, list, list]:
@@ -353,24 +384,6 @@ def plans_without_code(program) -> tuple[dict, list, list]:
     return layouts, pipelines, instructions
 
 
-def _refuse_global_scratch(mod, program) -> None:
-    """T.alloc_global: the launcher would have to allocate it, which it does not (yet)."""
-    from ...errors import TileLabCompileError
-    from ...ir.visit import walk
-
-    found = []
-    for func in mod.functions.values():
-        walk(func.body, tirx.AllocBuffer, lambda a: found.append(a.buffer)
-             if a.buffer.scope() == "global" else None)
-    if found:
-        name = str(found[0].name)
-        raise TileLabCompileError(
-            f"T.alloc_global ({name}) runs on the CPU backend only: a CUDA launch does not "
-            "allocate global memory for a program", program.buffer_locations.get(name),
-            hint=f"declare {name} as a tensor parameter of the kernel and pass it in "
-                 "(torch.empty on the GPU)")
-
-
 class CUDABackend(Backend):
     """CUDA C from TVM's code generator, compiled by tilelab's nvcc step into a cubin."""
 
@@ -380,7 +393,6 @@ class CUDABackend(Backend):
         return f"{target}:{nvcc.toolchain_version()}"  # the toolchain that makes the cubin
 
     def build(self, mod, program, target: str, configs: dict, trace):
-        _refuse_global_scratch(mod, program)
         arch = target.partition(":")[2] or nvcc.default_arch()
         vectorize = not configs.get(PassConfigKey.TL_DISABLE_VECTORIZE.value, False)
 
