@@ -489,22 +489,3 @@ def test_the_warning_is_repeated_when_the_kernel_comes_from_the_cache():
         kernel = tilelab.compile(make_unwritten_fragment(8, clear_first=False))
     assert kernel.trace.cache_hit
 
-
-def float8_tile():
-    @T.prim_func
-    def kernel(X: T.Tensor((64,), T.float32), Y: T.Tensor((64,), T.float32)):
-        with T.Kernel(1, threads=64):
-            q = T.alloc_fragment((64,), T.float8_e4m3fn)  # @float8-tile
-            T.copy(X, q)
-            T.copy(q, Y)
-
-    return kernel
-
-
-def test_float8_on_the_cpu_is_refused_at_its_line():
-    """LLVM has no float8 arithmetic, and TVM's legalization would keep the tile unrounded:
-    a clear refusal, not TVM's `Check failed` from LowerIntrin."""
-    with pytest.raises(TileLabError) as info:
-        tilelab.compile(float8_tile(), target="cpu")
-    assert_user_error(info.value, "float8-tile", "q = T.alloc_fragment",
-                      cls=tilelab.errors.TileLabCompileError, expect=("float8_e4m3fn",))

@@ -1,7 +1,9 @@
-"""float8 tiles on the GPU: GPUs have no float8 arithmetic and CUDA C no operators for it,
-so a float8 value meets others as float32 (`ir/expr.common_dtype`) and a store into a
+"""float8 tiles. On the GPU: GPUs have no float8 arithmetic and CUDA C no operators for
+it, so a float8 value meets others as float32 (`ir/expr.common_dtype`) and a store into a
 float8 tile rounds back; `q[i, j] * 2.0` reached nvcc as `__nv_fp8_e4m3 * __nv_fp8_e4m3`
-before. (The CPU backend refuses float8: tests/test_errors.py.)"""
+before. On the CPU: float8 buffers are bytes, decoded at each load and encoded at each
+store with torch's rounding (passes/float8_as_bytes.py) - every byte and a sweep of float32
+values checked against torch below."""
 
 import pytest
 import torch
@@ -32,8 +34,79 @@ def quantize(dtype):
     return kernel
 
 
+FORMATS = ["float8_e4m3fn", "float8_e5m2"]
+
+
+def _same(got, want):
+    """Equal bytes, or both NaN (NaN's sign is not fixed by either conversion)."""
+    return ((got.view(torch.uint8) == want.view(torch.uint8)) |
+            (got.float().isnan() & want.float().isnan())).all()
+
+
+def widen(dtype, n):
+    @T.prim_func
+    def kernel(X: T.Tensor((n,), dtype), Y: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                if bx * 64 + i < n:
+                    Y[bx * 64 + i] = X[bx * 64 + i]
+
+    return kernel
+
+
+def narrow(dtype, n):
+    @T.prim_func
+    def kernel(X: T.Tensor((n,), T.float32), Y: T.Tensor((n,), dtype)):
+        with T.Kernel(T.ceildiv(n, 256), threads=64) as bx:
+            for i in T.Parallel(256):
+                if bx * 256 + i < n:
+                    Y[bx * 256 + i] = X[bx * 256 + i]
+
+    return kernel
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_every_float8_byte_reads_as_torch_reads_it(name):
+    dtype = getattr(torch, name)
+    x = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype)
+    y = torch.empty(256)
+    tilelab.compile(widen(getattr(T, name), 256), target="cpu")(x, y)
+    want = x.float()
+    assert ((y == want) | (y.isnan() & want.isnan())).all()
+    assert torch.equal(torch.signbit(y[~want.isnan()]), torch.signbit(want[~want.isnan()]))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_float32_values_round_to_float8_as_torch_rounds_them(name):
+    """Random values at every scale, ties, subnormals, overflow, zeros of both signs,
+    infinities, NaN, and every 65,537th float32 bit pattern."""
+    generator = torch.Generator().manual_seed(8)
+    scales = (1e-4, 0.02, 1.0, 37.0, 300.0, 6e4, 1e6)
+    x = torch.cat([torch.randn(20000, generator=generator) * s for s in scales] + [
+        torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 448.0, 464.0,
+                      465.0, 480.0, 57344.0, 61440.0, 2.0 ** -9, 2.0 ** -10, 3 * 2.0 ** -11,
+                      2.0 ** -16, 2.0 ** -17, 1.5 * 2.0 ** -17, 1e-30]),
+        torch.arange(0, 1 << 32, 65537, dtype=torch.int64).to(torch.int32).view(torch.float32)])
+    dtype = getattr(torch, name)
+    y = torch.empty(len(x), dtype=dtype)
+    tilelab.compile(narrow(getattr(T, name), len(x)), target="cpu")(x, y)
+    assert _same(y, x.to(dtype))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_float8_tiles_on_the_cpu(name):
+    """Rounded into a float8 fragment, copied out, and computed with in float32."""
+    dtype = getattr(torch, name)
+    x = torch.randn(M, N, generator=torch.Generator().manual_seed(3)) * 40
+    y, z = torch.empty(M, N, dtype=dtype), torch.empty(M, N)
+    tilelab.compile(quantize(getattr(T, name)), target="cpu")(x, y, z)
+    expected = x.to(dtype)
+    assert _same(y, expected)
+    torch.testing.assert_close(z, 2 * expected.float())
+
+
 @needs_nvcc
-@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("name", FORMATS)
 def test_float8_arithmetic_compiles_in_float32(name):
     source = tilelab.compile(quantize(getattr(T, name)), target="cuda:sm_90a").trace.code["cuda"]
     assert "((float)q_ptr[0]) * " in source

@@ -175,6 +175,15 @@ def test_four_bit_types_are_names_and_their_tensors_a_clear_error():
     assert "test_tilelang_compat.py" in str(info.value) and "uint8" in str(info.value)
 
 
+def test_determine_fp8_type_names_nvidias_formats():
+    from tilelang.language.fp8 import determine_fp8_type
+
+    assert determine_fp8_type() == T.float8_e4m3fn
+    assert determine_fp8_type("e5m2") == T.float8_e5m2
+    with pytest.raises(ValueError):
+        determine_fp8_type("e3m4")
+
+
 def test_tilelang_pass_config_names_compile_with_a_warning():
     """TileLang's examples pass `tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED` and the
     like: the names exist, tilelab's own keys keep their effect, the others warn once."""

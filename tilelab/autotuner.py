@@ -130,7 +130,7 @@ class BuiltKernel:
             with tempfile.TemporaryDirectory(prefix="tilelab-autotune-") as folder:
                 path = Path(folder) / "kernel.so"
                 path.write_bytes(self.files["kernel.so"])
-                runner = CPURunner.load(path, self.name)  # loaded: the file may go
+                runner = CPURunner.load(path, self.name, params)  # loaded: the file may go
         return Kernel(self.name, params, runner, self.target)
 
 

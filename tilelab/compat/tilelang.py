@@ -55,6 +55,15 @@ def next_power_of_2(x: int) -> int:
     return 1 << max(int(x) - 1, 0).bit_length()
 
 
+def determine_fp8_type(fp8_format: str = "e4m3", device=None):
+    """TileLang's pick of the float8 type for the platform: NVIDIA's formats here."""
+    from .. import language as T
+
+    if fp8_format not in ("e4m3", "e5m2"):
+        raise ValueError(f"Unsupported FP8 format: {fp8_format}")
+    return T.float8_e4m3fn if fp8_format == "e4m3" else T.float8_e5m2
+
+
 def autotune(configs=None, warmup=None, rep=None, timeout=None, ref_prog=None, rtol=1e-2,
              atol=1e-2, skip_check=False, **_options):
     """`@tilelang.autotune(configs=...)` above `@tilelang.jit`: tilelab's autotuner
@@ -195,6 +204,8 @@ def _submodules() -> dict[str, types.ModuleType]:
     return {
         "tilelang": this,
         "tilelang.language": language,
+        "tilelang.language.fp8": _module("tilelang.language.fp8", "float8 types.",
+                                         determine_fp8_type=determine_fp8_type),
         "tilelang.math": _module("tilelang.math", "Integer helpers.", cdiv=cdiv,
                                  next_power_of_2=next_power_of_2),
         "tilelang.layout": _module("tilelang.layout", "Layouts.",
@@ -238,7 +249,8 @@ class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         raise ImportError(f"{spec.name} is part of TileLang that tilelab does not provide "
-                          "(tilelab has jit, compile, cdiv, tvm, language, math, layout, "
+                          "(tilelab has jit, compile, cdiv, tvm, language, language.fp8, "
+                          "math, layout, "
                           "autotuner, profiler, transform, testing, tileop, utils.tensor, "
                           "carver.arch.driver)",
                           name=spec.name)

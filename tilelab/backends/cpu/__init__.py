@@ -15,6 +15,7 @@ from tvm import tirx
 
 from ...passes.check_bounds import MARKER, CheckAccesses
 from ...passes.check_fragment_reads import CheckFragmentReads
+from ...passes.float8_as_bytes import Float8AsBytes
 from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
@@ -28,6 +29,7 @@ def passes(program, vectorize: bool = True) -> list:
     return [
         CheckFragmentReads(program.buffer_locations),  # fragments read before written?
         LowerTileOpsToLoops,              # each tile op -> the loop nest that defines it
+        Float8AsBytes,                    # float8 in uint8 bytes, converted at each access
         CheckAccesses(_where(program)),   # out-of-bounds accesses, division by zero: errors
         KernelToCPULoops(program.has_atomics),  # blocks -> a parallel loop over the cores
         T.StmtSimplify(),                 # drop bounds checks that always hold
@@ -86,20 +88,27 @@ def export(executable, path: Path) -> None:
 
 
 class CPURunner:
-    """Calls a built CPU kernel with torch CPU tensors or numpy arrays, zero-copy."""
+    """Calls a built CPU kernel with torch CPU tensors or numpy arrays, zero-copy. Float8
+    tensors go in as their bytes (passes/float8_as_bytes.py)."""
 
-    def __init__(self, module, name: str):
+    def __init__(self, module, name: str, params=()):
         self.function = module[name]
+        self.as_bytes = [str(p.dtype).startswith("float8") for p in params]
 
     @staticmethod
-    def load(path: Path, name: str) -> CPURunner:
+    def load(path: Path, name: str, params=()) -> CPURunner:
         import tvm
 
-        return CPURunner(tvm.runtime.load_module(str(path)), name)
+        return CPURunner(tvm.runtime.load_module(str(path)), name, params)
 
     def __call__(self, *arrays) -> None:
         import tvm_ffi
 
+        if any(self.as_bytes):
+            import torch
+
+            arrays = [a.view(torch.uint8) if i < len(self.as_bytes) and self.as_bytes[i] else a
+                      for i, a in enumerate(arrays)]
         try:
             self.function(*(tvm_ffi.from_dlpack(a) for a in arrays))
         except Exception as err:  # noqa: BLE001 - only our own checks' reports are converted
@@ -121,30 +130,6 @@ def _check_error(report: str):
     return TileLabError(message, location, hint=hint)
 
 
-def _no_float8(program) -> None:
-    """LLVM has no float8 type, and TVM's float8 legalization keeps a float8 tile's values
-    in float32, unrounded: the CPU backend would give other answers than the GPU. So a
-    float8 tensor or tile is refused here, at the line that declared it."""
-    from tvm import tirx
-
-    from ...errors import TileLabCompileError
-    from ...ir.visit import walk
-
-    found = [(p.name, p.dtype, p.location) for p in program.params]
-
-    def visit(node):
-        buffer = node.buffer
-        found.append((buffer.name, str(buffer.dtype), program.buffer_locations.get(buffer.name)))
-
-    walk(program.func.body, tirx.AllocBuffer, visit)
-    for name, dtype, where in found:
-        if str(dtype).startswith("float8"):
-            raise TileLabCompileError(
-                f"{name} is {dtype}: the CPU backend does not support float8 types (LLVM "
-                "has no float8 arithmetic)", where,
-                hint="use float16 or bfloat16 on the CPU")
-
-
 class CPUBackend(Backend):
     """Loops built by LLVM for this machine; the reference semantics of every kernel."""
 
@@ -163,7 +148,6 @@ class CPUBackend(Backend):
                 f"checks={bounds_checks_enabled()}")
 
     def build(self, mod, program, target: str, configs: dict, trace):
-        _no_float8(program)
         vectorize = not configs.get("tl.disable_vectorize", False)
         return run_pipeline(PIPELINE_NAME, passes(program, vectorize), mod, host_target())
 
@@ -178,10 +162,11 @@ class CPUBackend(Backend):
             export(executable, path)
             files = {"kernel.so": path.read_bytes(),
                      "meta.json": json.dumps({"name": program.name, "target": target}).encode()}
-        return CompiledArtifact(CPURunner(executable, program.name), trace), files
+        return CompiledArtifact(CPURunner(executable, program.name, program.params), trace), files
 
     def load(self, entry, program, trace) -> CompiledArtifact:
-        return CompiledArtifact(CPURunner.load(entry / "kernel.so", program.name), trace)
+        return CompiledArtifact(CPURunner.load(entry / "kernel.so", program.name, program.params),
+                                trace)
 
 
 def _register() -> CPUBackend:
