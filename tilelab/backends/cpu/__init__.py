@@ -29,7 +29,7 @@ def passes(program, vectorize: bool = True) -> list:
     return [
         CheckFragmentReads(program.buffer_locations),  # fragments read before written?
         LowerTileOpsToLoops,              # each tile op -> the loop nest that defines it
-        Float8AsBytes,                    # float8 in uint8 bytes, converted at each access
+        *([Float8AsBytes] if _has_float8(program) else []),  # float8 kept as bytes
         CheckAccesses(_where(program)),   # out-of-bounds accesses, division by zero: errors
         KernelToCPULoops(program.has_atomics),  # blocks -> a parallel loop over the cores
         T.StmtSimplify(),                 # drop bounds checks that always hold
@@ -46,6 +46,15 @@ def passes(program, vectorize: bool = True) -> list:
         T.MakePackedAPI(),                # the calling convention TVM's runtime uses
         T.BF16StorageLegalize(),
     ]
+
+
+def _has_float8(program) -> bool:
+    """Does the program have a float8 tensor or tile (passes/float8_as_bytes.py)?"""
+    from ...ir.visit import walk
+
+    found = [str(p.dtype) for p in program.params]
+    walk(program.func.body, tirx.AllocBuffer, lambda node: found.append(str(node.buffer.dtype)))
+    return any(dtype.startswith("float8") for dtype in found)
 
 
 def _where(program) -> str:
