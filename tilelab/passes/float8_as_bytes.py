@@ -124,8 +124,7 @@ class _Bytes:
     def value(self, expr):
         """`expr` with its float8 loads decoded, computed in float32 where it was float8."""
         if isinstance(expr, tvm.ir.TensorLoad) and _is_float8(expr.source.dtype):
-            indices = [self.value(i) for i in expr.indices]
-            return decode(tirx.BufferLoad(self.of(expr.source), indices), str(expr.source.dtype))
+            return self._load(expr)
         if isinstance(expr, tirx.FloatImm) and _is_float8(expr.ty):
             return tirx.const(float(expr.value), "float32")
         if isinstance(expr, tirx.Cast):
@@ -143,9 +142,10 @@ class _Bytes:
         return tvm_ffi.structural_map(expr, (tvm.ir.TensorLoad, self._load), order="post")
 
     def _load(self, load):
+        """A float8 load as the float32 its byte encodes (its indices rewritten too)."""
         if _is_float8(load.source.dtype):
-            return decode(tirx.BufferLoad(self.of(load.source), list(load.indices)),
-                          str(load.source.dtype))
+            indices = [self.value(i) for i in load.indices]
+            return decode(tirx.BufferLoad(self.of(load.source), indices), str(load.source.dtype))
         return load
 
 

@@ -253,14 +253,14 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     `shared_layouts`: a function giving the predicted layouts of the kernel's shared tiles
     where TMA may copy them (None: cp.async only)."""
     stages = int(loop.annotations["num_stages"])
-    loop = _from_zero(loop)
+    written, loop = loop, _from_zero(loop)
     body = list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
     inside = buffer_uses(loop.body)
     producers = [s for s in body if _is_producer(s) and
                  (uses or inside).get(regions(s)[1].buffer.name, 0) ==
                  inside.get(regions(s)[1].buffer.name, 0)]
     if stages < 2 or not producers:
-        return loop, None
+        return written, None
     staging = _Staging(stages)
     for p in producers:
         staging.add(regions(p)[1].buffer)

@@ -89,18 +89,13 @@ class Artifact:
     def launcher(self):
         """A `CudaLauncher` for this kernel (tensors in signature order, then scalars), or a
         `KernelSequence` for a program of several kernels or with scratch tensors."""
-        from .cuda import CudaLauncher, launcher_for
+        from .cuda import launcher_for
 
-        dtypes = [p["dtype"] for p in self.params]
-        if self.next_kernels or self.scratch:
-            return launcher_for(self.cubin, {
-                "kernel_name": self.kernel_name, "grid": self.grid, "block": self.block,
-                "dynamic_smem": self.dynamic_smem, "arch": self.arch,
-                "arg_order": self.arg_order, "tensor_maps": self.tensor_maps,
-                "next_kernels": self.next_kernels, "scratch": self.scratch}, dtypes)
-        return CudaLauncher(self.cubin, self.kernel_name, self.grid, self.block,
-                            self.dynamic_smem, dtypes, self.scalar_params, arch=self.arch,
-                            arg_order=self.arg_order, tensor_maps=self.tensor_maps)
+        return launcher_for(self.cubin, {
+            "kernel_name": self.kernel_name, "grid": self.grid, "block": self.block,
+            "dynamic_smem": self.dynamic_smem, "arch": self.arch, "arg_order": self.arg_order,
+            "tensor_maps": self.tensor_maps, "next_kernels": self.next_kernels,
+            "scratch": self.scratch}, [p["dtype"] for p in self.params], self.scalar_params)
 
     def trace(self):
         """The compilation's Trace, or a small one holding the CUDA source."""

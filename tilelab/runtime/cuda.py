@@ -315,7 +315,7 @@ class CudaLauncher:
                          f"(cuModuleGetFunction)", drv.cuModuleGetFunction, module,
                          self.kernel_name.encode())
         # a block may use 48 KB of shared memory, static and dynamic together, without
-        # opting in (TMA kernels keep their mbarriers in static shared memory)
+        # opting in
         static = _call("cuFuncGetAttribute", drv.cuFuncGetAttribute,
                        drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function)
         if self.dynamic_smem + static > STATIC_SMEM_LIMIT:
@@ -457,45 +457,46 @@ class CudaLauncher:
 # ---------------------------------------------------------------- programs of several kernels
 
 
-def launcher_for(cubin: bytes, launch: dict, param_dtypes):
+def launcher_for(cubin: bytes, launch: dict, param_dtypes, scalar_params=()):
     """What runs a compiled program, from its launch configuration (launch.json): one
     kernel - a CudaLauncher - or, for a program of several `with T.Kernel` blocks or with
     T.alloc_global scratch tensors, a KernelSequence. `launch` describes the first kernel;
     `next_kernels` the others, in program order; `scratch` the global tensors the launcher
     allocates for each call. A kernel's `arg_order` picks from the program's tensors and
-    then its scratch tensors."""
+    then its scratch tensors; scalars (`scalar_params`) follow them."""
     scratch = list(launch.get("scratch", []))
     dtypes = [str(d) for d in param_dtypes] + [str(s["dtype"]) for s in scratch]
     launchers = [CudaLauncher(cubin, k["kernel_name"], k["grid"], k["block"],
-                              k["dynamic_smem"], dtypes, arch=launch.get("arch"),
-                              arg_order=k["arg_order"], tensor_maps=k.get("tensor_maps", ()))
+                              k["dynamic_smem"], dtypes, scalar_params, arch=launch.get("arch"),
+                              arg_order=k.get("arg_order"), tensor_maps=k.get("tensor_maps", ()))
                  for k in [launch, *launch.get("next_kernels", [])]]
     if len(launchers) == 1 and not scratch:
         return launchers[0]
-    return KernelSequence(launchers, scratch, len(param_dtypes))
+    return KernelSequence(launchers, scratch, len(param_dtypes), len(scalar_params))
 
 
 class KernelSequence:
     """The kernels of one program, launched in turn on the current stream (each sees what
     the ones before it wrote), with the program's scratch tensors allocated for the call."""
 
-    def __init__(self, launchers: list, scratch: list, n_tensors: int):
+    def __init__(self, launchers: list, scratch: list, n_tensors: int, n_scalars: int = 0):
         self.launchers = launchers
         self.scratch = [(tuple(int(n) for n in s["shape"]), str(s["dtype"])) for s in scratch]
-        self.n_tensors = n_tensors
+        self.n_tensors, self.n_scalars = n_tensors, n_scalars
 
-    def __call__(self, *tensors):
-        if len(tensors) != self.n_tensors:
+    def __call__(self, *args):
+        if len(args) != self.n_tensors + self.n_scalars:
             raise TileLabArgumentError(f"{self.launchers[0].kernel_name} takes "
-                                       f"{self.n_tensors} tensor(s), but {len(tensors)} "
-                                       "were given")
+                                       f"{self.n_tensors} tensor(s) and {self.n_scalars} "
+                                       f"scalar(s), but {len(args)} argument(s) were given")
         import torch
 
         device = torch.device("cuda", torch.cuda.current_device())
         scratch = [torch.empty(shape, dtype=getattr(torch, dtype), device=device)
                    for shape, dtype in self.scratch]
+        tensors, scalars = args[:self.n_tensors], args[self.n_tensors:]
         for launcher in self.launchers:
-            launcher(*tensors, *scratch)
+            launcher(*tensors, *scratch, *scalars)
 
     def load(self):
         for launcher in self.launchers:

@@ -177,9 +177,6 @@ def launch_config(device_mod) -> list[dict]:
     """Per kernel of the device module, in program order (SplitHostDevice names them
     `f_kernel`, `f_kernel_1`, ...): symbol, grid, threads, shared memory, parameter names
     and the TMA descriptors it takes."""
-    from ...ir.dtypes import itemsize
-    from ...ir.tile_ops import is_buffer
-    from ...ir.visit import walk
 
     def order(item):
         name = str(item[0].name_hint)
@@ -188,10 +185,14 @@ def launch_config(device_mod) -> list[dict]:
 
     kernels = sorted(((gv, f) for gv, f in device_mod.functions.items()
                       if f.attrs is not None and "calling_conv" in f.attrs), key=order)
-    return [_kernel_config(gv, func, itemsize, is_buffer, walk) for gv, func in kernels]
+    return [_kernel_config(gv, func) for gv, func in kernels]
 
 
-def _kernel_config(gv, func, itemsize, is_buffer, walk) -> dict:
+def _kernel_config(gv, func) -> dict:
+    from ...ir.dtypes import itemsize
+    from ...ir.tile_ops import is_buffer
+    from ...ir.visit import walk
+
     smem = {"shared.dyn": 0, "shared": 0}
     grid, threads = [1, 1, 1], 1  # as the passes left it (CoarsenBlocks launches fewer blocks)
 
