@@ -81,6 +81,14 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_tma.json",
+     "TMA copies with mbarrier completion in pipelined wgmma GEMM loops (`tl.enable_tma`, "
+     "opt-in at the time of the run), beside the same configs on cp.async (2026-12-02, a "
+     "subset)",
+     "`python bench/gpu_suite.py build --only gemm_fp16,gemm_fp16_bk64_s4,"
+     "gemm_fp16_128x256_t256_s4,gemm_fp16_bk64_s4_tma,gemm_fp16_128x256_t256_s4_tma,"
+     "gemm_fp16_128x256x32_t256_s6,gemm_fp16_4096_128x256_t256_s4,gemm_bf16_128x256_t256_s4,"
+     "flash_attention,flash_attention_causal`"),
     ("gpu_suite_h200_gemm_attention.json",
      "wgmma for T.gemm, one iteration's MMAs in flight in GEMM loops, one barrier per "
      "pipelined iteration; two warpgroups, causal FlashAttention (2026-12-01, a subset)",

@@ -275,14 +275,16 @@ def run_all(checkout: Path, timeout: int, only: str | None, jobs: int = 1,
 EXPLAINED = {
     "attention_sink/example_gqa_sink_bwd_bhsd.py":
         "the example reads sinks[i] for i < block_M from a fragment of `heads` (8) elements: "
-        "past its end; the CPU's bounds check stops there, the GPU reads what lies beyond",
+        "past its end; the CPU's bounds check stops there, the GPU reads what lies beyond "
+        "(its check passed there in the ninth session's run: luck, not a correct program)",
     "attention_sink/example_mha_sink_bwd_bhsd.py":
         "the example reads sinks[i] for i < block_M from a fragment of `heads` (1) elements: "
-        "past its end; the CPU's bounds check stops there, the GPU reads what lies beyond",
+        "past its end; the CPU's bounds check stops there, the GPU reads what lies beyond "
+        "(its check passed there in the ninth session's run: luck, not a correct program)",
     "attention_sink/example_gqa_sink_bwd_varlen.py":
         "tilelab's bug, seen on the H200: a T.Pipelined(start, stop) loop (its causal key loop "
         "starts at a block-dependent start) loaded iterations 0, 1, ... in its prologue; fixed "
-        "(pipeline_loops._from_zero, tests/test_tma.py), not re-run on the H200 yet. The CPU "
+        "(pipeline_loops._from_zero, tests/test_tma.py); correct on the H200 since. The CPU "
         "row: run with torch.cuda.get_device_capability answering (9, 0)",
     "block_causal_attention/block_causal_attention.py":
         "the seventh session's run shared two cores with the test suite; alone, the sixth "
