@@ -169,16 +169,16 @@ BENCH = [
                                                        "num_stages": 4, "threads": 256,
                                                        "panel": 8}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
-    # the same two with their tiles copied by TMA (tl.enable_tma, experimental)
-    ("gemm_fp16_bk64_s4_tma", "gemm", {"M": 8192, "N": 8192, "K": 8192,
+    # the same two with their tiles copied by every thread's cp.async instead of TMA
+    ("gemm_fp16_bk64_s4_cp_async", "gemm", {"M": 8192, "N": 8192, "K": 8192,
                                             "options": {"block_k": 64, "num_stages": 4,
                                                         "panel": 8, "pass_configs": {
-                                                            "tl.enable_tma": True}}},
+                                                            "tl.disable_tma_lower": True}}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
-    ("gemm_fp16_128x256_t256_s4_tma", "gemm",
+    ("gemm_fp16_128x256_t256_s4_cp_async", "gemm",
      {"M": 8192, "N": 8192, "K": 8192,
       "options": {"block_n": 256, "block_k": 64, "num_stages": 4, "threads": 256, "panel": 8,
-                  "pass_configs": {"tl.enable_tma": True}}},
+                  "pass_configs": {"tl.disable_tma_lower": True}}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     ("gemm_fp16_128x256x32_t256_s6", "gemm", {"M": 8192, "N": 8192, "K": 8192,
                                               "options": {"block_n": 256, "block_k": 32,

@@ -46,6 +46,12 @@ SHAPES = {
                              "tiles copied by TMA (`tl.enable_tma`)",
     "gemm_fp16_128x256_t256_s4_tma": "8192³ fp16; 128×256×64 tiles, 8 warps, 4 stages, panels "
                                      "of 8; tiles copied by TMA (`tl.enable_tma`)",
+    "gemm_fp16_bk64_s4_cp_async": "8192³ fp16; 128×128×64 tiles, 4 warps, 4 stages, panels "
+                                  "of 8; tiles copied by every thread's cp.async "
+                                  "(`tl.disable_tma_lower`)",
+    "gemm_fp16_128x256_t256_s4_cp_async": "8192³ fp16; 128×256×64 tiles, 8 warps, 4 stages, "
+                                          "panels of 8; tiles copied by every thread's cp.async "
+                                          "(`tl.disable_tma_lower`)",
     "gemm_fp16_128x256x32_t256_s6": "8192³ fp16; 128×256×32 tiles, 8 warps, 6 stages, panels "
                                     "of 8",
     "gemm_fp16_4096_128x256_t256_s4": "4096³ fp16; 128×256×64 tiles, 8 warps, 4 stages, "
@@ -72,6 +78,8 @@ BASELINES = {
     "gemm_fp16_bk64_s4": "`torch.matmul`", "gemm_fp16_128x256_t256_s4": "`torch.matmul`",
     "gemm_fp16_bk64_s4_tma": "`torch.matmul`",
     "gemm_fp16_128x256_t256_s4_tma": "`torch.matmul`",
+    "gemm_fp16_bk64_s4_cp_async": "`torch.matmul`",
+    "gemm_fp16_128x256_t256_s4_cp_async": "`torch.matmul`",
     "gemm_fp16_128x256x32_t256_s6": "`torch.matmul`",
     "gemm_fp16_4096_128x256_t256_s4": "`torch.matmul`",
     "gemm_bf16_128x256_t256_s4": "`torch.matmul`",

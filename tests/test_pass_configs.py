@@ -67,7 +67,7 @@ def tile_product(A, B):
 def test_every_key_is_tested_here():
     tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
               "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP",
-              "TL_ENABLE_TMA"}
+              "TL_DISABLE_TMA_LOWER"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -165,16 +165,16 @@ def test_disable_wgmma_overlap_waits_for_every_gemm():
 
 
 @needs_nvcc
-def test_enable_tma_copies_with_one_thread():
-    """With the key, the course GEMM's main loop copies with TMA on sm_90a (tests/test_tma.py);
-    without it, every thread copies 16 bytes at a time with cp.async, as on Ampere."""
+def test_disable_tma_lower_copies_with_every_thread():
+    """The course GEMM's main loop copies with TMA on sm_90a (tests/test_tma.py); with the
+    key, every thread copies 16 bytes at a time with cp.async, as on Ampere."""
     from examples.gemm import gemm_kernel
 
     a = torch.empty(512, 256).half()
     b = torch.empty(256, 384).half()
-    tma = gemm_kernel.compile(a, b, block_k=64, target="cuda:sm_90a", pass_configs={
-        PassConfigKey.TL_ENABLE_TMA: True})
-    plain = gemm_kernel.compile(a, b, block_k=64, target="cuda:sm_90a")
+    tma = gemm_kernel.compile(a, b, block_k=64, target="cuda:sm_90a")
+    plain = gemm_kernel.compile(a, b, block_k=64, target="cuda:sm_90a", pass_configs={
+        PassConfigKey.TL_DISABLE_TMA_LOWER: True})
     assert "cp.async.bulk.tensor" in tma.trace.code["ptx"] and "tensor_maps" in tma.launch
     assert "cp.async.bulk.tensor" not in plain.trace.code["ptx"]
     assert "cp.async.cg.shared.global" in plain.trace.code["ptx"]

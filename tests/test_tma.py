@@ -1,7 +1,7 @@
 """TMA copies in pipelined GEMM loops on sm_90a (passes/pipeline_loops.py, ops/copy.py).
 
-Opt-in for now (`tl.enable_tma`, not yet verified on a GPU). Where a pipelined loop only
-multiplies with warpgroup MMA, thread 0 asks the Tensor Memory
+Where a pipelined loop only multiplies with warpgroup MMA (the default on sm_90a;
+`tl.disable_tma_lower` turns it off), thread 0 asks the Tensor Memory
 Accelerator for each operand tile (one box per wgmma panel) and the threads wait on an
 mbarrier per slot. The descriptors are encoded by the launcher (runtime/cuda.py) from the
 spec the compiler records in the launch configuration.
@@ -18,7 +18,7 @@ from tests.test_wgmma import CONFIGS, _inputs, _reference, matmul
 from tilelab.backends.cuda.nvcc import find_nvcc
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
-ON = {"tl.enable_tma": True}
+OFF = {"tl.disable_tma_lower": True}
 
 
 def _meta(*shape, dtype=torch.float16):
@@ -28,7 +28,7 @@ def _meta(*shape, dtype=torch.float16):
 def _compile(cfg, m=1000, n=776, k=520, pass_configs=None):
     a, b = _inputs(cfg, m, n, k)
     return matmul.compile(a.to("meta"), b.to("meta"), target="cuda:sm_90a",
-                          pass_configs=ON if pass_configs is None else pass_configs, **cfg)
+                          pass_configs=pass_configs, **cfg)
 
 
 @needs_nvcc
@@ -58,7 +58,7 @@ def test_tma_boxes_follow_the_wgmma_panels():
 
 @needs_nvcc
 @pytest.mark.parametrize("why, cfg, sizes, configs", [
-    ("not asked for", {}, (1000, 776, 520), {}),
+    ("turned off", {}, (1000, 776, 520), OFF),
     ("rows of 200 bytes: TMA strides are multiples of 16", {}, (256, 256, 100), None),
     ("no warpgroup MMA for 64 threads", {"block_m": 64, "threads": 64}, (256, 256, 128), None),
     ("two stages: the MMAs are waited for at once", {"stages": 2}, (256, 256, 128), None),
@@ -94,8 +94,7 @@ def test_a_copy_may_refuse_tma():
             T.copy(acc, C[by * 128, bx * 128])
         return C
 
-    kernel = no_tma.compile(_meta(256, 256), _meta(256, 256), target="cuda:sm_90a",
-                            pass_configs=ON)
+    kernel = no_tma.compile(_meta(256, 256), _meta(256, 256), target="cuda:sm_90a")
     assert "tl::tma_load" not in kernel.get_kernel_source()
 
 
@@ -142,7 +141,7 @@ def test_tma_gemm_results_on_the_gpu(name, sizes):
     for seed in range(2):
         torch.manual_seed(seed)
         a, b = _inputs(cfg, *sizes, device="cuda")
-        kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=ON, **cfg)
+        kernel = matmul.compile(a, b, target="cuda:sm_90a", **cfg)
         assert "tensor_maps" in kernel.launch
         out = kernel(a, b)
         torch.testing.assert_close(out.float(), _reference(cfg, a, b), rtol=2e-2, atol=5e-2)
@@ -154,7 +153,7 @@ def test_new_tensors_get_new_descriptors_and_exports_run(tmp_path):
     (tilelab.load, no TVM) encodes its own."""
     _hopper()
     a, b = _inputs({}, 512, 512, 256, device="cuda")
-    kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=ON)
+    kernel = matmul.compile(a, b, target="cuda:sm_90a")
     for _ in range(3):
         a, b = _inputs({}, 512, 512, 256, device="cuda")
         torch.testing.assert_close(kernel(a, b).float(), a.float() @ b.float(), rtol=2e-2,
@@ -170,7 +169,7 @@ def test_new_tensors_get_new_descriptors_and_exports_run(tmp_path):
 def test_a_misaligned_tensor_is_a_clear_error():
     _hopper()
     a, b = _inputs({}, 256, 256, 128, device="cuda")
-    kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=ON)
+    kernel = matmul.compile(a, b, target="cuda:sm_90a")
     shifted = torch.empty(256 * 128 + 1, dtype=torch.float16, device="cuda")[1:].view(256, 128)
     shifted.copy_(a)
     with pytest.raises(tilelab.TileLabError, match="16 bytes"):
@@ -219,7 +218,7 @@ def test_a_loop_from_a_later_start_on_the_cpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("configs", [{}, ON])
+@pytest.mark.parametrize("configs", [{}, OFF])
 @pytest.mark.parametrize("stages", [2, 3, 4])
 def test_a_loop_from_a_later_start_on_the_gpu(stages, configs):
     """The prologue loads the loop's first iterations, not iterations 0, 1, ...: the
@@ -236,7 +235,7 @@ def test_a_loop_from_a_later_start_on_the_gpu(stages, configs):
 @needs_nvcc
 def test_a_loop_from_a_later_start_compiles_for_cuda():
     a, b = _meta(300, 200), _meta(200, 136)
-    for configs in ({}, ON):
+    for configs in ({}, OFF):
         kernel = partial_k_matmul.compile(a, b, target="cuda:sm_90a", pass_configs=configs)
         # the loop counts iterations from 0; its trip count depends on the block
         assert "for (int ko = 0; ko < (5 - (((int)blockIdx.y) & 1)); ++ko)" in \

@@ -262,7 +262,7 @@ def test_operand_tiles_start_on_the_swizzle_period(tma):
     a, b = torch.empty(1000, 512, dtype=torch.float16), torch.empty(512, 1000, dtype=torch.float16)
     kernel = gemm_bias_relu_kernel.compile(
         a, b, torch.empty(1000, dtype=torch.float16), target="cuda:sm_90a",
-        pass_configs={"tl.enable_tma": True} if tma else {})
+        pass_configs={} if tma else {"tl.disable_tma_lower": True})
     assert [r["instruction"] for r in _gemms(kernel.trace)] == ["wgmma.mma_async"]
     source = kernel.trace.code["cuda"]
     operand = r"(?:A|B)_tma" if tma else r"\(&\((?:A|B)_ptr"

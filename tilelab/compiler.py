@@ -38,7 +38,7 @@ TILELANG_ONLY_CONFIGS = frozenset("""
     tl.disable_prelower_semantic_check tl.disable_warp_specialized tl.ptxas_register_usage_level
     tl.device_compile_flags tl.emit_line_directives tl.config_index_bitwidth
     tl.enable_reducer_plan_verbose tl.layout_cost_model tl.reducer_force_baseline
-    tl.disable_tma_lower tl.disable_safe_memory_legalize tl.disable_vectorize_256
+    tl.disable_safe_memory_legalize tl.disable_vectorize_256
     tl.enable_async_copy tl.enable_lower_ldgstg tl.enable_lower_ldgstg_predicated
     tl.enable_vectorize_planner_verbose tl.debug_merge_shared_memory_allocations
     tl.enable_aggressive_shared_memory_merge tl.disable_shared_memory_reuse

@@ -104,7 +104,6 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_WGMMA = "tl.disable_wgmma"
     # sm_90a: wait for each pipelined T.gemm at once instead of keeping one in flight
     TL_DISABLE_WGMMA_OVERLAP = "tl.disable_wgmma_overlap"
-    # sm_90a: pipelined GEMM loops copy their tiles with TMA + mbarriers instead of cp.async
-    # (every thread). Experimental, off by default: not yet verified on a GPU (the first
-    # H200 run faulted; the tiles then sat off their alignment - see passes/pipeline_loops.py)
-    TL_ENABLE_TMA = "tl.enable_tma"
+    # sm_90a: pipelined GEMM loops copy their tiles with cp.async on every thread, as on
+    # Ampere, instead of TMA + mbarriers (passes/pipeline_loops.py). TileLang's name
+    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"

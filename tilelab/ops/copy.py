@@ -59,7 +59,7 @@ def copy(src, dst, disable_tma: bool = False):
     point `A[by * 64, k * 32]` whose extents are taken from the other side.
     Elements outside a global tensor are read as zero and never written.
     `disable_tma` (TileLang's name): a pipelined loop with this copy does not use TMA
-    (where `tl.enable_tma` would have it; see passes/pipeline_loops.py).
+    (where it would on sm_90a; see passes/pipeline_loops.py).
     """
     if not isinstance(disable_tma, bool):
         raise TileLabTypeError(f"T.copy(disable_tma=...) takes True or False, got "
@@ -151,7 +151,7 @@ def tma_copy(ctx, call):
             f"internal: the pipeline planned a TMA copy into {dst.buffer.name} with a "
             f"{spec['swizzle']}-byte swizzle, but layout inference gave it "
             f"{layout.recipe.get('kind') if layout else 'no layout'}",
-            hint="compile without pass_configs={'tl.enable_tma': True} meanwhile")
+            hint="compile with pass_configs={'tl.disable_tma_lower': True} meanwhile")
     width, bar = spec["box"][0], cfg["barrier"]
     outer = [tirx.Cast("int32", s) if not isinstance(s, int) else s
              for s in reversed(src.starts[:-2])]

@@ -41,11 +41,10 @@ of the slot it is about to read (its parity flips each time the slot is
 reused) instead of `cp.async.wait_group`. TMA is used where layout inference
 will give every copied tile the wgmma layout (a trial inference answers that
 here) and the tensor's strides suit it (multiples of 16 bytes); TMA's own
-bounds handling zero-fills edge tiles. For now TMA is opt-in (`tl.enable_tma`): it
-has not yet run correctly on a GPU. Its first H200 run faulted (misaligned
-address) while the mbarriers were static shared memory, which the hardware
-places before the dynamic allocation, moving every tile off the 1 KiB its
-swizzle needs; they now live in the dynamic allocation with the tiles.
+bounds handling zero-fills edge tiles. The mbarriers live in the dynamic
+allocation with the tiles: static shared memory would be placed before it and
+move every tile off the 1 KiB its swizzle needs. `tl.disable_tma_lower`
+(TileLang's key) keeps such loops on cp.async.
 
 The plan (which statement runs in which stage, the slots) goes into the Trace
 so that the notebook can replay the schedule.

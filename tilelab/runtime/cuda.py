@@ -537,7 +537,7 @@ class _TensorMap:
                 f"{kernel_name}: argument {self.tensor} starts at an address that is not a "
                 "multiple of 16 bytes, which the kernel's TMA copies need",
                 hint="pass a tensor of its own (.clone()), or compile without "
-                     "pass_configs={'tl.enable_tma': True}")
+                     "pass_configs={'tl.disable_tma_lower': True}")
         drv = driver()
         spec = self.spec
         shape = [int(s) for s in spec["shape"]]

@@ -42,7 +42,7 @@ PIPELINE_NAME = "tilelab_cuda"
 
 
 def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
-           coarsen: bool = True, overlap_gemms: bool = True, tma: bool = False) -> list:
+           coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -399,7 +399,7 @@ class CUDABackend(Backend):
 
         coarsen = not configs.get(PassConfigKey.TL_DISABLE_COARSEN.value, False)
         overlap = not configs.get(PassConfigKey.TL_DISABLE_WGMMA_OVERLAP.value, False)
-        tma = bool(configs.get(PassConfigKey.TL_ENABLE_TMA.value, False))
+        tma = not configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER.value, False)
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma)
         with source_only():
