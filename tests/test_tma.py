@@ -46,6 +46,24 @@ def test_pipelined_wgmma_loops_copy_with_tma(name):
 
 
 @needs_nvcc
+def test_loops_that_wait_for_their_mmas_copy_with_tma_too():
+    """Two stages (each T.gemm waited for at once), and FlashAttention's key loop, whose
+    softmax sits between its two T.gemms: K and V tiles come by TMA, 4-D tensors sliced
+    to one (batch, head)."""
+    from examples.flash_attention import flash_attention_kernel as fa
+
+    two = _compile({"stages": 2}, 256, 256, 128)
+    assert "tl::tma_load" in two.get_kernel_source()
+    assert two.trace.pipelines[0]["ahead"] == 1
+    attention = tilelab.compile(fa.fn(2, 4, 1000, 128, causal=True), out_idx=fa.out_idx,
+                                target="cuda:sm_90a")
+    maps = attention.launch["tensor_maps"]
+    assert sorted(m["tensor"] for m in maps) == [1, 2]  # K and V; Q is copied once
+    assert all(m["shape"] == [2, 4, 1000, 128] and m["box"] == [64, 64, 1, 1] for m in maps)
+    assert attention.trace.pipelines[0]["copies"].startswith("TMA")
+
+
+@needs_nvcc
 def test_tma_boxes_follow_the_wgmma_panels():
     """A 128x64 A tile is one 128-byte panel: one box; a 64x128 B tile is two panels."""
     kernel = _compile({"block_k": 64})
@@ -58,18 +76,18 @@ def test_tma_boxes_follow_the_wgmma_panels():
 
 @needs_nvcc
 @pytest.mark.parametrize("why, cfg, sizes, configs", [
-    ("turned off", {}, (1000, 776, 520), OFF),
-    ("rows of 200 bytes: TMA strides are multiples of 16", {}, (256, 256, 100), None),
-    ("no warpgroup MMA for 64 threads", {"block_m": 64, "threads": 64}, (256, 256, 128), None),
-    ("two stages: the MMAs are waited for at once", {"stages": 2}, (256, 256, 128), None),
+    ("tl.disable_tma_lower", {}, (1000, 776, 520), OFF),
+    ("are 200 bytes apart: TMA strides are multiples of 16", {}, (256, 256, 100), None),
+    ("not a warpgroup MMA operand", {"block_m": 64, "threads": 64}, (256, 256, 128), None),
 ])
 def test_other_loops_keep_cp_async(why, cfg, sizes, configs):
+    """...and the pipeline plan (the --pipeline view) says why."""
     kernel = _compile(cfg, *sizes, pass_configs=configs)
     source = kernel.get_kernel_source()
-    assert "tl::tma_load" not in source and "tl::cp_async<" in source, why
+    assert "tl::tma_load" not in source and "tl::cp_async<" in source
     assert "tensor_maps" not in kernel.launch
     plan = kernel.trace.pipelines[0]
-    assert plan["copies"].startswith("cp.async")
+    assert plan["copies"].startswith("cp.async") and why in plan["copies"]
 
 
 @needs_nvcc
@@ -133,11 +151,11 @@ def _hopper():
 @pytest.mark.gpu
 @pytest.mark.parametrize("sizes", [(1000, 776, 520), (7, 24, 8), (130, 264, 1000),
                                    (4096, 4096, 64)])
-@pytest.mark.parametrize("name", ["course", "trans_b", "bf16", "two_groups_cols"])
+@pytest.mark.parametrize("name", ["course", "trans_b", "bf16", "two_groups_cols", "two_stages"])
 def test_tma_gemm_results_on_the_gpu(name, sizes):
     """Edge tiles (zero-filled by TMA), boxes taller or wider than the tensor, both dtypes."""
     _hopper()
-    cfg = CONFIGS[name]
+    cfg = {"stages": 2} if name == "two_stages" else CONFIGS[name]
     for seed in range(2):
         torch.manual_seed(seed)
         a, b = _inputs(cfg, *sizes, device="cuda")
@@ -145,6 +163,27 @@ def test_tma_gemm_results_on_the_gpu(name, sizes):
         assert "tensor_maps" in kernel.launch
         out = kernel(a, b)
         torch.testing.assert_close(out.float(), _reference(cfg, a, b), rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq, dim, options", [(1000, 128, {}), (333, 64, {}),
+                                               (777, 128, {"block_m": 128, "threads": 256})])
+def test_attention_with_tma_on_the_gpu(causal, seq, dim, options):
+    """K and V tiles by TMA in a loop that waits for its MMAs (softmax in between); the
+    last key tile runs past the sequence and TMA zero-fills it."""
+    import torch.nn.functional as F
+
+    from examples.flash_attention import flash_attention_kernel as fa
+
+    _hopper()
+    torch.manual_seed(seq + causal)
+    q, k, v = (torch.randn(2, 3, seq, dim, dtype=torch.float16, device="cuda") for _ in range(3))
+    kernel = tilelab.compile(fa.fn(2, 3, seq, dim, causal=causal, **options),
+                             out_idx=fa.out_idx, pass_configs=fa.pass_configs)
+    assert "tensor_maps" in kernel.launch
+    expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+    torch.testing.assert_close(kernel(q, k, v).float(), expected, rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.gpu

@@ -114,27 +114,33 @@ def tensor_map_type():
     return T.handle("tensormap").ty
 
 
-def tma_spec(producer, layouts: dict) -> dict | None:
-    """How TMA copies this producer's tile, or None where it cannot: the global tensor's
-    shape, the box of one copy (innermost dimension first) and the swizzle, taken from the
-    wgmma layout `layouts` (a trial layout inference) gives the shared tile."""
+def tma_spec(producer, layouts: dict) -> dict | str:
+    """How TMA copies this producer's tile, or why it cannot: the global tensor's shape,
+    the box of one copy (innermost dimension first) and the swizzle, taken from the wgmma
+    layout `layouts` (a trial layout inference) gives the shared tile."""
     src, dst = regions(producer)
     layout = layouts.get(dst.buffer.name)
-    if producer.config.get("disable_tma") or layout is None or \
-            layout.recipe.get("kind") != "wgmma_panels" or src.dtype != dst.dtype or \
-            len(dst.buffer.shape) != 2:
-        return None
-    shape = [int(s) for s in src.buffer.shape] if all(
-        isinstance(s, (int, tirx.IntImm)) for s in src.buffer.shape) else None
+    if producer.config.get("disable_tma"):
+        return "T.copy(..., disable_tma=True)"
+    if layout is None or layout.recipe.get("kind") != "wgmma_panels":
+        return f"{dst.buffer.name} is not a warpgroup MMA operand tile"
+    if src.dtype != dst.dtype or len(dst.buffer.shape) != 2:
+        return "the copy converts its dtype or fills a tile that is not 2-D"
+    if not all(isinstance(s, (int, tirx.IntImm)) for s in src.buffer.shape):
+        return f"{src.buffer.name} has a symbolic shape (descriptors are encoded for one shape)"
+    shape = [int(s) for s in src.buffer.shape]
     rows, cols = (int(s) for s in dst.buffer.shape)
     extents = src.static_extents()
-    if shape is None or not 2 <= len(shape) <= 4 or extents is None or \
+    if not 2 <= len(shape) <= 4 or extents is None or \
             list(extents[-2:]) != [rows, cols] or any(e != 1 for e in extents[:-2]):
-        return None
+        return f"the region of {src.buffer.name} is not one 2-D box of a 2- to 4-D tensor"
     nbytes = itemsize(src.dtype)
     strides = [math.prod(shape[d + 1:]) * nbytes for d in range(len(shape) - 1)]
-    if any(st % 16 or st >= 1 << 40 for st in strides) or rows > 256:
-        return None
+    if any(st % 16 or st >= 1 << 40 for st in strides):
+        return f"rows of {src.buffer.name} are {strides[-1]} bytes apart: TMA strides are " \
+               "multiples of 16"
+    if rows > 256:
+        return f"{rows} rows: a TMA box has at most 256"
     swizzle = int(layout.recipe["swizzle_bytes"])
     width = swizzle // nbytes  # elements of one panel's row
     return {"tensor": str(src.buffer.name), "dtype": src.dtype, "shape": shape,
@@ -245,12 +251,12 @@ def buffer_uses(node) -> dict:
 
 
 def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=False,
-                  shared_layouts=None):
+                  shared_layouts=None, no_tma="no TMA on this target"):
     """`uses`: buffer use counts of the whole kernel. A tile also used outside the loop keeps
     its single slot (its copy stays synchronous): other code may expect its last contents.
     `overlap_gemms`: the target's T.gemm can stay in flight (sm_90a's warpgroup MMA).
     `shared_layouts`: a function giving the predicted layouts of the kernel's shared tiles
-    where TMA may copy them (None: cp.async only)."""
+    where TMA may copy them (None: cp.async only, because of `no_tma`)."""
     stages = int(loop.annotations["num_stages"])
     written, loop = loop, _from_zero(loop)
     body = list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
@@ -268,8 +274,10 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
 
     overlap = overlap_gemms and stages >= 3 and _only_multiplies(consumers)
     specs = [tma_spec(p, shared_layouts()) for p in producers] \
-        if overlap and shared_layouts is not None else []
-    tma = bool(specs) and all(specs)
+        if shared_layouts is not None else [no_tma]
+    tma = all(isinstance(spec, dict) for spec in specs)
+    if not tma:
+        no_tma = next(spec for spec in specs if isinstance(spec, str))
     if tma:
         maps: dict = {}  # one descriptor per tensor and box
         for spec in specs:
@@ -353,7 +361,8 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         "async_groups": [[_describe(p) for p in producers]],
         "ahead": ahead,
         "copies": "TMA (thread 0 issues one box copy per panel of a tile), completion counted "
-                  "by an mbarrier per slot" if tma else "cp.async, 16 bytes per thread",
+                  "by an mbarrier per slot" if tma else
+                  f"cp.async, 16 bytes per thread (not TMA: {no_tma})",
         "waits": (f"mbarrier wait for the slot's phase (parity (k / {stages}) % 2)" if tma else
                   f"cp.async.wait_group {ahead - 1}") + " then a barrier, at the top of each "
                  "iteration" + ("; each T.gemm leaves its MMAs in flight until the next "
@@ -390,12 +399,17 @@ def _linear_block(body):
     return linear
 
 
-def PipelineLoops(overlap_gemms: bool = False, tma: bool = False,  # noqa: N802
-                  annotated: dict | None = None):
+def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
+                  overlap_gemms: bool = False, tma: bool = False, annotated: dict | None = None):
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
     Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace.
-    `overlap_gemms`: T.gemm may leave its MMAs in flight (sm_90a, wgmma on); `tma`: such
-    loops may copy with TMA (`annotated`: the program's T.annotate_layout layouts)."""
+    `wgmma_off`: why T.gemm is not warpgroup MMA here (None: it is, sm_90a). With wgmma,
+    `overlap_gemms`: T.gemm may leave its MMAs in flight; `tma`: loops whose tiles feed
+    wgmma may copy them with TMA (`annotated`: the program's T.annotate_layout layouts)."""
+    no_tma = f"no warpgroup MMA ({wgmma_off})" if wgmma_off is not None else \
+        "tl.disable_tma_lower" if not tma else ""
+    overlap_gemms = overlap_gemms and wgmma_off is None
+    tma = tma and wgmma_off is None
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.PipelineLoops")
     @keep_user_errors
@@ -412,7 +426,7 @@ def PipelineLoops(overlap_gemms: bool = False, tma: bool = False,  # noqa: N802
 
             def shared_layouts():  # asked for by loops that may use TMA, at most once
                 if not predicted:
-                    predicted.append(predicted_shared_layouts(kernel, annotated or {}, None))
+                    predicted.append(predicted_shared_layouts(kernel, annotated or {}, wgmma_off))
                 return predicted[0]
 
             def on_seq(seq_stmt):
@@ -421,7 +435,7 @@ def PipelineLoops(overlap_gemms: bool = False, tma: bool = False,  # noqa: N802
                     if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
                             PIPELINED not in stmt.annotations:
                         new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms,
-                                                     shared_layouts if tma else None)
+                                                     shared_layouts if tma else None, no_tma)
                         if staging is not None:
                             stagings.append(staging)
                             changed = True

@@ -60,7 +60,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         SpillFragments(program.layouts, wgmma_off, program.buffer_locations),
         StageOperands(),                       # operands where the ops' lowerings take them
         # T.Pipelined: load ahead with cp.async (or TMA)
-        PipelineLoops(overlap_gemms=overlap_gemms and wgmma_off is None, tma=tma,
+        PipelineLoops(wgmma_off, overlap_gemms=overlap_gemms, tma=tma,
                       annotated=program.layouts),
         InsertBarriers(),                      # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
