@@ -210,6 +210,15 @@ BENCH = [
      {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
      {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
+    ("flash_attention_bm128_w8_s3", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256, "num_stages": 3}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
+     {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
+    ("flash_attention_bm128_w8_cp_async", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256, "pass_configs": {
+         "tl.disable_tma_lower": True}}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
+     {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
     # causal: the key loop of each query block stops at its diagonal (half the work)
     ("flash_attention_causal", "flash_attention",
      {"shape": (4, 32, 4096, 128), "options": {"causal": True}},
@@ -348,9 +357,10 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
     elif kind == "flash_attention":
         from examples.flash_attention import flash_attention_kernel as fa
 
-        program = fa.fn(*sizes["shape"], **sizes.get("options", {}), **options)
-        return tilelab.compile(program, out_idx=fa.out_idx, target="cuda",
-                               pass_configs=fa.pass_configs)
+        options = {**sizes.get("options", {}), **options}
+        configs = {**fa.pass_configs, **options.pop("pass_configs", {})}
+        program = fa.fn(*sizes["shape"], **options)
+        return tilelab.compile(program, out_idx=fa.out_idx, target="cuda", pass_configs=configs)
     else:
         raise ValueError(kind)
     sizes = dict(sizes)

@@ -37,6 +37,9 @@ SHAPES = {
     "flash_attention": "batch 4, heads 32, seq 4096, dim 128, fp16, non-causal; "
                        "block 64×64, 4 warps, 2 stages",
     "flash_attention_bm128_w8": "same shapes; block 128×64, 8 warps, 2 stages",
+    "flash_attention_bm128_w8_s3": "same shapes; block 128×64, 8 warps, 3 stages",
+    "flash_attention_bm128_w8_cp_async": "same shapes; block 128×64, 8 warps, 2 stages; K and V "
+                                         "by every thread's cp.async (`tl.disable_tma_lower`)",
     "gemm_fp16_128x256_t256": "8192³ fp16; 128×256×64 tiles, 8 warps (two warpgroups), "
                               "3 stages, panels of 8",
     "gemm_fp16_bk64_s4": "8192³ fp16; 128×128×64 tiles, 4 warps, 4 stages, panels of 8",
@@ -89,6 +92,14 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_tma_default.json",
+     "TMA the default on sm_90a, also for loops that wait for their MMAs (FlashAttention's K "
+     "and V); cp.async builds beside them (2026-12-02, commit e1760c0, a subset)",
+     "`python bench/gpu_suite.py build --only gemm_fp16,gemm_fp16_bk64_s4,"
+     "gemm_fp16_128x256_t256_s4,gemm_fp16_bk64_s4_cp_async,gemm_fp16_128x256_t256_s4_cp_async,"
+     "gemm_fp16_4096_128x256_t256_s4,gemm_bf16_128x256_t256_s4,flash_attention,"
+     "flash_attention_bm128_w8,flash_attention_bm128_w8_s3,flash_attention_bm128_w8_cp_async,"
+     "flash_attention_causal,flash_attention_causal_bm128_w8`"),
     ("gpu_suite_h200_tma.json",
      "TMA copies with mbarrier completion in pipelined wgmma GEMM loops (`tl.enable_tma`, "
      "opt-in at the time of the run), beside the same configs on cp.async (2026-12-02, a "

@@ -279,3 +279,35 @@ def test_a_loop_from_a_later_start_compiles_for_cuda():
         # the loop counts iterations from 0; its trip count depends on the block
         assert "for (int ko = 0; ko < (5 - (((int)blockIdx.y) & 1)); ++ko)" in \
             kernel.get_kernel_source()
+
+
+# ---------------------------------------------------------------- the views of a TMA build
+
+
+@needs_nvcc
+@pytest.mark.parametrize("which", ["gemm", "attention"])
+def test_every_view_draws_a_tma_build(which):
+    """The course's views on the kernels a Hopper GPU builds (the GPU check found the bank
+    view dividing by the zero vector width of a TMA copy): every shared tile and fragment,
+    as text, HTML and the extension's payload."""
+    from examples.flash_attention import flash_attention_kernel as fa
+    from examples.gemm import gemm_kernel
+    from tilelab.viz import bank_conflict_view, dataflow_view, layout_view, pipeline_view
+
+    if which == "gemm":
+        kernel = gemm_kernel.compile(_meta(4096, 4096), _meta(4096, 4096), target="cuda:sm_90a")
+    else:
+        kernel = tilelab.compile(fa.fn(2, 4, 1000, 128), out_idx=fa.out_idx,
+                                 target="cuda:sm_90a", pass_configs=fa.pass_configs)
+    trace = kernel.trace
+    assert "tensor_maps" in kernel.launch
+    buffers = trace.program["buffers"]
+    shared = [b["name"] for b in buffers if b["scope"].startswith("shared")]
+    fragments = [b["name"] for b in buffers if b["scope"] == "local.fragment"]
+    views = [pipeline_view(trace), dataflow_view(trace)]
+    views += [layout_view(trace, name) for name in shared + fragments]
+    views += [bank_conflict_view(trace, name) for name in shared]
+    for view in views:
+        assert view.text() and view.html() and view.data
+    by_tma = bank_conflict_view(trace, "a_shared" if which == "gemm" else "k_shared")
+    assert not by_tma.accesses and "TMA copies" in by_tma.text()

@@ -192,8 +192,8 @@ def shared_accesses(trace, buffer: str) -> list[dict]:
             if buffer not in (src, dst) or src == dst:
                 continue
             record = _record(records, "copy", loc, src=src, dst=dst)
-            if record is None:
-                continue
+            if record is None or record["kind"] == "tma":
+                continue  # TMA writes the tile itself: no thread's store touches it
             writing = dst == buffer
             other = buffer_info(trace, src if writing else dst)
             name = f"copy({src}, {dst})"
@@ -232,6 +232,9 @@ def _record(records: list, op: str, loc: str, **names) -> dict | None:
 
 
 # ---------------------------------------------------------------- the view
+
+NO_ACCESSES = ("no thread reads or writes it with its own loads and stores (TMA copies and "
+               "warpgroup MMA move shared memory without them)")
 
 
 def bank_conflict_view(trace, buffer: str) -> BankConflictView:
@@ -298,7 +301,7 @@ class BankConflictView(View):
                                for name in self.layouts)
             lines.append(f"  {access['name']}, {access['instruction']}: {scores}")
         if not self.accesses:
-            lines.append("  no accesses to it were found in the kernel")
+            lines.append(f"  {NO_ACCESSES}")
         return "\n".join(lines)
 
     def body_html(self) -> str:
@@ -318,7 +321,7 @@ class BankConflictView(View):
                         f"<td>{escape(access['instruction'])}</td>"
                         f"<td>{len(access['instructions'])}</td>{''.join(cells)}</tr>")
         table = (f'<table class="tl-table">{head}{"".join(body)}</table>' if body else
-                 '<p class="tl-note">No accesses to this tile were found in the kernel.</p>')
+                 f'<p class="tl-note">{escape(NO_ACCESSES[0].upper() + NO_ACCESSES[1:])}.</p>')
         note = ('<p class="tl-note">32 banks of 4 bytes. A warp instruction is served 128 '
                 "bytes at a time: 8 lanes per phase for 16-byte accesses, 16 for 8 bytes, 32 "
                 "for 4 bytes or less. The degree is the largest number of different 4-byte "

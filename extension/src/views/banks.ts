@@ -95,7 +95,7 @@ export function renderBankConflicts(data: BankConflictsPayload): HTMLElement {
   const groups = groupAccesses(accesses);
   const title = ['bank conflicts \u00b7 ', code(data.buffer), ' \u00b7 ', code(data.kernel)];
   if (groups.length === 0) {
-    return frame('bank_conflicts', title, note('No accesses to this tile were found in the kernel.'));
+    return frame('bank_conflicts', title, note('No thread reads or writes it with its own loads and stores (TMA copies and warpgroup MMA move shared memory without them).'));
   }
   const rows = groups.map(g => [
     g.name,

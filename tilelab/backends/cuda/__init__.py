@@ -270,6 +270,51 @@ def check_shared_memory(program, nbytes: int, arch: str) -> None:
              "with more shared memory")
 
 
+# ---------------------------------------------------------------- registers and occupancy
+
+REGISTERS_PER_SM = 65536  # every architecture from sm_70 on
+THREADS_PER_SM = {"sm_75": 1024, "sm_86": 1536, "sm_87": 1536, "sm_89": 1536, "sm_120": 1536,
+                  "sm_121": 1536}  # others: 2048
+
+
+def blocks_per_sm(arch: str, threads: int, shared_bytes: int, registers: int) -> dict:
+    """How many blocks fit on one SM by each resource. Registers are given to a warp in
+    units of 256 (8 a thread); the runtime keeps 1 KB of shared memory per block."""
+    warps = -(-threads // 32)
+    per_warp = -(-registers * 32 // 256) * 256
+    shared_kb = SHARED_KB.get(arch.rstrip("af"), 99) + 1  # an SM has 1 KB more than a block
+    return {"registers": REGISTERS_PER_SM // max(per_warp * warps, 1),
+            "shared memory": shared_kb * 1024 // (shared_bytes + 1024),
+            "threads": THREADS_PER_SM.get(arch.rstrip("af"), 2048) // threads}
+
+
+def fit_registers(source: str, compiled: dict, config: dict, arch: str, compile_again):
+    """Occupancy repair: a block whose shared memory would let k blocks share an SM but
+    whose registers, a few too many, let fewer, is compiled again with
+    `__launch_bounds__(threads, k)`, asking ptxas for at most the registers k blocks
+    leave each thread. Kept only where the cut is small (at most 10%) and nothing
+    spills. Returns the source, the compile result and what was done (or None)."""
+    threads = config["threads"]
+    registers = compiled["resources"].get("registers", 0)
+    fits = blocks_per_sm(arch, threads, config["dynamic_smem"] + config["static_smem"],
+                         registers)
+    wanted = min(fits["shared memory"], fits["threads"], 32)
+    cap = REGISTERS_PER_SM // (wanted * -(-threads // 32) * 32) // 8 * 8
+    bounds = f"__launch_bounds__({threads})"
+    if fits["registers"] >= wanted or cap < 0.9 * registers or bounds not in source:
+        return source, compiled, None
+    bounded = source.replace(bounds, f"__launch_bounds__({threads}, {wanted})")  # and its declaration
+    again = compile_again(bounded)
+    used = again["resources"]
+    if used.get("spill_stores_bytes", 0) or used.get("spill_loads_bytes", 0) or \
+            used.get("registers", cap + 1) > cap:
+        return source, compiled, None
+    return bounded, again, (f"__launch_bounds__({threads}, {wanted}): {registers} registers a "
+                            f"thread let {fits['registers']} block(s) share an SM, its shared "
+                            f"memory {wanted}; compiled again for at most {cap} registers, "
+                            f"ptxas used {used.get('registers')}, no spills")
+
+
 # ---------------------------------------------------------------- from the source to a kernel
 
 
@@ -287,6 +332,11 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
     source = cuda_source(executable)
     fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
     compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
+    occupancy = None
+    if len(configs_of_kernels) == 1:
+        source, compiled, occupancy = fit_registers(
+            source, compiled, configs_of_kernels[0], arch,
+            lambda bounded: nvcc.compile_cuda(bounded, arch, fast_math=fast_math))
     scratch = global_scratch(program)
     names = [str(b.name) for b in program.func.params] + [s["name"] for s in scratch]
     kernels = [_launch_of(program, config, names) for config in configs_of_kernels]
@@ -299,6 +349,8 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
                       ptxas=compiled["ptxas"])
     trace.resources = dict(compiled["resources"], dynamic_smem_bytes=launch["dynamic_smem"],
                            grid=launch["grid"], block=launch["block"], arch=arch)
+    if occupancy:
+        trace.resources["occupancy"] = occupancy
     if len(kernels) > 1:
         trace.resources["kernels"] = [{"name": k["kernel_name"], "grid": k["grid"],
                                        "block": k["block"],
