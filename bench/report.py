@@ -92,6 +92,12 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_occupancy.json",
+     "the occupancy repair (`__launch_bounds__(threads, k)` where a few registers too many "
+     "kept a second block off an SM): causal FlashAttention 128×64 at 128 registers instead "
+     "of 138; 128×64 non-causal keeps 132 (at 128 ptxas would spill) (2026-12-02, a subset)",
+     "`python bench/gpu_suite.py build --only flash_attention,flash_attention_bm128_w8,"
+     "flash_attention_causal,flash_attention_causal_bm128_w8,gemm_fp16_128x256_t256_s4`"),
     ("gpu_suite_h200_tma_default.json",
      "TMA the default on sm_90a, also for loops that wait for their MMAs (FlashAttention's K "
      "and V); cp.async builds beside them (2026-12-02, commit e1760c0, a subset)",
