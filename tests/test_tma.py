@@ -311,3 +311,21 @@ def test_every_view_draws_a_tma_build(which):
         assert view.text() and view.html() and view.data
     by_tma = bank_conflict_view(trace, "a_shared" if which == "gemm" else "k_shared")
     assert not by_tma.accesses and "TMA copies" in by_tma.text()
+
+
+@needs_nvcc
+def test_the_source_view_says_what_each_tile_op_became_and_why():
+    """`--source` beside the CUDA code: T.gemm -> wgmma, T.copy -> TMA (or cp.async, with the
+    reason its loop could not use TMA), each once although the prologue issues copies too."""
+    from tilelab.notebook.views import source_views
+
+    ops = source_views(_compile({}))[0].ops
+    assert [row["op"] for row in ops] == ["T.gemm(a_tile, b_tile -> acc)", "T.copy(A -> a_tile)",
+                                          "T.copy(B -> b_tile)"]
+    assert ops[0]["instruction"] == "wgmma.mma_async" and "in flight" in ops[0]["why"]
+    assert all(row["instruction"].startswith("TMA") and "mbarrier" in row["why"]
+               for row in ops[1:])
+    narrow = source_views(_compile({}, 256, 256, 100))
+    assert "TMA strides are multiples of 16" in narrow[0].ops[1]["why"]
+    assert "TMA strides" in narrow[0].text() and "TMA strides" in narrow[0].html()
+    assert all(not view.ops for view in narrow[1:])  # PTX and SASS: the code only

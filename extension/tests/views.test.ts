@@ -296,6 +296,17 @@ describe('the other views', () => {
     expect(cuda.querySelector('.tl-resources')!.textContent).toContain('registers per thread40');
     expect(cuda.querySelector('.tl-resources .tl-bad')!.textContent).toBe('8');
     expect(cuda.textContent).toContain('4 \u00d7 2 \u00d7 1');
+    expect(cuda.querySelector('.tl-ops')).toBeNull();
+  });
+
+  it('source lists what each tile op became, and why', () => {
+    const root = renderPayload(mime('source'), {
+      version: 1, kernel: 'k', language: 'cuda', code: '__global__ void k() {}', resources: {},
+      ops: [{ line: '64', op: 'T.copy(A -> a_shared)', instruction: 'TMA: thread 0', why: '<b>a tile</b>' }]
+    });
+    const cells = [...root.querySelectorAll('.tl-ops td')].map(td => td.textContent);
+    expect(cells).toEqual(['64', 'T.copy(A -> a_shared)', 'TMA: thread 0', '<b>a tile</b>']);
+    expect(root.querySelector('.tl-ops b')).toBeNull();  // text, never markup
   });
 
   it('check and error', () => {

@@ -241,8 +241,30 @@ def diff(trace, before, after) -> PassDiffView:
 SOURCE_LANGUAGES = ("cuda", "ptx", "sass", "llvm")
 
 
+def tile_op_rows(trace) -> list[dict]:
+    """What each T.gemm and T.copy through shared memory became, and why, from the
+    compiler's instruction records: one row per op and instruction (a pipeline's prologue
+    and loop issue the same copy)."""
+    rows, seen = [], set()
+    for record in getattr(trace, "instructions", None) or []:
+        if record.get("op") == "gemm":
+            operands = f"{record.get('a')}, {record.get('b')} -> {record.get('c')}"
+        else:
+            operands = f"{record.get('src')} -> {record.get('dst')}"
+        row = {"line": str(record.get("loc", "")).split(":")[0],
+               "op": f"T.{record.get('op')}({operands})",
+               "instruction": str(record.get("instruction", "")),
+               "why": str(record.get("why", ""))}
+        key = tuple(row.values())
+        if key not in seen:
+            seen.add(key)
+            rows.append(row)
+    return rows
+
+
 class SourceView(View):
-    """Generated code in one language, with the compiler's resource report."""
+    """Generated code in one language, with the compiler's resource report; the CUDA
+    view also lists what each tile op became (`tile_op_rows`)."""
 
     view = "source"
 
@@ -251,10 +273,12 @@ class SourceView(View):
         self.kernel = self.trace.kernel
         available = [lang for lang in SOURCE_LANGUAGES if self.trace.code.get(lang)]
         self.language = language or (available[0] if available else "llvm")
+        # the records name GPU instructions: shown beside the CUDA code, once
+        self.ops = tile_op_rows(self.trace) if self.language == "cuda" else []
 
     def payload(self) -> dict:
         return {"language": self.language, "code": self.trace.code.get(self.language, ""),
-                "resources": self.trace.resources}
+                "resources": self.trace.resources, "ops": self.ops}
 
     def html(self) -> str:
         code = self.trace.code.get(self.language, "")
@@ -265,8 +289,10 @@ class SourceView(View):
         report = (table(["resource", "value"], [[k, v] for k, v in resources.items()])
                   if resources else f'<div style="{MUTED}">no resource report for this target'
                   "</div>")
-        body = report + (highlight(code, self.language) if code else
-                         f'<div style="{MUTED}">no {escape(self.language)} code</div>')
+        ops = table(["line", "tile op", "instruction", "why"],
+                    [list(row.values()) for row in self.ops]) if self.ops else ""
+        body = ops + report + (highlight(code, self.language) if code else
+                               f'<div style="{MUTED}">no {escape(self.language)} code</div>')
         return box(title, body, attrs='data-tilelab-view="source"')
 
     def text(self) -> str:
@@ -274,8 +300,10 @@ class SourceView(View):
         lines = code.splitlines()
         head = "\n".join(lines[:20]) + (f"\n… ({len(lines)} lines)" if len(lines) > 20 else "")
         report = ", ".join(f"{k}={v}" for k, v in self.trace.resources.items())
+        ops = "".join(f"\n  line {row['line']}: {row['op']} -> {row['instruction']} "
+                      f"({row['why']})" for row in self.ops)
         return f"{self.language} for {self.kernel}" + (f" [{report}]" if report else "") + \
-            f"\n{head}"
+            ops + f"\n{head}"
 
 
 def source_views(trace) -> list[SourceView]:

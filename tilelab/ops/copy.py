@@ -256,7 +256,10 @@ def describe(call, ctx) -> None:
             "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
             "dst": dst.buffer.name, "kind": "tma", "vector": 0,
             "instruction": f"TMA: thread 0, {spec['panels']} box(es) of {spec['box'][0]}x"
-                           f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle, mbarrier"})
+                           f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle, mbarrier",
+            "why": "a pipelined tile that warpgroup MMA reads: one thread asks the Tensor "
+                   "Memory Accelerator for it, already swizzled; the threads wait on the "
+                   "slot's mbarrier"})
         return
     if fs or fd:
         v, kind = fragment_width(ctx.layouts[(src if fs else dst).buffer.name], src, dst), \
@@ -266,12 +269,20 @@ def describe(call, ctx) -> None:
     lane_bytes = v * itemsize(dst.dtype if dst.scope.startswith("shared") else src.dtype)
     if kind == "cooperative" and uses_cp_async(src, dst, v, asynchronous):
         instruction = f"cp.async {lane_bytes} B per lane"
+        why = "a pipelined copy: every thread moves its share without waiting" + \
+            (f"; its loop keeps cp.async, not TMA: {config(call)['not_tma']}"
+             if config(call).get("not_tma") else "")
     else:
         verb = "st" if dst.scope.startswith("shared") else "ld"
         instruction = f"{verb}.shared {lane_bytes} B per lane"
+        why = ("each thread moves the elements of its own registers" if kind == "registers"
+               else "every thread moves its share" + ("" if asynchronous else
+                                                      ", then the block synchronizes"))
+    why += f", {lane_bytes} bytes at a time"
     ctx.plan.instructions.append({
         "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
-        "dst": dst.buffer.name, "kind": kind, "vector": v, "instruction": instruction})
+        "dst": dst.buffer.name, "kind": kind, "vector": v, "instruction": instruction,
+        "why": why})
 
 
 def fragment_memory(ctx, src: Region, dst: Region):

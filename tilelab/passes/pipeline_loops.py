@@ -309,6 +309,8 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
                 spec = specs[i]
                 where.update(tma=spec["map"], barrier=barrier_of(slot), tma_spec=json.dumps(
                     {key: value for key, value in spec.items() if key != "map"}))
+            else:  # for the instruction record (`--source`)
+                where.update(not_tma=no_tma)
             stmts.append(tile_call("copy", src, staging.region(dst, slot), asynchronous=True,
                                    **where))
         return seq(stmts)

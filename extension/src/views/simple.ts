@@ -94,6 +94,8 @@ export interface SourcePayload {
   language?: string;
   code?: string;
   resources?: Record<string, unknown>;
+  /** what each T.gemm / T.copy became, and why (the CUDA view only) */
+  ops?: { line?: string; op?: string; instruction?: string; why?: string }[];
 }
 
 const RESOURCE_NAMES: Record<string, string> = {
@@ -106,7 +108,8 @@ const RESOURCE_NAMES: Record<string, string> = {
   local_bytes: 'local memory (bytes)',
   grid: 'grid',
   block: 'block',
-  arch: 'architecture'
+  arch: 'architecture',
+  occupancy: 'occupancy'
 };
 
 function resourceValue(key: string, value: unknown): Child {
@@ -125,8 +128,13 @@ export function renderSource(data: SourcePayload): HTMLElement {
   const report = entries.length
     ? table(['resource', 'value'], entries.map(([k, v]) => [RESOURCE_NAMES[k] ?? k, resourceValue(k, v)]), 'tl-resources')
     : note('No resource report for this target.');
+  const ops = Array.isArray(data.ops) ? data.ops : [];
+  const opsTable = ops.length
+    ? table(['line', 'tile op', 'instruction', 'why'],
+      ops.map(o => [str(o.line), code(o.op), str(o.instruction), str(o.why)]), 'tl-ops')
+    : null;
   const copy = button('copy', () => void navigator.clipboard?.writeText(text), 'tl-copy', 'copy the code');
-  return frame('source', title, report,
+  return frame('source', title, opsTable, report,
     text ? h('div', { class: 'tl-controls' }, copy) : null,
     text ? codeBlock(text, { language: languageOf(language), limit: 600, cls: 'tl-source-code' })
       : note(`No ${language} code.`));
