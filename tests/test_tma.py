@@ -311,6 +311,11 @@ def test_every_view_draws_a_tma_build(which):
         assert view.text() and view.html() and view.data
     by_tma = bank_conflict_view(trace, "a_shared" if which == "gemm" else "k_shared")
     assert not by_tma.accesses and "TMA copies" in by_tma.text()
+    replay = pipeline_view(trace)  # the replay names the TMA copies and mbarrier waits
+    assert "copies: TMA" in replay.text() and "waits: mbarrier" in replay.text()
+    labels = [row["label"] for row in replay.data["timeline"]]
+    assert any(label.startswith("TMA copy(") for label in labels)
+    assert any("(mbarrier of slot 1, phase 0)" in label for label in labels)
 
 
 @needs_nvcc

@@ -67,6 +67,7 @@ def replay(plan: dict, iterations: int = 8, copy_time: float = 2.0, compute_time
     producers = [s for s in statements if s["role"] == "copy"]
     consumers = [s for s in statements if s["role"] != "copy"]
     step = compute_time / max(len(consumers), 1)
+    tma = str(plan.get("copies", "")).startswith("TMA")  # one thread's box copies, mbarriers
     rows: list[dict] = []
     landed: dict[int, float] = {}
 
@@ -78,7 +79,7 @@ def replay(plan: dict, iterations: int = 8, copy_time: float = 2.0, compute_time
     def issue(iteration, now):
         for s in producers:
             add(iteration, s["stage"], "copy", now, now + copy_time,
-                f"{s['text']} #{iteration}", s["order"])
+                f"{'TMA ' if tma else ''}{s['text']} #{iteration}", s["order"])
         landed[iteration] = now + copy_time
 
     for i in range(min(ahead, n)):  # the prologue
@@ -87,7 +88,8 @@ def replay(plan: dict, iterations: int = 8, copy_time: float = 2.0, compute_time
     for k in range(n):
         tops.append(now)
         if landed[k] > now:
-            add(k, ahead, "wait", now, landed[k], f"wait for the copies of #{k}", None)
+            how = f" (mbarrier of slot {k % stages}, phase {k // stages % 2})" if tma else ""
+            add(k, ahead, "wait", now, landed[k], f"wait for the copies of #{k}{how}", None)
             now = landed[k]
         if k + ahead < n:
             issue(k + ahead, now)
@@ -217,6 +219,9 @@ class PipelineView(View):
                          f"units ({waits:g} waiting); "
                          + ", ".join(f"{PHASE_NAMES[k]} {a:g}-{b:g}" for k, (a, b) in
                                      spans.items() if b > a))
+            for what in ("copies", "waits"):
+                if plan.get(what):
+                    lines.append(f"  {what}: {plan[what]}")
         return "\n".join(lines)
 
     def chrome_trace(self) -> dict:
