@@ -311,6 +311,57 @@ def test_shared_memory_is_checked_against_the_target(arch, ok):
     assert "alloc_shared" in info.value.location.source_line
 
 
+def _two_tiles(together: bool, n=1 << 16, tile=32 * 1024):
+    """Two 128 KB shared tiles: used one after the other, or both at once."""
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32),
+          C: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, tile), threads=128) as bx:
+            first = T.alloc_shared((tile,), T.float32)
+            second = T.alloc_shared((tile,), T.float32)
+            T.copy(A[bx * tile], first)
+            if together:
+                T.copy(A[bx * tile], second)
+                T.copy(first, B[bx * tile])
+                T.copy(second, C[bx * tile])
+            else:
+                T.copy(first, B[bx * tile])
+                T.copy(A[bx * tile], second)
+                T.copy(second, C[bx * tile])
+
+    return k
+
+
+@pytest.mark.parametrize("together", [False, True])
+def test_shared_tiles_that_add_up_past_a_block_are_judged_by_the_cuda_compile(together):
+    """256 KB of shared tiles in all: the CPU runs them (with a warning); for CUDA, tiles
+    whose uses do not overlap share memory and fit a 227 KB block, tiles live at once do
+    not (TileLang's GQA backward adds up to 268 KB and fits)."""
+    import warnings
+
+    from tilelab.backends.cuda import nvcc
+    from tilelab.errors import TileLabWarning
+
+    program = _two_tiles(together)
+    a = torch.randn(1 << 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = tilelab.compile(program, out_idx=[1, 2], target="cpu")
+    assert any(issubclass(w.category, TileLabWarning) and "256 KB" in str(w.message)
+               for w in caught)
+    b, c = kernel(a)
+    assert torch.equal(b, a) and torch.equal(c, a)
+    if not nvcc.find_nvcc():
+        return
+    if not together:
+        assert tilelab.compile(program, target="cuda:sm_90a").launch["dynamic_smem"] \
+            <= 227 * 1024
+        return
+    with pytest.raises(TileLabError, match="227 KB"):
+        tilelab.compile(program, target="cuda:sm_90a")
+
+
 # ---------------------------------------------------------------- nothing silently ignored or stale
 
 SCALE = 2.0  # a module global the kernel below reads

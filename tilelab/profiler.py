@@ -74,6 +74,39 @@ class TensorSupplyType(enum.Enum):
     One = "one"
 
 
+def supply_tensor(param, supply=TensorSupplyType.Auto, device: str = "cpu", generator=None):
+    """A fresh tensor for a kernel parameter (anything with `shape` and `dtype`), filled as
+    `supply` says."""
+    import torch
+
+    from .ir.dtypes import as_dtype, torch_dtype
+
+    dtype = torch_dtype(as_dtype(param.dtype))
+    shape = [int(s) for s in param.shape]
+    kind = TensorSupplyType(supply).value
+    if kind == "auto":
+        kind = "normal" if dtype.is_floating_point else "integer"
+    if kind == "normal":
+        t = torch.randn(shape, generator=generator)
+    elif kind == "uniform":
+        t = torch.rand(shape, generator=generator)
+    elif kind == "integer":
+        t = torch.randint(-8, 8, shape, generator=generator)
+    else:
+        t = torch.full(shape, 0 if kind == "zero" else 1)
+    return t.to(dtype).to(device)
+
+
+def get_tensor_supply(supply=TensorSupplyType.Integer, device: str | None = None):
+    """TileLang's `tilelang.utils.tensor.get_tensor_supply`: a function from a kernel
+    parameter to a fresh tensor (on the GPU where there is one)."""
+    if device is None:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return lambda param: supply_tensor(param, supply, device)
+
+
 class Profiler:
     """`kernel.get_profiler()`: benchmark a kernel on fresh random inputs."""
 
@@ -84,26 +117,9 @@ class Profiler:
     def random_inputs(self, seed: int | None = None):
         import torch
 
-        from .ir.dtypes import as_dtype, torch_dtype
-
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
         device = "cuda" if self.kernel.target == "cuda" else "cpu"
-        tensors = []
-        for p in self.kernel.inputs:
-            dtype = torch_dtype(as_dtype(p.dtype))
-            kind = self.supply.value
-            if kind == "auto":
-                kind = "normal" if dtype.is_floating_point else "integer"
-            if kind == "normal":
-                t = torch.randn(p.shape, generator=gen)
-            elif kind == "uniform":
-                t = torch.rand(p.shape, generator=gen)
-            elif kind == "integer":
-                t = torch.randint(-8, 8, p.shape, generator=gen)
-            else:
-                t = torch.full(p.shape, 0 if kind == "zero" else 1)
-            tensors.append(t.to(dtype).to(device))
-        return tensors
+        return [supply_tensor(p, self.supply, device, gen) for p in self.kernel.inputs]
 
     def do_bench(self, func=None, warmup: int = 25, rep: int = 100, backend: str = "event",
                  inputs=None, n_warmup: int = 0, n_repeat: int = 0, input_tensors=None):

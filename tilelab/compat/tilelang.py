@@ -22,7 +22,7 @@ from .. import kernel as _kernel
 from ..compiler import TILELANG_ONLY_CONFIGS
 from ..compiler import PassConfigKey as _PassConfigKey
 from ..ir.dtypes import as_dtype as _as_dtype
-from ..profiler import Profiler, TensorSupplyType, do_bench  # noqa: F401
+from ..profiler import Profiler, TensorSupplyType, do_bench, get_tensor_supply  # noqa: F401
 
 
 def _pass_config_key():
@@ -182,6 +182,35 @@ def get_num_sms(device_id: int = 0) -> int:
     return os.cpu_count() or 1
 
 
+def get_target_compute_version(target=None) -> str:
+    """`tilelang.contrib.nvcc.get_target_compute_version()`: the compute capability tilelab
+    compiles CUDA for, as "major.minor" - the GPU's, or without one the default target's
+    (sm_90a: "9.0"), so that examples written for Hopper compile for it here."""
+    from ..backends.cuda.nvcc import default_arch
+
+    arch = str(target).partition("sm_")[2] if target is not None and "sm_" in str(target) \
+        else default_arch().removeprefix("sm_")
+    digits = arch.rstrip("af")
+    return f"{digits[:-1]}.{digits[-1]}"
+
+
+def parse_compute_version(compute_version: str) -> tuple[int, int]:
+    major, _, minor = str(compute_version).partition(".")
+    return int(major), int(minor or 0)
+
+
+def register_cuda_postproc_callback(func=None, override: bool = True):
+    """TileLang runs such a callback on its generated CUDA code before nvcc; tilelab does
+    not let code be edited between its passes and nvcc, so using it is an error (importing
+    it is not: examples import it and keep their use commented out)."""
+    from ..language.tilelang_names import TileLangFeatureError
+
+    raise TileLangFeatureError(
+        "tilelang.engine.callback.register_cuda_postproc_callback edits the generated CUDA "
+        "code before nvcc, which tilelab does not allow",
+        hint="express the change in the tile program; `%%tilekernel --source` shows the code")
+
+
 def get_device_name(device_id: int = 0) -> str:
     import torch
 
@@ -222,7 +251,8 @@ def _submodules() -> dict[str, types.ModuleType]:
         "tilelang.utils": _module("tilelang.utils", "Utilities."),
         "tilelang.utils.tensor": _module("tilelang.utils.tensor", "Tensor helpers.",
                                          torch_assert_close=torch_assert_close,
-                                         TensorSupplyType=TensorSupplyType),
+                                         TensorSupplyType=TensorSupplyType,
+                                         get_tensor_supply=get_tensor_supply),
         "tilelang.tileop": _module("tilelang.tileop", "Tile operators.",
                                    GemmWarpPolicy=language.GemmWarpPolicy),
         "tilelang.tileop.base": _module("tilelang.tileop.base", "Tile operators.",
@@ -233,6 +263,14 @@ def _submodules() -> dict[str, types.ModuleType]:
                                                        "The device's properties.",
                                                        get_num_sms=get_num_sms,
                                                        get_device_name=get_device_name)),
+        "tilelang.contrib": _module("tilelang.contrib", "Toolchain helpers."),
+        "tilelang.contrib.nvcc": _module("tilelang.contrib.nvcc", "The CUDA target.",
+                                         get_target_compute_version=get_target_compute_version,
+                                         parse_compute_version=parse_compute_version),
+        "tilelang.engine": _module("tilelang.engine", "Compilation."),
+        "tilelang.engine.callback": _module(
+            "tilelang.engine.callback", "Compilation hooks.",
+            register_cuda_postproc_callback=register_cuda_postproc_callback),
         "tilelang.testing": _module("tilelang.testing", "Test helpers.",
                                     set_random_seed=set_random_seed,
                                     torch_assert_close=torch_assert_close),
@@ -250,9 +288,8 @@ class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         raise ImportError(f"{spec.name} is part of TileLang that tilelab does not provide "
                           "(tilelab has jit, compile, cdiv, tvm, language, language.fp8, "
-                          "math, layout, "
-                          "autotuner, profiler, transform, testing, tileop, utils.tensor, "
-                          "carver.arch.driver)",
+                          "math, layout, autotuner, profiler, transform, testing, tileop, "
+                          "utils.tensor, carver.arch.driver, contrib.nvcc, engine.callback)",
                           name=spec.name)
 
     def exec_module(self, module):  # never reached: create_module refuses

@@ -342,12 +342,15 @@ def _alloc(primitive, shape, dtype, scope, builder=None):
             f"T.{primitive}({shape}) holds {size} elements; a register tile holds at most "
             f"{MAX_REGISTER_TILE}", hint="use a smaller tile (loop over the data in pieces)")
     if scope.startswith("shared"):
-        builder.shared_bytes += size * dtype.bits // 8
-        if builder.shared_bytes > MAX_SHARED_BYTES:
+        # one tile larger than any block's shared memory can never run on a GPU; the sum of
+        # all tiles may (the CUDA compile lets tiles whose uses do not overlap share memory,
+        # then checks the block's real total against its target)
+        nbytes = size * dtype.bits // 8
+        builder.shared_bytes += nbytes
+        if nbytes > MAX_SHARED_BYTES:
             raise TileLabTypeError(
-                f"shared memory of this block reaches {builder.shared_bytes // 1024} KB with "
-                f"this tile; no GPU block has more than {MAX_SHARED_BYTES // 1024} KB",
-                hint="use smaller tiles, or fewer pipeline stages")
+                f"this shared tile alone is {nbytes // 1024} KB; no GPU block has more than "
+                f"{MAX_SHARED_BYTES // 1024} KB", hint="use a smaller tile")
     name = builder.take_name(primitive.replace("alloc_", ""))
     buffer = tirx.decl_buffer(shape, str(dtype), name=name, scope=scope)
     builder.buffer_locations[name] = builder.location

@@ -8,6 +8,7 @@ through DLPack (torch CPU tensors or numpy arrays).
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -139,6 +140,30 @@ def _check_error(report: str):
     return TileLabError(message, location, hint=hint)
 
 
+def warn_about_shared_memory(program) -> None:
+    """The CPU runs a block of any size; a GPU block has at most 227 KB of shared memory.
+    Tiles whose uses do not overlap share memory on the GPU, so a larger sum may still fit:
+    a warning, and the CUDA compile decides."""
+    import warnings
+
+    from ...errors import TileLabWarning
+    from ...ir.dtypes import itemsize
+    from ...ir.visit import walk
+    from ...language.primitives import MAX_SHARED_BYTES
+
+    tiles = []
+    walk(program.func.body, tirx.AllocBuffer, lambda node: tiles.append(node.buffer)
+         if node.buffer.scope().startswith("shared") else None)
+    total = sum(math.prod(int(n) for n in b.shape) * itemsize(str(b.dtype)) for b in tiles)
+    if total > MAX_SHARED_BYTES:
+        warnings.warn(TileLabWarning(
+            f"{program.source.location(program.source.node)}: the shared tiles of "
+            f"{program.name} add up to {total // 1024} KB, more than a GPU block has "
+            f"({MAX_SHARED_BYTES // 1024} KB) unless tiles whose uses do not overlap share "
+            "memory; compile for CUDA to know (it checks the block's real total)"),
+            stacklevel=2)
+
+
 class CPUBackend(Backend):
     """Loops built by LLVM for this machine; the reference semantics of every kernel."""
 
@@ -157,6 +182,7 @@ class CPUBackend(Backend):
                 f"checks={bounds_checks_enabled()}")
 
     def build(self, mod, program, target: str, configs: dict, trace):
+        warn_about_shared_memory(program)
         vectorize = not configs.get("tl.disable_vectorize", False)
         return run_pipeline(PIPELINE_NAME, passes(program, vectorize), mod, host_target())
 
