@@ -491,6 +491,29 @@ def test_atomic_add_memory_order():
         seq_cst()
 
 
+def test_atomic_add_of_a_tile_takes_the_tma_hint():
+    """TileLang's `T.atomic_add(dst, tile, use_tma=True)` (a bulk reduction into global
+    memory on Hopper): the same sums here, every thread adding its elements."""
+    N, B = 40, 8
+
+    @T.prim_func
+    def fold(A: T.Tensor((N, B), T.float32), S: T.Tensor((B,), T.float32)):
+        with T.Kernel(N, threads=32) as bx:
+            row = T.alloc_shared((B,), T.float32)
+            T.copy(A[bx, 0], row)
+            T.atomic_add(S[0:B], row, use_tma=True)
+
+    a = _rand(N, B, seed=12)
+    s = torch.zeros(B)
+    tilelang.compile(fold)(a, s)
+    torch.testing.assert_close(s, a.sum(0), rtol=1e-5, atol=1e-5)
+    with pytest.raises(TileLabError, match="use_tma"):
+        @T.prim_func
+        def bad(A: T.Tensor((N, B), T.float32), S: T.Tensor((B,), T.float32)):
+            with T.Kernel(1, threads=32):
+                T.atomic_add(S[0:B], A[0, 0:B], use_tma="yes")
+
+
 @tilelang.jit(out_idx=[1])
 def scale_rows(cols, block=16):
     rows = T.dynamic("rows")

@@ -36,14 +36,20 @@ from ._lowering import (
 from ._operands import resolve_pair
 
 
-def atomic_add(dst, value, memory_order="relaxed", return_prev=False):
+def atomic_add(dst, value, memory_order="relaxed", return_prev=False, use_tma=False):
     """`dst += value` safely when several blocks update the same elements.
 
     `dst` is an element `C[i, j]` with a scalar value, or a buffer/region with a
     tile of the same extents as `value`. The update is atomic and nothing more
     (`memory_order="relaxed"`): it does not order other memory accesses.
+    `use_tma` (TileLang's hint to reduce the tile into global memory with one bulk
+    TMA operation) is accepted; tilelab's threads add their elements with atomics
+    either way, with the same result.
     """
     builder = current("atomic_add")
+    if not isinstance(use_tma, bool):
+        raise TileLabTypeError(f"T.atomic_add(use_tma=...) takes True or False, got "
+                               f"{use_tma!r}")
     if memory_order != "relaxed" or return_prev:
         feature = f"memory_order={memory_order!r}" if memory_order != "relaxed" else \
             "return_prev=True"
