@@ -508,3 +508,32 @@ def test_a_few_registers_too_many_are_trimmed_for_a_second_block():
     small = gemm_kernel.compile(M=200, N=136, K=100, target="cuda:sm_90a")  # fits already
     assert "occupancy" not in small.trace.resources
     assert ", 2)" not in small.get_kernel_source().split("__launch_bounds__")[1][:12]
+
+
+def test_the_occupancy_repair_keeps_the_first_build_unless_the_second_fits():
+    """A second build that ptxas refuses (too few registers for an instruction) or that
+    spills is dropped; one that fits replaces the first."""
+    from tilelab.backends.cuda import fit_registers
+    from tilelab.errors import TileLabCompileError
+
+    source = ('extern "C" __global__ void __launch_bounds__(256) k();\n'
+              'extern "C" __global__ void __launch_bounds__(256) k() {}\n')
+    first = {"resources": {"registers": 132}}
+    config = {"threads": 256, "dynamic_smem": 99328, "static_smem": 0}
+
+    def refused(_source):
+        raise TileLabCompileError("ptxas: insufficient registers (56) to compile an instruction")
+
+    def spills(_source):
+        return {"resources": {"registers": 128, "spill_stores_bytes": 32}}
+
+    def fits(bounded):
+        assert bounded.count("__launch_bounds__(256, 2)") == 2  # the declaration too
+        return {"resources": {"registers": 128}}
+
+    assert fit_registers(source, first, config, "sm_90a", refused) == (source, first, None)
+    assert fit_registers(source, first, config, "sm_90a", spills) == (source, first, None)
+    bounded, second, why = fit_registers(source, first, config, "sm_90a", fits)
+    assert second["resources"]["registers"] == 128 and "at most 128 registers" in why
+    small = dict(first, resources={"registers": 120})  # two blocks fit already
+    assert fit_registers(source, small, config, "sm_90a", fits)[2] is None

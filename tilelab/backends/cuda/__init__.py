@@ -304,7 +304,10 @@ def fit_registers(source: str, compiled: dict, config: dict, arch: str, compile_
     if fits["registers"] >= wanted or cap < 0.9 * registers or bounds not in source:
         return source, compiled, None
     bounded = source.replace(bounds, f"__launch_bounds__({threads}, {wanted})")  # and its declaration
-    again = compile_again(bounded)
+    try:
+        again = compile_again(bounded)
+    except TileLabCompileError:  # ptxas cannot fit an instruction in so few registers
+        return source, compiled, None
     used = again["resources"]
     if used.get("spill_stores_bytes", 0) or used.get("spill_loads_bytes", 0) or \
             used.get("registers", cap + 1) > cap:
