@@ -46,9 +46,11 @@ SHAPES = {
     "gemm_fp16_128x256_t256_s4": "8192³ fp16; 128×256×64 tiles, 8 warps, 4 stages, "
                                  "panels of 8",
     "gemm_fp16_bk64_s4_tma": "8192³ fp16; 128×128×64 tiles, 4 warps, 4 stages, panels of 8; "
-                             "tiles copied by TMA (`tl.enable_tma`)",
+                             "tiles copied by TMA (`tl.enable_tma`, opt-in then; the default "
+                             "since)",
     "gemm_fp16_128x256_t256_s4_tma": "8192³ fp16; 128×256×64 tiles, 8 warps, 4 stages, panels "
-                                     "of 8; tiles copied by TMA (`tl.enable_tma`)",
+                                     "of 8; tiles copied by TMA (`tl.enable_tma`, opt-in then; the "
+                                     "default since)",
     "gemm_fp16_bk64_s4_cp_async": "8192³ fp16; 128×128×64 tiles, 4 warps, 4 stages, panels "
                                   "of 8; tiles copied by every thread's cp.async "
                                   "(`tl.disable_tma_lower`)",
