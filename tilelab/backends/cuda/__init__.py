@@ -303,7 +303,8 @@ def fit_registers(source: str, compiled: dict, config: dict, arch: str, compile_
     bounds = f"__launch_bounds__({threads})"
     if fits["registers"] >= wanted or cap < 0.9 * registers or bounds not in source:
         return source, compiled, None
-    bounded = source.replace(bounds, f"__launch_bounds__({threads}, {wanted})")  # and its declaration
+    # the kernel's definition and its declaration
+    bounded = source.replace(bounds, f"__launch_bounds__({threads}, {wanted})")
     try:
         again = compile_again(bounded)
     except TileLabCompileError:  # ptxas cannot fit an instruction in so few registers
