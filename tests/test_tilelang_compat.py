@@ -951,3 +951,66 @@ def test_alloc_buffer_without_a_scope():
     b = torch.empty(N)
     tilelang.compile(split_sum, target="cpu")(a, b)
     torch.testing.assert_close(b, 2 * a.sum(0))
+
+
+@tilelab.jit
+def row_scaled_gemm(A, B, S, out_dtype=T.float32):
+    """C = (A @ B) * S[row], with T.use_swizzle: the fragment loop reads a block index
+    (TileLang's deepgemm fp8 example, float32 output)."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), T.float16)
+    B: T.Tensor((K, N), T.float16)
+    S: T.Tensor((M,), T.float32)
+    C = T.empty((M, N), out_dtype)
+    with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
+        a = T.alloc_shared((64, 32), T.float16)
+        b = T.alloc_shared((32, 64), T.float16)
+        c = T.alloc_shared((64, 64), out_dtype)
+        acc = T.alloc_fragment((64, 64), T.float32)
+        scaled = T.alloc_fragment((64, 64), T.float32)
+        T.use_swizzle(panel_size=2)
+        T.clear(acc)
+        T.clear(scaled)
+        for ko in T.Pipelined(T.ceildiv(K, 32), num_stages=2):
+            T.copy(A[by * 64, ko * 32], a)
+            T.copy(B[ko * 32, bx * 64], b)
+            T.gemm(a, b, acc)
+        for i, j in T.Parallel(64, 64):
+            if by * 64 + i < M:
+                scaled[i, j] += acc[i, j] * S[by * 64 + i]
+        T.copy(scaled, c)
+        T.copy(c, C[by * 64, bx * 64])
+    return C
+
+
+def _row_scaled_inputs(device="cpu"):
+    torch.manual_seed(5)
+    a = torch.randn(200, 96, dtype=torch.float16, device=device)
+    b = torch.randn(96, 136, dtype=torch.float16, device=device)
+    s = torch.rand(200, device=device)
+    return a, b, s, (a.float() @ b.float()) * s[:, None]
+
+
+@pytest.mark.parametrize("out_dtype", [T.float32, T.bfloat16])
+def test_a_swizzled_grid_keeps_the_layouts_of_loops_that_read_a_block_index(out_dtype):
+    """T.use_swizzle renumbers the blocks after the tile ops are lowered: before, it rebuilt
+    the T.Parallel loop (which reads `by`) that the layout plan knows by identity, and the
+    CUDA compile refused the loop's fragments."""
+    from tilelab.backends.cuda.nvcc import find_nvcc
+
+    a, b, s, expected = _row_scaled_inputs()
+    out = row_scaled_gemm(a, b, s, out_dtype=out_dtype)
+    torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=5e-2)
+    if find_nvcc():
+        kernel = row_scaled_gemm.compile(a.to("meta"), b.to("meta"), s.to("meta"),
+                                         out_dtype=out_dtype, target="cuda:sm_90a")
+        assert "/ 2" in kernel.get_kernel_source() or ">> 1" in kernel.get_kernel_source()
+
+
+@pytest.mark.gpu
+def test_a_swizzled_grid_with_a_block_index_in_a_fragment_loop_on_the_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    a, b, s, expected = _row_scaled_inputs("cuda")
+    torch.testing.assert_close(row_scaled_gemm(a, b, s).float(), expected, rtol=2e-2,
+                               atol=5e-2)

@@ -446,11 +446,13 @@ def _add_threads(loop, lowering_fn, threads, swizzle=None):
     while isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
         block_loops.append(node)
         node = node.body
-    if swizzle and swizzle[2] and len(block_loops) >= 2:
-        node = substitute(node, rasterize(block_loops, swizzle[0]))
     tx = tirx.Var("tx", "int32")
     with thread_index_range(tx, threads):
         body, scratch = lowering_fn(node, tx, [b.loop_var for b in block_loops])
+    # renumber the blocks in the lowered code: substituted before, it would rebuild the
+    # T.Parallel loops that read a block index, which the layout plan knows by identity
+    if swizzle and swizzle[2] and len(block_loops) >= 2:
+        body = substitute(body, rasterize(block_loops, swizzle[0]))
     body = seq([tirx.AllocBuffer(s) for s in scratch] + [body])
     iter_var = tirx.IterVar(None, tirx.Var("threadIdx.x", "int32"), tirx.IterVar.ThreadIndex,
                             "threadIdx.x")
