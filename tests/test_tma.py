@@ -334,3 +334,17 @@ def test_the_source_view_says_what_each_tile_op_became_and_why():
     assert "TMA strides are multiples of 16" in narrow[0].ops[1]["why"]
     assert "TMA strides" in narrow[0].text() and "TMA strides" in narrow[0].html()
     assert all(not view.ops for view in narrow[1:])  # PTX and SASS: the code only
+
+
+@needs_nvcc
+def test_the_layout_view_draws_warpgroups():
+    """Two warpgroups (256 threads) on a 128x256 accumulator: colored by warpgroup, with red
+    lines where one warpgroup's rows end."""
+    from tilelab.viz import layout_view
+
+    kernel = _compile(CONFIGS["two_groups_rows"])
+    view = layout_view(kernel.trace, "acc", color_by="warpgroup")
+    svg = view.html()
+    assert "warpgroups:" in svg and "#d62728" in svg and "warpgroup boundaries" in svg
+    plain = layout_view(_compile({}).trace, "acc")  # one warpgroup: no red lines
+    assert "#d62728" not in plain.html()

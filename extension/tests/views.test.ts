@@ -200,6 +200,15 @@ describe('layout', () => {
     expect(root.dataset.highlighted).toBe(String(32 * data.layout.local_size));
   });
 
+  it('colors by warpgroup where a block has more than one', () => {
+    const data = payload('layout', 'gemm_kernel');
+    const options = (d: any) => [...q<HTMLSelectElement>(mount(renderPayload(mime('layout'), d)),
+      '.tl-color-by').options].map(o => o.value);
+    expect(options(data)).toEqual(['thread', 'warp']);  // 128 threads: one warpgroup
+    data.layout.threads = 256;
+    expect(options(data)).toEqual(['thread', 'warp', 'warpgroup']);
+  });
+
   it('shows offsets and banks of a shared tile', () => {
     const data = payload('layout', 'gemm_kernel');
     const shared = payloads('layout').find(p => p.buffer === 'a_shared');

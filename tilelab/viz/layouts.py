@@ -168,7 +168,8 @@ def layout_scene(grid: LayoutGrid, title: str, thread=None, warp=None, bank=None
     held = grid.held(thread, warp, bank)
     if grid.is_fragment:
         owner = grid.thread[0]
-        palette = {t: (warp_color(t // 32) if color_by == "warp" else thread_color(t))
+        group = {"warp": 32, "warpgroup": 128}.get(color_by)  # threads one color covers
+        palette = {t: (warp_color(t // group) if group else thread_color(t))
                    for t in np.unique(owner).tolist()}
         colors = [[palette[t] for t in row] for row in owner.tolist()]
     else:
@@ -192,6 +193,8 @@ def layout_scene(grid: LayoutGrid, title: str, thread=None, warp=None, bank=None
                        group="chunks")
     if grid.is_fragment and grid.tables["threads"] > 32:
         _warp_lines(scene, grid.thread[0] // 32, x0, y0, cw, ch)
+    if grid.is_fragment and grid.tables["threads"] > 128:  # warpgroups: wgmma's unit
+        _warp_lines(scene, grid.thread[0] // 128, x0, y0, cw, ch, color="#d62728", width=3.5)
 
     if font:
         for r in range(rows):
@@ -217,8 +220,9 @@ def layout_scene(grid: LayoutGrid, title: str, thread=None, warp=None, bank=None
     return scene, {"x0": x0, "y0": y0, "cw": cw, "ch": ch, "rows": rows, "cols": cols}
 
 
-def _warp_lines(scene: Scene, warps: np.ndarray, x0, y0, cw, ch) -> None:
-    """Thick lines between cells of different warps (and around the tile)."""
+def _warp_lines(scene: Scene, warps: np.ndarray, x0, y0, cw, ch, color="#111111",
+                width=2.5) -> None:
+    """Thick lines between cells of different warps (or warpgroups; around the tile too)."""
     rows, cols = warps.shape
     padded = np.full((rows + 2, cols + 2), -1)
     padded[1:-1, 1:-1] = warps
@@ -227,11 +231,11 @@ def _warp_lines(scene: Scene, warps: np.ndarray, x0, y0, cw, ch) -> None:
     for c in range(cols + 1):
         for start, end in _runs(vertical[:, c]):
             scene.line(x0 + c * cw, y0 + start * ch, x0 + c * cw, y0 + end * ch,
-                       color="#111111", width=2.5, group="warps")
+                       color=color, width=width, group="warps")
     for r in range(rows + 1):
         for start, end in _runs(horizontal[r, :]):
             scene.line(x0 + start * cw, y0 + r * ch, x0 + end * cw, y0 + r * ch,
-                       color="#111111", width=2.5, group="warps")
+                       color=color, width=width, group="warps")
 
 
 def _runs(flags) -> list[tuple[int, int]]:
@@ -253,11 +257,12 @@ def _legend(scene: Scene, grid: LayoutGrid, x, y, thread, warp, bank, held, colo
     notes = []
     if grid.is_fragment:
         threads = grid.tables["threads"]
-        if color_by == "warp":
-            scene.text(x, y, "warps:", size=10, group="legend")
-            for w in range(min(-(-threads // 32), 16)):
-                scene.rect(x + 48 + w * 40, y - 6, 12, 12, warp_color(w), group="legend")
-                scene.text(x + 63 + w * 40, y, str(w), size=10, group="legend")
+        if color_by in ("warp", "warpgroup"):
+            size = 32 if color_by == "warp" else 128
+            scene.text(x, y, f"{color_by}s:", size=10, group="legend")
+            for w in range(min(-(-threads // size), 16)):
+                scene.rect(x + 72 + w * 40, y - 6, 12, 12, warp_color(w), group="legend")
+                scene.text(x + 87 + w * 40, y, str(w), size=10, group="legend")
         else:
             scene.text(x, y, "lanes 0-31:", size=10, group="legend")
             for lane in range(32):
@@ -273,7 +278,9 @@ def _legend(scene: Scene, grid: LayoutGrid, x, y, thread, warp, bank, held, colo
         notes.append(f"T5:R3 = thread 5, register 3 · {threads} threads × "
                      f"{grid.tables['local_size']} registers")
         if threads > 32:
-            notes.append("thick lines: warp boundaries")
+            notes.append("thick lines: warp boundaries" + (
+                "; red: warpgroup boundaries (4 warps, the unit of wgmma)" if threads > 128
+                else ""))
         if grid.thread.shape[0] > 1:
             notes.append(f"×{grid.thread.shape[0]}: every element is held by "
                          f"{grid.thread.shape[0]} threads (the first is named)")

@@ -236,7 +236,8 @@ export function renderLayout(data: LayoutPayload): HTMLElement {
     ? [['nothing', ''], ['a thread', 'thread'], ['a warp', 'warp']]
     : [['nothing', ''], ['a bank', 'bank']];
   const colorModes: [string, string][] = model.fragment
-    ? [['thread', 'thread'], ['warp', 'warp']]
+    ? [['thread', 'thread'], ['warp', 'warp'],
+      ...((Number(tables.threads) > 128 ? [['warpgroup', 'warpgroup']] : []) as [string, string][])]
     : [['bank', 'bank']];
   let colorBy = colorModes[0][1];
   let held: Set<number> | null = null;
@@ -268,6 +269,9 @@ export function renderLayout(data: LayoutPayload): HTMLElement {
   function colorOf(i: number): string {
     if (!model.fragment) {
       return bankColor(model.banks[i]);
+    }
+    if (colorBy === 'warpgroup') {
+      return warpColor(model.thread[i] >> 7); // 128 threads: the unit of wgmma
     }
     return colorBy === 'warp' ? warpColor(model.thread[i] >> 5) : threadColor(model.thread[i]);
   }
