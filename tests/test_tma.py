@@ -140,6 +140,17 @@ def test_damaged_descriptor_specs_are_refused(tmp_path):
             _tensor_maps(bad)
 
 
+def test_a_misaligned_tensor_says_how_to_turn_tma_off():
+    """The launcher's check runs before any driver call: its error names the key that keeps
+    the loop on cp.async (tl.disable_tma_lower), to be given, not left out."""
+    from tilelab.runtime.cuda import _TensorMap
+
+    shifted = torch.empty(257, dtype=torch.float16)[1:]  # 2 bytes past 16-byte alignment
+    with pytest.raises(tilelab.TileLabError, match="16 bytes") as info:
+        _TensorMap({"param": 0, "tensor": 0}).point_at(shifted, "matmul_kernel")
+    assert "compile with pass_configs={'tl.disable_tma_lower': True}" in str(info.value)
+
+
 # ---------------------------------------------------------------- on the H200
 
 

@@ -128,7 +128,6 @@ class Builder:
     has_atomics: bool = False
     const_names: set = field(default_factory=set)  # names T.const asked for
     captured: dict = field(default_factory=dict)  # module globals the kernel read: name -> value
-    shared_bytes: int = 0  # shared memory allocated so far
     swizzle: tuple | None = None  # T.use_swizzle(panel, order, enable)
     annotated_layouts: dict = field(default_factory=dict)  # T.annotate_layout: name -> layout
     params: list = field(default_factory=list)  # ParamInfo, in signature order

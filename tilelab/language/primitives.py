@@ -346,7 +346,6 @@ def _alloc(primitive, shape, dtype, scope, builder=None):
         # all tiles may (the CUDA compile lets tiles whose uses do not overlap share memory,
         # then checks the block's real total against its target)
         nbytes = size * dtype.bits // 8
-        builder.shared_bytes += nbytes
         if nbytes > MAX_SHARED_BYTES:
             raise TileLabTypeError(
                 f"this shared tile alone is {nbytes // 1024} KB; no GPU block has more than "

@@ -267,18 +267,18 @@ def describe(call, ctx) -> None:
     else:
         v, kind = cooperative_width(src, dst), "cooperative"
     lane_bytes = v * itemsize(dst.dtype if dst.scope.startswith("shared") else src.dtype)
+    share = f"{lane_bytes} bytes at a time"
     if kind == "cooperative" and uses_cp_async(src, dst, v, asynchronous):
         instruction = f"cp.async {lane_bytes} B per lane"
-        why = "a pipelined copy: every thread moves its share without waiting" + \
+        why = f"a pipelined copy: every thread moves its share, {share}, without waiting" + \
             (f"; its loop keeps cp.async, not TMA: {config(call)['not_tma']}"
              if config(call).get("not_tma") else "")
     else:
         verb = "st" if dst.scope.startswith("shared") else "ld"
         instruction = f"{verb}.shared {lane_bytes} B per lane"
-        why = ("each thread moves the elements of its own registers" if kind == "registers"
-               else "every thread moves its share" + ("" if asynchronous else
-                                                      ", then the block synchronizes"))
-    why += f", {lane_bytes} bytes at a time"
+        why = (f"each thread moves the elements of its own registers, {share}"
+               if kind == "registers" else f"every thread moves its share, {share}" +
+               ("" if asynchronous else ", then the block synchronizes"))
     ctx.plan.instructions.append({
         "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
         "dst": dst.buffer.name, "kind": kind, "vector": v, "instruction": instruction,

@@ -362,6 +362,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         "slots": {name: stages for name in staging.buffers},
         "async_groups": [[_describe(p) for p in producers]],
         "ahead": ahead,
+        "tma": tma,
         "copies": "TMA (thread 0 issues one box copy per panel of a tile), completion counted "
                   "by an mbarrier per slot" if tma else
                   f"cp.async, 16 bytes per thread (not TMA: {no_tma})",

@@ -536,7 +536,7 @@ class _TensorMap:
             raise TileLabArgumentError(
                 f"{kernel_name}: argument {self.tensor} starts at an address that is not a "
                 "multiple of 16 bytes, which the kernel's TMA copies need",
-                hint="pass a tensor of its own (.clone()), or compile without "
+                hint="pass a tensor of its own (.clone()), or compile with "
                      "pass_configs={'tl.disable_tma_lower': True}")
         drv = driver()
         spec = self.spec

@@ -67,7 +67,7 @@ def replay(plan: dict, iterations: int = 8, copy_time: float = 2.0, compute_time
     producers = [s for s in statements if s["role"] == "copy"]
     consumers = [s for s in statements if s["role"] != "copy"]
     step = compute_time / max(len(consumers), 1)
-    tma = str(plan.get("copies", "")).startswith("TMA")  # one thread's box copies, mbarriers
+    tma = bool(plan.get("tma"))  # one thread's box copies, waits on mbarriers
     rows: list[dict] = []
     landed: dict[int, float] = {}
 
