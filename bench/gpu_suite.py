@@ -180,6 +180,13 @@ BENCH = [
       "options": {"block_n": 256, "block_k": 64, "num_stages": 4, "threads": 256, "panel": 8,
                   "pass_configs": {"tl.disable_tma_lower": True}}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    # ... and with TMA, but every thread both waiting for the copies and multiplying
+    # (no producer warp: tl.disable_warp_specialized)
+    ("gemm_fp16_128x256_t256_s4_one_role", "gemm",
+     {"M": 8192, "N": 8192, "K": 8192,
+      "options": {"block_n": 256, "block_k": 64, "num_stages": 4, "threads": 256, "panel": 8,
+                  "pass_configs": {"tl.disable_warp_specialized": True}}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     ("gemm_fp16_128x256x32_t256_s6", "gemm", {"M": 8192, "N": 8192, "K": 8192,
                                               "options": {"block_n": 256, "block_k": 32,
                                                           "num_stages": 6, "threads": 256,
@@ -219,6 +226,16 @@ BENCH = [
          "tl.disable_tma_lower": True}}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
      {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
+    ("flash_attention_one_role", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"pass_configs": {
+         "tl.disable_warp_specialized": True}}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
+     {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
+    ("flash_attention_bm128_w8_one_role", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256, "pass_configs": {
+         "tl.disable_warp_specialized": True}}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
+     {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
     # causal: the key loop of each query block stops at its diagonal (half the work)
     ("flash_attention_causal", "flash_attention",
      {"shape": (4, 32, 4096, 128), "options": {"causal": True}},
@@ -226,6 +243,12 @@ BENCH = [
      {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
     ("flash_attention_causal_bm128_w8", "flash_attention",
      {"shape": (4, 32, 4096, 128), "options": {"causal": True, "block_m": 128, "threads": 256}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
+     {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
+    ("flash_attention_causal_bm128_w8_one_role", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"causal": True, "block_m": 128, "threads": 256,
+                                               "pass_configs": {
+                                                   "tl.disable_warp_specialized": True}}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
      {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
 ]

@@ -67,7 +67,7 @@ def tile_product(A, B):
 def test_every_key_is_tested_here():
     tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
               "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP",
-              "TL_DISABLE_TMA_LOWER"}
+              "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -121,12 +121,12 @@ def test_an_unknown_key_is_an_error_naming_the_known_ones():
 def test_tilelang_keys_warn_once_and_compile():
     from tilelab import compiler
 
-    compiler._warned_configs.discard("tl.disable_warp_specialized")
+    compiler._warned_configs.discard("tl.disable_shuffle_elect")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        staged_copy.compile(N=1000, pass_configs={"tl.disable_warp_specialized": True})
-        staged_copy.compile(N=1001, pass_configs={"tl.disable_warp_specialized": True})
-    said = [str(w.message) for w in caught if "disable_warp_specialized" in str(w.message)]
+        staged_copy.compile(N=1000, pass_configs={"tl.disable_shuffle_elect": True})
+        staged_copy.compile(N=1001, pass_configs={"tl.disable_shuffle_elect": True})
+    said = [str(w.message) for w in caught if "disable_shuffle_elect" in str(w.message)]
     assert len(said) == 1 and "no effect" in said[0]
 
 
@@ -159,9 +159,32 @@ def test_disable_wgmma_overlap_waits_for_every_gemm():
     assert (overlapped.pipelines[0]["ahead"], plain.pipelines[0]["ahead"]) == (1, 2)
     assert "in flight" in overlapped.instructions[0]["why"]
     assert "in flight" not in plain.instructions[0]["why"]
-    loop = overlapped.code["cuda"].split("for (int reduction_block")[1].split("\n  }\n")[0]
+    one_role = gemm_kernel.compile(a, b, block_k=64, target="cuda:sm_90a", pass_configs={
+        PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True}).trace
+    assert one_role.pipelines[0]["ahead"] == 1
+    loop = one_role.code["cuda"].split("for (int reduction_block")[1].split("\n  }\n")[0]
     assert loop.count("__syncthreads()") == 1  # the pipeline's own; the refill needs no other
     assert "wait_group_sync_aligned_0" not in loop
+
+
+@needs_nvcc
+def test_disable_warp_specialized_keeps_one_role():
+    """On sm_90a the course GEMM's TMA loop, in 4 stages of 128x64 tiles (alone on its
+    SM), is split between a producer warpgroup and the consumers
+    (tests/test_warp_specialize.py): 128 threads more, no block-wide barrier in the loop.
+    With the key, every thread waits for the copies and multiplies."""
+    from examples.gemm import gemm_kernel
+
+    a = torch.empty(512, 256).half()
+    b = torch.empty(256, 384).half()
+    split = gemm_kernel.compile(a, b, block_k=64, num_stages=4, target="cuda:sm_90a")
+    one = gemm_kernel.compile(a, b, block_k=64, num_stages=4, target="cuda:sm_90a",
+                              pass_configs={PassConfigKey.TL_DISABLE_WARP_SPECIALIZED: True})
+    assert (split.launch["block"][0], one.launch["block"][0]) == (256, 128)
+    assert split.trace.pipelines[0]["warp_specialized"]["consumer_threads"] == 128
+    assert "warp_specialized" not in one.trace.pipelines[0]
+    assert "tl::consumer_sync" in split.get_kernel_source()
+    assert "tl::consumer_sync" not in one.get_kernel_source()
 
 
 @needs_nvcc

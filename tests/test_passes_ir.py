@@ -124,3 +124,28 @@ def test_infer_layouts_leaves_its_plan_on_the_kernel_loop_and_changes_nothing_el
     assert accumulator.recipe["kind"] == "accumulator" and accumulator.threads == 128
     assert set(plan.shared_layouts) == {"a", "b"}  # 16-bit tensor-core operands: swizzled
     assert list(plan.gemm_warps.values()) == [(2, 2)]
+
+
+def test_shared_tiles_live_until_the_next_barrier():
+    """ThreadSync places barriers as if each tile had bytes of its own: thread t reading
+    `s0[t]` and then writing `scratch[t]` needs none. The merge must then not put `scratch`
+    over `s0` (difftest seed 1, 19273: a float reduction scratch over a half tile lost
+    other threads' elements): before each barrier a marker touches every tile accessed
+    since the previous one, so all of them are alive together up to the barrier."""
+    from tilelab.passes.separate_shared_lifetimes import MARKER, _keep_until_barrier
+
+    s0 = tirx.decl_buffer((256,), "float16", name="s0", scope="shared.dyn")
+    scratch = tirx.decl_buffer((256,), "float32", name="scratch", scope="shared.dyn")
+    mine = tirx.decl_buffer((1,), "float16", name="mine", scope="local")
+    tx = tirx.Var("tx", "int32")
+    sync = tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
+    body = tirx.SeqStmt([
+        tirx.BufferStore(s0, tirx.const(1.5, "float16"), [tx]), sync,
+        tirx.BufferStore(mine, tirx.BufferLoad(s0, [tx]), [0]),
+        tirx.BufferStore(scratch, tirx.Cast("float32", tirx.BufferLoad(mine, [0])), [tx]),
+        sync])
+    out = list(_keep_until_barrier(body).seq)
+    markers = [i for i, s in enumerate(out) if MARKER in str(s)]
+    assert [out[i + 1].same_as(sync) for i in markers] == [True, True]
+    last = out[markers[1]].value
+    assert {str(v) for v in last.args[1:]} == {str(s0.data), str(scratch.data)}

@@ -19,6 +19,7 @@ from tilelab.backends.cuda.nvcc import find_nvcc
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
 OFF = {"tl.disable_tma_lower": True}
+ONE_ROLE = {"tl.disable_warp_specialized": True}  # TMA, every thread waits and multiplies
 
 
 def _meta(*shape, dtype=torch.float16):
@@ -66,12 +67,15 @@ def test_loops_that_wait_for_their_mmas_copy_with_tma_too():
 @needs_nvcc
 def test_tma_boxes_follow_the_wgmma_panels():
     """A 128x64 A tile is one 128-byte panel: one box; a 64x128 B tile is two panels."""
-    kernel = _compile({"block_k": 64})
+    kernel = _compile({"block_k": 64, "stages": 4})  # 128 KB: split between roles
     by_tensor = {m["tensor"]: m for m in kernel.launch["tensor_maps"]}
     assert by_tensor[0]["box"] == [64, 128] and by_tensor[0]["panels"] == 1
     assert by_tensor[1]["box"] == [64, 64] and by_tensor[1]["panels"] == 2
     assert by_tensor[0]["shape"] == [1000, 520] and by_tensor[1]["shape"] == [520, 776]
-    assert kernel.get_kernel_source().count("tl::tma_load(") == 2 * (1 + 2)  # prologue, loop
+    # a producer warp issues every copy from one loop; without it, the prologue and the loop
+    assert kernel.get_kernel_source().count("tl::tma_load(") == 1 + 2
+    shared = _compile({"block_k": 64, "stages": 4}, pass_configs=ONE_ROLE)
+    assert shared.get_kernel_source().count("tl::tma_load(") == (2 + 1) * (1 + 2)
 
 
 @needs_nvcc
@@ -160,27 +164,30 @@ def _hopper():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("roles", [{}, ONE_ROLE])
 @pytest.mark.parametrize("sizes", [(1000, 776, 520), (7, 24, 8), (130, 264, 1000),
                                    (4096, 4096, 64)])
 @pytest.mark.parametrize("name", ["course", "trans_b", "bf16", "two_groups_cols", "two_stages"])
-def test_tma_gemm_results_on_the_gpu(name, sizes):
-    """Edge tiles (zero-filled by TMA), boxes taller or wider than the tensor, both dtypes."""
+def test_tma_gemm_results_on_the_gpu(name, sizes, roles):
+    """Edge tiles (zero-filled by TMA), boxes taller or wider than the tensor, both dtypes;
+    with a producer warp (the default) and without."""
     _hopper()
     cfg = {"stages": 2} if name == "two_stages" else CONFIGS[name]
     for seed in range(2):
         torch.manual_seed(seed)
         a, b = _inputs(cfg, *sizes, device="cuda")
-        kernel = matmul.compile(a, b, target="cuda:sm_90a", **cfg)
+        kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=roles, **cfg)
         assert "tensor_maps" in kernel.launch
         out = kernel(a, b)
         torch.testing.assert_close(out.float(), _reference(cfg, a, b), rtol=2e-2, atol=5e-2)
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("roles", [{}, ONE_ROLE])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seq, dim, options", [(1000, 128, {}), (333, 64, {}),
                                                (777, 128, {"block_m": 128, "threads": 256})])
-def test_attention_with_tma_on_the_gpu(causal, seq, dim, options):
+def test_attention_with_tma_on_the_gpu(causal, seq, dim, options, roles):
     """K and V tiles by TMA in a loop that waits for its MMAs (softmax in between); the
     last key tile runs past the sequence and TMA zero-fills it."""
     import torch.nn.functional as F
@@ -191,7 +198,7 @@ def test_attention_with_tma_on_the_gpu(causal, seq, dim, options):
     torch.manual_seed(seq + causal)
     q, k, v = (torch.randn(2, 3, seq, dim, dtype=torch.float16, device="cuda") for _ in range(3))
     kernel = tilelab.compile(fa.fn(2, 3, seq, dim, causal=causal, **options),
-                             out_idx=fa.out_idx, pass_configs=fa.pass_configs)
+                             out_idx=fa.out_idx, pass_configs={**fa.pass_configs, **roles})
     assert "tensor_maps" in kernel.launch
     expected = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
     torch.testing.assert_close(kernel(q, k, v).float(), expected, rtol=2e-2, atol=2e-2)

@@ -35,7 +35,7 @@ CONFIG_ALIASES = {"tirx.disable_vectorize": PassConfigKey.TL_DISABLE_VECTORIZE.v
 # that TileLang programs compile as written.
 TILELANG_ONLY_CONFIGS = frozenset("""
     tl.Simplify tl.disable_buffer_init_check tl.disable_data_race_check
-    tl.disable_prelower_semantic_check tl.disable_warp_specialized tl.ptxas_register_usage_level
+    tl.disable_prelower_semantic_check tl.ptxas_register_usage_level
     tl.device_compile_flags tl.emit_line_directives tl.config_index_bitwidth
     tl.enable_reducer_plan_verbose tl.layout_cost_model tl.reducer_force_baseline
     tl.disable_safe_memory_legalize tl.disable_vectorize_256

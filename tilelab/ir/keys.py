@@ -19,6 +19,7 @@ NUM_STAGES = "num_stages"  # a T.Pipelined loop's stages (TileLang's name)
 PIPELINED = "tilelab.pipelined"  # a loop PipelineLoops has already rewritten
 PIPELINE_PLAN = "tilelab.pipeline_plan"  # on it: the schedule it was given (a fact, below)
 REFILL = "tilelab.pipeline_refill"  # around a pipelined loop's refill copies (its own barriers)
+WARP_PRODUCER = "tilelab.warp_producer"  # a warp-specialized loop's producer (value: consumers)
 SWIZZLE = "tilelab.swizzle"  # a T.Kernel loop: T.use_swizzle's [panel, order, enable]
 LAYOUT_PLAN = "tilelab.layout_plan"  # a T.Kernel loop: InferLayouts' LayoutPlan (a fact)
 COARSENED = "tilelab.coarsened"  # a T.Kernel loop: program blocks per launched block
@@ -107,3 +108,7 @@ class PassConfigKey(str, enum.Enum):
     # sm_90a: pipelined GEMM loops copy their tiles with cp.async on every thread, as on
     # Ampere, instead of TMA + mbarriers (passes/pipeline_loops.py). TileLang's name
     TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
+    # sm_90a: TMA pipelines keep every thread on both the copies' waits and the MMAs
+    # instead of a producer warp and consumer warpgroups (passes/specialize_warps.py).
+    # TileLang's name
+    TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"

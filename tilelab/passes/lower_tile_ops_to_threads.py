@@ -191,7 +191,9 @@ class ThreadLowering:
         if isinstance(stmt, tirx.For):
             if stmt.kind == tirx.ForKind.PARALLEL:
                 return self.lower_parallel(stmt)
-            return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
+            # bounds may read a T.alloc_var (`for k in T.Pipelined(n)`): its register
+            return tirx.For(stmt.loop_var, self.fragment_scalars(stmt.min),
+                            self.fragment_scalars(stmt.extent), stmt.kind,
                             self.lower(stmt.body), annotations=without_facts(stmt.annotations))
         if isinstance(stmt, tirx.IfThenElse):
             return tirx.IfThenElse(self.fragment_scalars(stmt.condition),

@@ -46,6 +46,17 @@ allocation with the tiles: static shared memory would be placed before it and
 move every tile off the 1 KiB its swizzle needs. `tl.disable_tma_lower`
 (TileLang's key) keeps such loops on cp.async.
 
+With TMA the copies need one thread, so the roles can also be split: a
+producer warpgroup added to the block issues every copy of the loop from the
+start of the block, S slots ahead, and the consumers (the block's own threads)
+wait for a slot's `full` mbarrier and release it on an `empty` one - no
+block-wide barrier is left in the loop (`passes/specialize_warps.py` finishes
+the split after lowering). The extra warpgroup's registers cost a block per SM
+where shared memory would let several share it, so a loop is split only where
+it keeps its MMAs in flight and the block's shared memory keeps it alone on its
+SM (`Roles`); `tl.disable_warp_specialized` (TileLang's key) keeps every loop
+one-role.
+
 The plan (which statement runs in which stage, the slots) goes into the Trace
 so that the notebook can replay the schedule.
 """
@@ -54,15 +65,25 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.builder import seq
 from ..ir.dtypes import itemsize
-from ..ir.keys import KERNEL, PIPELINE_PLAN, PIPELINED, REFILL, block_threads, fact
+from ..ir.keys import (
+    KERNEL,
+    PIPELINE_PLAN,
+    PIPELINED,
+    REFILL,
+    THREADS,
+    WARP_PRODUCER,
+    block_threads,
+    fact,
+)
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
-from ..ir.visit import UserErrors, keep_user_errors, rewrite, rewrite_pre, substitute
+from ..ir.visit import UserErrors, keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops._lowering import address
 
 
@@ -231,8 +252,6 @@ def buffer_uses(node) -> dict:
     """How many times each buffer is read or written (tile ops, loads, stores) in `node`."""
     import tvm
 
-    from ..ir.visit import walk
-
     counts: dict = {}
 
     def visit(n):
@@ -251,12 +270,15 @@ def buffer_uses(node) -> dict:
 
 
 def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=False,
-                  shared_layouts=None, no_tma="no TMA on this target"):
+                  shared_layouts=None, no_tma="no TMA on this target", specialize=None):
     """`uses`: buffer use counts of the whole kernel. A tile also used outside the loop keeps
     its single slot (its copy stays synchronous): other code may expect its last contents.
     `overlap_gemms`: the target's T.gemm can stay in flight (sm_90a's warpgroup MMA).
     `shared_layouts`: a function giving the predicted layouts of the kernel's shared tiles
-    where TMA may copy them (None: cp.async only, because of `no_tma`)."""
+    where TMA may copy them (None: cp.async only, because of `no_tma`).
+    `specialize`: a `Roles` where a TMA loop may be warp-specialized; then the result is
+    (front, rest, staging): `front` the statements for the top of the block, the producer
+    among them."""
     stages = int(loop.annotations["num_stages"])
     written, loop = loop, _from_zero(loop)
     body = list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
@@ -265,7 +287,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
                  (uses or inside).get(regions(s)[1].buffer.name, 0) ==
                  inside.get(regions(s)[1].buffer.name, 0)]
     if stages < 2 or not producers:
-        return written, None
+        return (written, None) if specialize is None else ([], written, None)
     staging = _Staging(stages)
     for p in producers:
         staging.add(regions(p)[1].buffer)
@@ -278,6 +300,11 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     tma = all(isinstance(spec, dict) for spec in specs)
     if not tma:
         no_tma = next(spec for spec in specs if isinstance(spec, str))
+    threads = None  # the consumers' threads, where a producer warp issues the copies
+    if tma and overlap and specialize is not None and timeline is None and \
+            _may_hoist(loop, producers, [k, *specialize.allowed], specialize.written) and \
+            specialize.alone_on_an_sm(staging):
+        threads = specialize.threads
     if tma:
         maps: dict = {}  # one descriptor per tensor and box
         for spec in specs:
@@ -288,15 +315,18 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         # in the dynamic allocation with the tiles: static shared memory would come first
         # in the block's window and move the tiles off the alignment TMA and wgmma need
         full = tirx.decl_buffer((stages,), "uint64", name="tma_full", scope="shared.dyn")
+        empty = tirx.decl_buffer((stages,), "uint64", name="tma_empty", scope="shared.dyn")
 
-    def barrier_of(slot, rw_mask=None):
-        """The slot's mbarrier. Where all threads reach it, a `tvm_access_ptr` tells TVM's
-        liveness analysis that the memory is in use (`rw_mask`: read 1, written 2); thread
-        0's own accesses (inside an `if`) are plain addresses, which TVM's barrier pass
-        would otherwise want to guard with a __syncthreads inside that `if`."""
+    def barrier_of(slot, rw_mask=None, which=None):
+        """The slot's mbarrier (`full`, or `which`). Where all threads reach it, a
+        `tvm_access_ptr` tells TVM's liveness analysis that the memory is in use
+        (`rw_mask`: read 1, written 2); thread 0's own accesses (inside an `if`) are plain
+        addresses, which TVM's barrier pass would otherwise want to guard with a
+        __syncthreads inside that `if`."""
+        which = full if which is None else which
         if rw_mask is None:
-            return tirx.address_of(tirx.BufferLoad(full, [slot]))
-        return address(full, [slot], rw_mask=rw_mask)
+            return tirx.address_of(tirx.BufferLoad(which, [slot]))
+        return address(which, [slot], rw_mask=rw_mask)
 
     def issue(iteration, slot):
         stmts = []
@@ -320,6 +350,10 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
             return stmt
         return tirx.IfThenElse(tirx.LT(iteration, n), stmt, None)
 
+    if threads is not None:
+        return _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
+                            overlap, threads, [_describe(s) for s in body],
+                            [any(s.same_as(p) for p in producers) for s in body])
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
     # of an iteration; TMA: wait for the phase of this iteration's slot
@@ -374,7 +408,144 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
-    return seq(prologue + [new_loop] + drain), staging
+    result = seq(prologue + [new_loop] + drain)
+    return (result, staging) if specialize is None else ([], result, staging)
+
+
+SHARED_PER_SM = 228 * 1024  # sm_90 (TMA implies it); the runtime keeps 1 KB per block
+
+
+@dataclass
+class Roles:
+    """What the choice of a producer warp needs to know about the block."""
+
+    threads: int  # the block's threads: the consumers
+    allowed: list  # variables a producer may read: block indices, scalar parameters
+    written: set  # names of the tensors the kernel writes (a producer must not read them)
+    shared_bytes: int  # the block's shared tiles, one slot each
+
+    def alone_on_an_sm(self, staging) -> bool:
+        """Does the block's shared memory, with the loop's slots, keep a second block off
+        the SM? Then the producer warpgroup costs no block per SM; otherwise its
+        registers would (measured on the H200: the course GEMM, 128x128x32 in 3 stages,
+        ran at 296 TFLOP/s split, 3 blocks per SM becoming 1)."""
+        slots = sum((staging.stages - 1) * math.prod(int(s) for s in old.shape) *
+                    itemsize(str(old.dtype)) for old, _ in staging.buffers.values())
+        return 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
+
+
+def _may_hoist(loop, producers, allowed, written) -> bool:
+    """May a producer warp run this loop's copies from the start of the block? Their
+    bounds and places may use only the loop's counter, block indices and the kernel's
+    parameters (`allowed`) and read tensors the kernel does not write (`written`):
+    nothing the block computes first."""
+    import tvm
+
+    ok = all(regions(p)[0].buffer.name not in written for p in producers)
+
+    def visit(node):
+        nonlocal ok
+        if isinstance(node, tirx.Var) and not is_buffer(node) and \
+                not any(node.same_as(a) for a in allowed):
+            ok = False
+        elif isinstance(node, tvm.ir.TensorLoad) and is_buffer(node.source) and \
+                (node.source.scope() != "global" or node.source.name in written):
+            ok = False
+
+    for expr in [loop.min, loop.extent] + [s for p in producers for s in regions(p)[0].starts
+                                            if not isinstance(s, int)]:
+        walk(expr, object, visit)
+    return ok
+
+
+def _written_tensors(kernel) -> set:
+    """Names of the global tensors a kernel writes (stores, tile ops' destinations)."""
+    from ..ops import effects
+
+    names: set = set()
+
+    def visit(node):
+        if isinstance(node, TilePrimitiveCall):
+            names.update(str(w.buffer.name) for w in effects(node).writes
+                         if w.buffer.scope() == "global")
+        elif isinstance(node, tirx.BufferStore) and node.buffer.scope() == "global":
+            names.add(str(node.buffer.name))
+
+    walk(kernel, object, visit)
+    return names
+
+
+def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
+                 overlap: bool, threads: int, texts: list, is_copy: list):
+    """The loop split between a producer warp and the consumer warpgroups (module doc).
+    Returns (front, consumer loop + drain, staging)."""
+    stages = staging.stages
+    k, n = loop.loop_var, loop.extent
+    slot, phase = tirx.floormod(k, stages), tirx.floormod(tirx.floordiv(k, stages), 2)
+    # producer: before refilling slot s, wait until every consumer warp released it (the
+    # phase of `empty` that the consumers of iteration k - stages completed)
+    j = tirx.Var(f"{k.name}_load", k.ty)
+    refill_wait = tirx.IfThenElse(
+        tirx.GE(j, stages), _extern("tl::mbar_wait", barrier_of(
+            tirx.floormod(j, stages), which=empty),
+            1 - tirx.floormod(tirx.floordiv(j, stages), 2)), None)
+    producer = tirx.For(j, loop.min, loop.extent, tirx.ForKind.SERIAL,
+                        seq([refill_wait, issue(j, tirx.floormod(j, stages))]))
+    front = [tirx.AllocBuffer(full), tirx.AllocBuffer(empty)] + \
+        [_extern("tl::mbar_init", barrier_of(s, 2), len(producers)) for s in range(stages)] + \
+        [_extern("tl::mbar_init", barrier_of(s, 2, empty), threads // 32)
+         for s in range(stages)] + \
+        [_extern("tl::mbar_init_fence"), _barrier(),
+         # hidden from TVM's barrier pass like a refill: the mbarriers order its copies
+         tirx.AttrStmt(tirx.const(0, "int32"), REFILL, tirx.const(1, "int32"),
+                       tirx.AttrStmt(tirx.const(0, "int32"), WARP_PRODUCER,
+                                     tirx.const(threads, "int32"), producer))]
+    # consumers: wait for the slot's bytes; compute; release the slot whose reads are done
+    # (with MMAs in flight, the previous iteration's: wgmma.wait_group 1 just waited for them)
+    computed = [staging.retarget(c, slot) for c in consumers]
+    if overlap:
+        computed = [_in_flight(c) for c in computed]
+        done = tirx.floormod(k - 1, stages)
+        release = tirx.IfThenElse(tirx.GE(k, 1), _extern(
+            "tl::mbar_arrive_warp", barrier_of(done, 1, empty)), None)
+    else:
+        release = _extern("tl::mbar_arrive_warp", barrier_of(slot, 1, empty))
+    wait = _extern("tl::mbar_wait", barrier_of(slot, 1), phase)
+    drain = []
+    if overlap:
+        accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
+        drain += [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
+    drain += [_barrier()] + [_extern("tl::mbar_inval", barrier_of(s, 2, b))
+                             for b in (full, empty) for s in range(stages)]
+    plan = {
+        "loop": str(k.name), "num_stages": stages,
+        "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
+        "statements": [{"text": text, "stage": 0 if copy else stages - 2 if overlap else
+                        stages - 1, "order": i,
+                        "role": "copy" if copy else "compute"}
+                       for i, (text, copy) in enumerate(zip(texts, is_copy))],
+        "slots": {name: stages for name in staging.buffers},
+        "async_groups": [[_describe(p) for p in producers]],
+        # at the top of iteration k the slots released so far let the producer be this far
+        # ahead (with MMAs in flight, iteration k - 1's slot is released during k)
+        "ahead": stages - 2 if overlap else stages - 1,
+        "tma": True,
+        "warp_specialized": {"consumer_threads": threads, "producer_threads": 128},
+        "copies": f"TMA, issued by a producer warp (an extra warpgroup, threads {threads}.."
+                  f"{threads + 127}; one thread issues), completion counted by a `full` "
+                  "mbarrier per slot",
+        "waits": "mbarriers only: consumers wait for the slot's `full` phase (parity (k / "
+                 f"{stages}) % 2); each consumer warp arrives at the slot's `empty` mbarrier "
+                 "when its reads are done" + (" (after the next iteration's wgmma.wait_group "
+                                              "1)" if overlap else "") +
+                 "; the producer waits for `empty` before refilling; no block-wide barrier "
+                 "in the loop",
+    }
+    new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
+                        seq([wait] + computed + [release]),
+                        annotations={"num_stages": stages, PIPELINED: True,
+                                     PIPELINE_PLAN: fact(plan)})
+    return front, seq([new_loop] + drain), staging
 
 
 def _from_zero(loop):
@@ -390,8 +561,6 @@ def _from_zero(loop):
 
 def _linear_block(body):
     """The block's number in launch order, from the kernel's block loops."""
-    from ..ir.visit import walk
-
     loops = []
     walk(body, tirx.For, lambda loop: loops.append(loop)
          if loop.kind == tirx.ForKind.THREAD_BINDING else None)
@@ -402,13 +571,55 @@ def _linear_block(body):
     return linear
 
 
+def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings):
+    """Warp-specialize the first pipelined loop of the block's own statement list (not
+    inside another loop or branch) that copies with TMA, keeps its MMAs in flight, whose
+    copies a producer warp may issue from the start and whose block is alone on its SM
+    (`Roles`): its `front` goes to the top of the block, after the block's allocations.
+    The block's threads must be whole warpgroups (a 1-D block)."""
+    threads = [int(t) for t in kernel.annotations[THREADS]]
+    if len(threads) != 1 or threads[0] % 128 or threads[0] + 128 > 1024:
+        return kernel
+    blocks, body = [], kernel
+    while isinstance(body, tirx.For) and body.kind == tirx.ForKind.THREAD_BINDING:
+        blocks.append(body)
+        body = body.body
+    stmts = list(body) if isinstance(body, tirx.SeqStmt) else [body]
+    allowed = [b.loop_var for b in blocks] + [p for p in func.params if not is_buffer(p)]
+    tiles: list = []
+    walk(body, tirx.AllocBuffer, lambda a: tiles.append(a.buffer)
+         if a.buffer.scope().startswith("shared") else None)
+    roles = Roles(threads[0], allowed, _written_tensors(kernel),
+                  sum(math.prod(int(s) for s in b.shape) * itemsize(str(b.dtype)) for b in tiles))
+    for i, stmt in enumerate(stmts):
+        if not (isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and
+                PIPELINED not in stmt.annotations):
+            continue
+        front, rest, staging = pipeline_loop(stmt, None, None, uses, overlap_gemms,
+                                             shared_layouts, specialize=roles)
+        if not front:
+            continue
+        stagings.append(staging)
+        allocs = [s for s in stmts[:i] if isinstance(s, tirx.AllocBuffer)]
+        others = [s for s in stmts[:i] if not isinstance(s, tirx.AllocBuffer)]
+        body = seq(allocs + front + others + [rest] + stmts[i + 1:])
+        for block in reversed(blocks):
+            body = tirx.For(block.loop_var, block.min, block.extent, block.kind, body,
+                            thread_binding=block.thread_binding, annotations=block.annotations)
+        return body
+    return kernel
+
+
 def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
-                  overlap_gemms: bool = False, tma: bool = False, annotated: dict | None = None):
+                  overlap_gemms: bool = False, tma: bool = False, annotated: dict | None = None,
+                  specialize: bool = False):
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
     Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace.
     `wgmma_off`: why T.gemm is not warpgroup MMA here (None: it is, sm_90a). With wgmma,
     `overlap_gemms`: T.gemm may leave its MMAs in flight; `tma`: loops whose tiles feed
-    wgmma may copy them with TMA (`annotated`: the program's T.annotate_layout layouts)."""
+    wgmma may copy them with TMA (`annotated`: the program's T.annotate_layout layouts);
+    `specialize`: such a loop may be split between a producer warp and consumer warpgroups
+    (passes/specialize_warps.py finishes the split after lowering)."""
     no_tma = f"no warpgroup MMA ({wgmma_off})" if wgmma_off is not None else \
         "tl.disable_tma_lower" if not tma else ""
     overlap_gemms = overlap_gemms and wgmma_off is None
@@ -432,22 +643,35 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                     predicted.append(predicted_shared_layouts(kernel, annotated or {}, wgmma_off))
                 return predicted[0]
 
-            def on_seq(seq_stmt):
-                stmts, changed = [], False
-                for stmt in seq_stmt:
-                    if isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and \
-                            PIPELINED not in stmt.annotations:
-                        new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms,
-                                                     shared_layouts if tma else None, no_tma)
-                        if staging is not None:
-                            stagings.append(staging)
-                            changed = True
-                        stmts.extend(list(new) if isinstance(new, tirx.SeqStmt) else [new])
-                    else:
-                        stmts.append(stmt)
-                return tirx.SeqStmt(stmts) if changed else seq_stmt
+            if specialize and tma and timeline is None:  # (instrumented builds keep one role)
+                kernel = _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts,
+                                         stagings)
 
-            return rewrite(kernel, tirx.SeqStmt, on_seq)
+            def pipelined(stmt) -> list:
+                """The statements that replace `stmt` (itself, if it is no pipelined loop)."""
+                if not (isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and
+                        PIPELINED not in stmt.annotations):
+                    return [stmt]
+                new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms,
+                                             shared_layouts if tma else None, no_tma)
+                if staging is None:
+                    return [stmt]
+                stagings.append(staging)
+                return list(new) if isinstance(new, tirx.SeqStmt) else [new]
+
+            def on_seq(seq_stmt):
+                stmts = [new for stmt in seq_stmt for new in pipelined(stmt)]
+                return tirx.SeqStmt(stmts) if len(stmts) != len(seq_stmt) or \
+                    any(not a.same_as(b) for a, b in zip(stmts, seq_stmt)) else seq_stmt
+
+            def on_loop(loop):  # a pipelined loop that is the whole body of another loop
+                stmts = pipelined(loop.body)
+                if len(stmts) == 1 and stmts[0].same_as(loop.body):
+                    return loop
+                return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, seq(stmts),
+                                thread_binding=loop.thread_binding, annotations=loop.annotations)
+
+            return rewrite(rewrite(kernel, tirx.SeqStmt, on_seq), tirx.For, on_loop)
 
         body = rewrite_pre(func.body, tirx.For, on_kernel)
         for staging in stagings:

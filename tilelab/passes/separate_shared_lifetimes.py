@@ -17,6 +17,16 @@ and die at the real statement (or later), so none of them can take another's
 place. `DropLifetimeMarkers`, right after the merge, removes the markers; the
 generated code never sees them.
 
+The planner also trusts that a tile's bytes may go to the next tile right after
+its last access; TVM's ThreadSync, run before the merge, decides where barriers
+go as if each tile had addresses of its own (thread t reading `s0[t]`, then
+writing `scratch[t]`, races with no one - until the merge puts the float
+`scratch` over the half `s0`, where `scratch[t]` is other threads' `s0[2t]`).
+So a tile is kept alive up to the next barrier of its statement list: a marker
+touching every tile accessed since the last barrier goes just before each
+barrier, and another tile may take their bytes only after it, where every
+thread has finished with them.
+
 A tile whose last access is a write (it is written and never read again: a
 result nobody uses) has the same problem in another form: the planner frees it
 after that write, the next tile takes its bytes, and its first writes race with
@@ -106,6 +116,53 @@ def _loaded(expr) -> list:
     return found
 
 
+def _touched(stmt) -> dict:
+    """The shared tiles a statement accesses anywhere inside it: name -> data variable."""
+    found: dict = {}
+
+    def note(buffer):
+        if _is_shared(buffer):
+            found.setdefault(str(buffer.data), buffer.data)
+
+    def visit(node):
+        if isinstance(node, tirx.BufferStore):
+            note(node.buffer)
+        elif isinstance(node, tvm.ir.TensorLoad):
+            note(node.source)
+        elif isinstance(node, tvm.ir.Call) and node.op.name == "tirx.tvm_access_ptr":
+            var = node.args[1]
+            if isinstance(var, tirx.Var) and "shared" in str(getattr(var.ty, "storage_scope",
+                                                                     "")):
+                found.setdefault(str(var), var)
+        return None
+
+    tvm_ffi.structural_walk(stmt, (object, visit), order="pre")
+    return found
+
+
+def _is_barrier(stmt) -> bool:
+    value = getattr(stmt, "value", None)
+    return (isinstance(stmt, tirx.Evaluate) and isinstance(value, tvm.ir.Call) and
+            getattr(value.op, "name", "") == "tirx.tvm_storage_sync")
+
+
+def _keep_until_barrier(seq):
+    """Before each barrier of a statement list, a marker touching the tiles accessed since
+    the previous one (see the module doc)."""
+    stmts, pending, changed = [], {}, False
+    for stmt in seq.seq:
+        if _is_barrier(stmt):
+            if pending:
+                stmts.append(tirx.Evaluate(tirx.call_extern("int32", MARKER,
+                                                            *pending.values())))
+                changed = True
+            pending = {}
+        elif not _is_marker(stmt):
+            pending.update(_touched(stmt))
+        stmts.append(stmt)
+    return tirx.SeqStmt(stmts) if changed else seq
+
+
 def _keep_to_the_end(body, tiles):
     marker = tirx.Evaluate(tirx.call_extern("int32", MARKER, *tiles))
 
@@ -122,6 +179,7 @@ def _keep_to_the_end(body, tiles):
 def SeparateSharedLifetimes(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
     """Expects flat buffers (after FlattenBuffer), before MergeSharedMemoryAllocations."""
     body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, _mark), order="post")
+    body = tvm_ffi.structural_map(body, (tirx.SeqStmt, _keep_until_barrier), order="post")
     dead = _last_written(body)
     if dead:
         body = _keep_to_the_end(body, dead)

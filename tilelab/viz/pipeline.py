@@ -19,7 +19,11 @@ the pipeline (until the first compute starts), the *steady state* overlaps
 copies of later iterations with the compute of this one, and the *epilogue*
 drains it (the last `ahead` iterations issue no copies). With the defaults, two
 stages leave the compute waiting every iteration and three stages hide the
-copies completely - the reason `num_stages` exists.
+copies completely - the reason `num_stages` exists. A warp-specialized loop
+(`passes/specialize_warps.py`) is replayed by its roles: the producer warp
+fills all S slots at once and refills a slot the moment the consumers release
+it, so the compute lane is the consumer warpgroups' and the slot lanes are the
+producer's copies.
 
 The picture has one lane for the threads' compute and one per buffer slot;
 the HTML adds Play and step controls (plain inline JavaScript, so they work
@@ -82,7 +86,12 @@ def replay(plan: dict, iterations: int = 8, copy_time: float = 2.0, compute_time
                 f"{'TMA ' if tma else ''}{s['text']} #{iteration}", s["order"])
         landed[iteration] = now + copy_time
 
-    for i in range(min(ahead, n)):  # the prologue
+    # A warp-specialized loop's producer issues a slot's copies the moment the consumers
+    # release it (iteration k's slot, or k - 1's while k's MMAs are in flight);
+    # otherwise the threads issue the copies of iteration k + ahead at the top of k.
+    specialized = bool(plan.get("warp_specialized"))
+    held = 1 if specialized and ahead == stages - 2 else 0  # slots still read after k
+    for i in range(min(stages if specialized else ahead, n)):  # the prologue
         issue(i, 0.0)
     now, tops = 0.0, []
     for k in range(n):
@@ -91,11 +100,13 @@ def replay(plan: dict, iterations: int = 8, copy_time: float = 2.0, compute_time
             how = f" (mbarrier of slot {k % stages}, phase {k // stages % 2})" if tma else ""
             add(k, ahead, "wait", now, landed[k], f"wait for the copies of #{k}{how}", None)
             now = landed[k]
-        if k + ahead < n:
+        if not specialized and k + ahead < n:
             issue(k + ahead, now)
         for s in consumers:
             add(k, s["stage"], "compute", now, now + step, f"{s['text']} #{k}", s["order"])
             now += step
+        if specialized and 0 <= k - held and k - held + stages < n:
+            issue(k - held + stages, now)  # the released slot, refilled by the producer
 
     # The prologue lasts until the first compute starts; the epilogue starts at the
     # top of the first iteration that issues no copies (iteration n - ahead).

@@ -32,6 +32,7 @@ from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.scalar_bools import ScalarBools
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
+from ...passes.specialize_warps import SpecializeWarps
 from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
@@ -42,12 +43,13 @@ PIPELINE_NAME = "tilelab_cuda"
 
 
 def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
-           coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True) -> list:
+           coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
+           specialize: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
     `overlap_gemms`: with wgmma, pipelined T.gemms keep one iteration's MMAs in flight;
-    `tma`: and their tiles are copied by TMA."""
+    `tma`: and their tiles are copied by TMA; `specialize`: by a producer warp."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -61,7 +63,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         StageOperands(),                       # operands where the ops' lowerings take them
         # T.Pipelined: load ahead with cp.async (or TMA)
         PipelineLoops(wgmma_off, overlap_gemms=overlap_gemms, tma=tma,
-                      annotated=program.layouts),
+                      annotated=program.layouts, specialize=specialize),
         InsertBarriers(),                      # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
         LowerTileOpsToThreads(),               # tile ops -> per-thread code
@@ -92,6 +94,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         SeparateSharedLifetimes,                   # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
+        SpecializeWarps,                           # producer warpgroup + consumers (if planned)
         T.SplitHostDevice(),
         T.MakePackedAPI(),
         T.BF16StorageLegalize(),
@@ -456,8 +459,9 @@ class CUDABackend(Backend):
         coarsen = not configs.get(PassConfigKey.TL_DISABLE_COARSEN.value, False)
         overlap = not configs.get(PassConfigKey.TL_DISABLE_WGMMA_OVERLAP.value, False)
         tma = not configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER.value, False)
+        specialize = not configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED.value, False)
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
-                           overlap, tma)
+                           overlap, tma, specialize)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 

@@ -138,6 +138,19 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, int parity) {
       "@!done bra wait;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
 }
 
+// one arrival per warp (lane 0, once the warp's lanes are past their reads): a consumer
+// warp telling the producer that it is done with a slot (warp-specialized pipelines)
+__device__ __forceinline__ void mbar_arrive_warp(uint64_t* bar) {
+  __syncwarp();
+  if ((threadIdx.x & 31) == 0)
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+// a barrier of the first `threads` threads only (named barrier 1): the consumer
+// warpgroups of a warp-specialized block, without its producer warpgroup
+__device__ __forceinline__ void consumer_sync(int threads) {
+  asm volatile("bar.sync 1, %0;\n" :: "r"(threads) : "memory");
+}
+
 // ---- TMA: the Tensor Memory Accelerator copies a box of a global tensor (described by a
 // CUtensorMap) into shared memory, swizzled as the map says, zero-filling what lies
 // outside the tensor; the barrier's phase completes when the bytes have landed.

@@ -1,0 +1,225 @@
+"""Warp-specialized TMA pipelines on sm_90a (passes/specialize_warps.py).
+
+A pipelined loop whose tiles come by TMA is split between a producer warpgroup, added
+after the block's threads (one of its threads issues every copy), and the consumer
+warpgroups, which wait on a `full` mbarrier per slot and release the slot on an `empty`
+one: no block-wide barrier is left in the loop. Loops the producer cannot run from the
+top of the block keep one role; `tl.disable_warp_specialized` keeps every loop so.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilelab
+import tilelab.language as T
+from tests.test_wgmma import _inputs, _reference, matmul
+from tilelab.backends.cuda.nvcc import find_nvcc
+from tilelab.viz.pipeline import replay
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
+ONE_ROLE = {"tl.disable_warp_specialized": True}
+
+
+def _meta(*shape, dtype=torch.float16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def _loop_of(source: str, name: str) -> str:
+    """The text of the loop over `name` (not `name_load`, the producer's)."""
+    return source.split(f"for (int {name} = ")[1].split("\n    }\n")[0]
+
+
+@needs_nvcc
+def test_the_block_gains_a_producer_warpgroup_and_the_loop_its_barriers_go():
+    cfg = {"block_n": 256, "block_k": 64, "stages": 4, "threads": 256}  # 197 KB: alone
+    a, b = _inputs(cfg, 1000, 776, 520)
+    kernel = matmul.compile(a.to("meta"), b.to("meta"), target="cuda:sm_90a", **cfg)
+    source = kernel.get_kernel_source()
+    assert kernel.launch["block"] == [256 + 128, 1, 1]
+    assert "__launch_bounds__(384" in source
+    assert "if (256 <= ((int)threadIdx.x))" in source  # the producer's side
+    assert "if (((int)threadIdx.x) == 256)" in source  # one thread of it issues the copies
+    assert source.count("__syncthreads()") == 1  # after the mbarriers' initialization
+    consumers = _loop_of(source, "ko")
+    assert "__syncthreads" not in consumers and "consumer_sync" not in consumers
+    assert "tl::mbar_wait" in consumers and "tl::mbar_arrive_warp" in consumers
+    assert "tl::tma_load" not in consumers
+    plan = kernel.trace.pipelines[0]
+    assert plan["warp_specialized"] == {"consumer_threads": 256, "producer_threads": 128}
+    assert plan["copies"].startswith("TMA, issued by a producer warp")
+
+
+@tilelab.jit
+def staged_epilogue(A, B, block_m: int = 128, block_n: int = 256, block_k: int = 64):
+    """The result leaves through shared memory: barriers after the loop, among consumers."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), T.float16)
+    B: T.Tensor((K, N), T.float16)
+    C = T.empty((M, N), T.float16)
+    with T.Kernel(T.ceildiv(N, block_n), T.ceildiv(M, block_m), threads=256) as (bx, by):
+        a = T.alloc_shared((block_m, block_k), T.float16)
+        b = T.alloc_shared((block_k, block_n), T.float16)
+        c = T.alloc_shared((block_m, block_n), T.float16)
+        acc = T.alloc_fragment((block_m, block_n), T.float32)
+        T.clear(acc)
+        for ko in T.Pipelined(T.ceildiv(K, block_k), num_stages=3):
+            T.copy(A[by * block_m, ko * block_k], a)
+            T.copy(B[ko * block_k, bx * block_n], b)
+            T.gemm(a, b, acc)
+        T.copy(acc, c)
+        T.copy(c, C[by * block_m, bx * block_n])
+    return C
+
+
+@needs_nvcc
+def test_barriers_outside_the_loop_wait_for_the_consumers_only():
+    """The epilogue's barriers (between the register tile's copy into shared memory and the
+    copy out) must not wait for the producer warpgroup, which never gets there."""
+    kernel = staged_epilogue.compile(_meta(512, 512), _meta(512, 512), target="cuda:sm_90a")
+    source = kernel.get_kernel_source()
+    assert kernel.launch["block"] == [256 + 128, 1, 1]
+    assert source.count("__syncthreads()") == 1 and "tl::consumer_sync(256)" in source
+    assert "consumer_sync" not in _loop_of(source, "ko")
+
+
+@needs_nvcc
+@pytest.mark.parametrize("which", ["course", "attention"])
+def test_loops_that_would_lose_blocks_or_wait_for_their_mmas_keep_one_role(which):
+    """Measured on the H200: the course GEMM (128x128x32, 3 stages: 48 KB, room for four
+    blocks) ran at 296 TFLOP/s split, its registers letting one block share an SM instead
+    of three; FlashAttention's key loop, which waits for its MMAs (softmax in between),
+    ran 7-10% slower split. Both keep one role."""
+    from examples.flash_attention import flash_attention_kernel as fa
+    from examples.gemm import gemm_kernel
+
+    if which == "course":
+        kernel = gemm_kernel.compile(_meta(512, 256), _meta(256, 384), target="cuda:sm_90a")
+    else:
+        kernel = tilelab.compile(fa.fn(2, 4, 1000, 128), out_idx=fa.out_idx,
+                                 target="cuda:sm_90a", pass_configs=fa.pass_configs)
+    plan = kernel.trace.pipelines[0]
+    assert plan["tma"] and "warp_specialized" not in plan
+    assert "consumer_sync" not in kernel.get_kernel_source()
+
+
+BIG = {"bm": 128, "bn": 256, "bk": 64, "stages": 4, "threads": 256}  # alone on an SM
+
+
+@tilelab.jit
+def two_halves(A, B, bm: int = 64, bn: int = 64, bk: int = 64, stages: int = 3,
+               threads: int = 128):
+    """A pipelined loop inside another loop: the producer could not start it at the top."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), T.float16)
+    B: T.Tensor((K, N), T.float16)
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+        a = T.alloc_shared((bm, bk), T.float16)
+        b = T.alloc_shared((bk, bn), T.float16)
+        acc = T.alloc_fragment((bm, bn), T.float32)
+        T.clear(acc)
+        half = T.ceildiv(K, 2 * bk)
+        for h in T.serial(2):
+            for ko in T.Pipelined(half, num_stages=stages):
+                T.copy(A[by * bm, (h * half + ko) * bk], a)
+                T.copy(B[(h * half + ko) * bk, bx * bn], b)
+                T.gemm(a, b, acc)
+        T.copy(acc, C[by * bm, bx * bn])
+    return C
+
+
+@tilelab.jit
+def counted(A, B, Count, bm: int = 64, bn: int = 64, bk: int = 64, stages: int = 3,
+            threads: int = 128):
+    """The trip count is read into a register first: the producer could not know it."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), T.float16)
+    B: T.Tensor((K, N), T.float16)
+    Count: T.Tensor((1,), T.int32)
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+        a = T.alloc_shared((bm, bk), T.float16)
+        b = T.alloc_shared((bk, bn), T.float16)
+        acc = T.alloc_fragment((bm, bn), T.float32)
+        n = T.alloc_var(T.int32)
+        n = T.min(Count[0], T.ceildiv(K, bk))
+        T.clear(acc)
+        for ko in T.Pipelined(n, num_stages=stages):
+            T.copy(A[by * bm, ko * bk], a)
+            T.copy(B[ko * bk, bx * bn], b)
+            T.gemm(a, b, acc)
+        T.copy(acc, C[by * bm, bx * bn])
+    return C
+
+
+@needs_nvcc
+@pytest.mark.parametrize("which", ["nested", "counted", "instrumented", "key"])
+def test_loops_the_producer_cannot_run_keep_one_role(which):
+    """Each with 197 KB of tiles, alone on an SM: split but for the reason named."""
+    a, b = _meta(256, 512), _meta(512, 512)
+    if which == "nested":
+        kernel = two_halves.compile(a, b, target="cuda:sm_90a", **BIG)
+    elif which == "counted":
+        kernel = counted.compile(a, b, _meta(1, dtype=torch.int32), target="cuda:sm_90a",
+                                 **BIG)
+    else:
+        configs = {"tl.instrument_pipeline": 2} if which == "instrumented" else ONE_ROLE
+        kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=configs,
+                                block_n=256, block_k=64, stages=4, threads=256)
+    plan = kernel.trace.pipelines[0]
+    assert plan["tma"] and "warp_specialized" not in plan
+    assert kernel.launch["block"] == [256, 1, 1]
+    assert "consumer_sync" not in kernel.get_kernel_source()
+
+
+def test_the_replay_lets_the_producer_fill_every_slot():
+    """The producer copies S tiles at once and refills each slot as it is released: with
+    MMAs in flight the slot of iteration k - 1 is refilled during iteration k."""
+    statements = [{"text": "copy(A, a)", "stage": 0, "order": 0, "role": "copy"},
+                  {"text": "gemm(a, b, acc)", "stage": 2, "order": 1, "role": "compute"}]
+    plan = {"loop": "k", "num_stages": 4, "extent": 12, "statements": statements, "tma": True,
+            "ahead": 2, "warp_specialized": {"consumer_threads": 256, "producer_threads": 128}}
+    rows, _ = replay(plan, iterations=12, copy_time=2.0, compute_time=1.0)
+    issued = {r["iteration"]: r["start"] for r in rows if r["kind"] == "copy"}
+    computed = {r["iteration"]: r["start"] for r in rows if r["kind"] == "compute"}
+    assert [issued[i] for i in range(4)] == [0.0] * 4
+    for i in range(4, 12):  # slot of i - 4 released after iteration i - 3's compute
+        assert issued[i] == computed[i - 3] + 1.0
+    assert not [r for r in rows if r["kind"] == "wait" and r["iteration"] > 0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("configs", [{}, ONE_ROLE])
+def test_kept_and_split_loops_compute_the_same_on_the_gpu(configs):
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs a Hopper GPU (sm_90a)")
+    torch.manual_seed(0)
+    a = torch.randn(300, 520, dtype=torch.float16, device="cuda")
+    b = torch.randn(520, 200, dtype=torch.float16, device="cuda")
+    expected = a.float() @ b.float()
+    count = torch.tensor([5], dtype=torch.int32, device="cuda")
+    for sizes in [{}, BIG]:
+        out = two_halves(a, b, pass_configs=configs, **sizes)
+        torch.testing.assert_close(out, expected, rtol=2e-2, atol=5e-2)
+        out = counted(a, b, count, pass_configs=configs, **sizes)
+        bk = sizes.get("bk", 64)
+        want = a[:, :5 * bk].float() @ b[:5 * bk].float()
+        torch.testing.assert_close(out, want, rtol=2e-2, atol=5e-2)
+    out = staged_epilogue(a, b, pass_configs=configs)
+    torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=5e-2)
+    for cfg in [{}, {"block_n": 256, "block_k": 64, "stages": 4, "threads": 256}]:
+        a2, b2 = _inputs(cfg, 1000, 776, 520, device="cuda")
+        out = matmul(a2, b2, pass_configs=configs, **cfg)
+        torch.testing.assert_close(out.float(), _reference(cfg, a2, b2), rtol=2e-2, atol=5e-2)
+
+
+def test_the_fallback_kernels_are_right_on_the_cpu():
+    torch.manual_seed(1)
+    a, b = torch.randn(100, 260).half(), torch.randn(260, 72).half()
+    torch.testing.assert_close(two_halves(a, b, target="cpu"), a.float() @ b.float(),
+                               rtol=1e-2, atol=1e-2)
+    count = torch.tensor([2], dtype=torch.int32)
+    torch.testing.assert_close(counted(a, b, count, target="cpu"),
+                               a[:, :128].float() @ b[:128].float(), rtol=1e-2, atol=1e-2)
