@@ -69,6 +69,22 @@ SHAPES = {
     "flash_attention_bn32": "same shapes; block 64×32, 4 warps, 2 stages",
     "flash_attention_bm128_bn32_w8": "same shapes; block 128×32, 8 warps, 2 stages",
 }
+# a suite entry named `<config><suffix>` is that config with one setting changed
+VARIANTS = {
+    "_one_role": "; one role: every thread waits for the copies and multiplies "
+                 "(`tl.disable_warp_specialized`)",
+    "_fullrow": "; each warpgroup a 64×256 half of the tile (`GemmWarpPolicy.FullRow`)",
+}
+
+
+def _variant_of(name: str) -> tuple[str, str]:
+    """(the config's own name, what the variant changes) of a suite entry."""
+    for suffix, what in VARIANTS.items():
+        if name.endswith(suffix):
+            return name[: -len(suffix)], what
+    return name, ""
+
+
 BASELINES = {
     "vector_add": "`a + b`", "vector_add_x4": "`a + b`", "softmax": "`torch.softmax`",
     "vector_add_one_per_thread": "`a + b`", "swiglu": "`F.silu(g) * u`",
@@ -94,6 +110,38 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_warp_specialized.json",
+     "warp specialization, A/B in one run: each GEMM config split between a producer "
+     "warpgroup and its consumers (every name without `_one_role`: 128×128×64 in 4 stages on "
+     "one warpgroup, 128×256×64 on two, FullRow, 4096³) beside the same config on one role "
+     "(`tl.disable_warp_specialized`). A second run of the same artifacts: 588/556, "
+     "609/628, 627/653 TFLOP/s. From this, the split stays where it paid: one consumer "
+     "warpgroup, a block alone on its SM (2026-12-02, tenth session, a subset)",
+     "`python bench/gpu_suite.py build --only gemm_fp16_bk64_s4,gemm_fp16_bk64_s4_one_role,"
+     "gemm_fp16_128x256_t256_s4,gemm_fp16_128x256_t256_s4_one_role,"
+     "gemm_fp16_128x256_t256_s4_fullrow,gemm_fp16_4096_128x256_t256_s4,"
+     "gemm_fp16_4096_128x256_t256_s4_one_role` (the second and fourth `_one_role` builds are "
+     "the defaults now)"),
+    ("gpu_suite_h200_tenth.json",
+     "the split kept to loops that keep their MMAs in flight in a block alone on its SM "
+     "(the rule before the A/B above narrowed it to one warpgroup: 128×128×64 and the "
+     "128×256×64 rows ran split, `_one_role` not); the course GEMM and FlashAttention one "
+     "role, as they are now; the shared-lifetime fix in (2026-12-02, tenth session, a "
+     "subset)",
+     "`python bench/gpu_suite.py build --only gemm_fp16,gemm_fp16_bk64_s4,"
+     "gemm_fp16_128x256_t256_s4,gemm_fp16_128x256_t256_s4_one_role,"
+     "gemm_fp16_128x256_t256_s4_fullrow,gemm_fp16_4096_128x256_t256_s4,"
+     "gemm_bf16_128x256_t256_s4,flash_attention,flash_attention_causal,"
+     "flash_attention_causal_bm128_w8`"),
+    ("gpu_suite_h200_split_everywhere.json",
+     "the first warp-specialized build: every TMA loop split, FlashAttention's too, except "
+     "where `_one_role` (`tl.disable_warp_specialized`); the course GEMM (128×128×32, 3 "
+     "stages, room for four blocks by shared memory) fell to 296 TFLOP/s, its producer "
+     "warpgroup's registers keeping all but one block off each SM (2026-12-02, tenth "
+     "session, a subset)",
+     "`python bench/gpu_suite.py build --only gemm_fp16,gemm_fp16_bk64_s4,"
+     "gemm_fp16_128x256_t256_s4,...,flash_attention_causal_bm128_w8_one_role` (the "
+     "`_one_role` entries since removed: they are the defaults now)"),
     ("gpu_suite_h200_occupancy.json",
      "the occupancy repair (`__launch_bounds__(threads, k)` where a few registers too many "
      "kept a second block off an SM): causal FlashAttention 128×64 at 128 registers instead "
@@ -154,7 +202,8 @@ def gpu_section(r: dict, what: str, build: str, results: str) -> list[str]:
     ]
     for row in r["bench"]:
         name = row["name"]
-        base = BASELINES.get(name, "`F.scaled_dot_product_attention`")
+        stem, variant = _variant_of(name)
+        base = BASELINES.get(stem, "`F.scaled_dot_product_attention`")
         if "GBps" in row:
             ours = f"{row['ms']:.3f} ms, {row['GBps']:.0f} GB/s"
             theirs = f"{row['torch_ms']:.3f} ms, {row['torch_GBps']:.0f} GB/s"
@@ -163,7 +212,8 @@ def gpu_section(r: dict, what: str, build: str, results: str) -> list[str]:
             ours = f"{row['ms']:.3f} ms, {row['TFLOPs']:.0f} TFLOP/s"
             theirs = f"{row['torch_ms']:.3f} ms, {row['torch_TFLOPs']:.0f} TFLOP/s"
             pct = f"{100 * row['TFLOPs'] / ce['bf16_matmul_TFLOPs']:.0f}% of bf16 matmul"
-        out.append(f"| {name} | {SHAPES.get(name, '')} | {ours} | {base}: {theirs} | "
+        shapes = SHAPES.get(name) or SHAPES.get(stem, "") + variant
+        out.append(f"| {name} | {shapes} | {ours} | {base}: {theirs} | "
                    f"×{row['speedup']:.2f} | {pct} |")
     checks = ", ".join(f"{c['name']} {'ok' if c['ok'] else 'FAIL'}" for c in r["checks"])
     out += ["", f"Correctness in the same run (three fresh input sets each, shapes with tails; "

@@ -6,7 +6,9 @@ multiply them into the register accumulator with `T.gemm`, repeat. On a GPU
 `T.Pipelined` overlaps the copies of step k+1 with the multiply of step k.
 Tiles that stick out of A, B or C at the edges read zeros and write nothing,
 so any M, N, K work. `threads` sets the block's threads: on Hopper 256 (two
-warpgroups) carry a 128×256 tile that one warpgroup's registers cannot hold.
+warpgroups) carry a 128×256 tile that one warpgroup's registers cannot hold;
+`policy` says how the warps share the tile (`T.GemmWarpPolicy`: Square, FullRow,
+FullCol).
 
     python examples/gemm.py --device cpu --m 512 --n 512 --k 512 --dtype bfloat16
 """
@@ -37,6 +39,7 @@ def gemm_kernel(
     input_dtype=T.float16,
     panel: int = 0,
     threads: int = 128,
+    policy=T.GemmWarpPolicy.Square,
 ):
     M, N, K = T.const("M, N, K")
 
@@ -64,7 +67,7 @@ def gemm_kernel(
             T.copy(A[block_y * block_m, reduction_block * block_k], a_shared)
             T.copy(B[reduction_block * block_k, block_x * block_n], b_shared)
 
-            T.gemm(a_shared, b_shared, c_fragment)
+            T.gemm(a_shared, b_shared, c_fragment, policy=policy)
 
         T.copy(c_fragment, C[block_y * block_m, block_x * block_n])
 

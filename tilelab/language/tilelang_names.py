@@ -132,7 +132,7 @@ _THREADS = ("threads addressed by index", "a tile-level loop: `for i, j in T.Par
             "(layout inference gives each thread its elements)")
 _HARDWARE = ("explicit Hopper/Blackwell programming (barriers, TMA, wgmma, tcgen05, warp "
              "specialization)", "T.copy, T.gemm and T.Pipelined: tilelab picks TMA, wgmma, "
-             "barriers and async copies for them itself")
+             "barriers, async copies and a producer warp for them itself")
 _SYNC = ("an explicit barrier", "nothing: tilelab inserts the barriers that shared memory needs")
 _VIEWS = ("a tensor view (reshape/reinterpret of a buffer)",
           "a separate kernel parameter with the shape you need, or index arithmetic")

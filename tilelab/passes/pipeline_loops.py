@@ -54,8 +54,9 @@ block-wide barrier is left in the loop (`passes/specialize_warps.py` finishes
 the split after lowering). The extra warpgroup's registers cost a block per SM
 where shared memory would let several share it, so a loop is split only where
 it keeps its MMAs in flight and the block's shared memory keeps it alone on its
-SM (`Roles`); `tl.disable_warp_specialized` (TileLang's key) keeps every loop
-one-role.
+SM, and where the block is one warpgroup - the cases the H200 measured it to
+pay (`Roles.pays`); `tl.disable_warp_specialized` (TileLang's key) keeps every
+loop one-role.
 
 The plan (which statement runs in which stage, the slots) goes into the Trace
 so that the notebook can replay the schedule.
@@ -303,7 +304,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     threads = None  # the consumers' threads, where a producer warp issues the copies
     if tma and overlap and specialize is not None and timeline is None and \
             _may_hoist(loop, producers, [k, *specialize.allowed], specialize.written) and \
-            specialize.alone_on_an_sm(staging):
+            specialize.pays(staging):
         threads = specialize.threads
     if tma:
         maps: dict = {}  # one descriptor per tensor and box
@@ -424,14 +425,16 @@ class Roles:
     written: set  # names of the tensors the kernel writes (a producer must not read them)
     shared_bytes: int  # the block's shared tiles, one slot each
 
-    def alone_on_an_sm(self, staging) -> bool:
-        """Does the block's shared memory, with the loop's slots, keep a second block off
-        the SM? Then the producer warpgroup costs no block per SM; otherwise its
-        registers would (measured on the H200: the course GEMM, 128x128x32 in 3 stages,
-        ran at 296 TFLOP/s split, 3 blocks per SM becoming 1)."""
+    def pays(self, staging) -> bool:
+        """Where a split was measured to pay (H200, GEMM 8192^3 float16, two runs): one
+        consumer warpgroup (128 threads; 128x128x64 tiles in 4 stages: 588 TFLOP/s split,
+        548-556 not) in a block whose shared memory, with the loop's slots, keeps a second
+        block off the SM - otherwise the producer's registers cost blocks (128x128x32 in 3
+        stages, room for four blocks: 296 split, 469 not). With two consumer warpgroups
+        (128x256x64) the split measured 3-5% slower; they keep one role."""
         slots = sum((staging.stages - 1) * math.prod(int(s) for s in old.shape) *
                     itemsize(str(old.dtype)) for old, _ in staging.buffers.values())
-        return 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
+        return self.threads == 128 and 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
 
 
 def _may_hoist(loop, producers, allowed, written) -> bool:
@@ -574,9 +577,9 @@ def _linear_block(body):
 def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings):
     """Warp-specialize the first pipelined loop of the block's own statement list (not
     inside another loop or branch) that copies with TMA, keeps its MMAs in flight, whose
-    copies a producer warp may issue from the start and whose block is alone on its SM
-    (`Roles`): its `front` goes to the top of the block, after the block's allocations.
-    The block's threads must be whole warpgroups (a 1-D block)."""
+    copies a producer warp may issue from the start and where the split pays
+    (`Roles.pays`): its `front` goes to the top of the block, after the block's
+    allocations. The block's threads must be whole warpgroups (a 1-D block)."""
     threads = [int(t) for t in kernel.annotations[THREADS]]
     if len(threads) != 1 or threads[0] % 128 or threads[0] + 128 > 1024:
         return kernel
