@@ -339,6 +339,11 @@ class JITFunction:
         """The Trace of a compilation (the IR after every pass)."""
         return self.compile(*args, **kwargs).trace
 
+    def get_tir(self, *args, **kwargs):
+        """TileLang's name: the program these arguments trace, as its tile-level PrimFunc
+        (compiled for the CPU on the way, and cached like any compile)."""
+        return self.compile(*args, target="cpu", **kwargs).program.func
+
     # -- factory style
 
     def _configs(self, extra) -> dict:

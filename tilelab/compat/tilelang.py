@@ -11,6 +11,7 @@ Names of TileLang's that tilelab does not have raise a `TileLabError` saying so.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import importlib.abc
 import importlib.machinery
@@ -21,6 +22,7 @@ import types
 from .. import kernel as _kernel
 from ..compiler import TILELANG_ONLY_CONFIGS
 from ..compiler import PassConfigKey as _PassConfigKey
+from ..errors import TileLabError
 from ..ir.dtypes import as_dtype as _as_dtype
 from ..profiler import Profiler, TensorSupplyType, do_bench, get_tensor_supply  # noqa: F401
 
@@ -219,6 +221,58 @@ def get_device_name(device_id: int = 0) -> str:
     return "cpu"
 
 
+class CUDA:
+    """`tilelang.carver.arch.CUDA(target)`: the device model TileLang's analyzer reads.
+    `"cuda"` is the visible GPU (as in TileLang); a device name (`"H200"`, `"H100 PCIe"`)
+    is that device's datasheet figures, so that a kernel can be analyzed without one."""
+
+    def __init__(self, target="cuda"):
+        from ..benchmark import PEAKS, device_peak
+
+        name = str(target)
+        if name.split()[0] == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise TileLabError(
+                    "CUDA(\"cuda\") describes the visible GPU, and there is none here",
+                    hint="name a device instead: " + ", ".join(f"CUDA({p.name!r})"
+                                                            for p in PEAKS))
+            name = torch.cuda.get_device_name()
+        self.name = name
+        self.peak = device_peak(name)
+        if self.peak is None:
+            raise TileLabError(f"no datasheet figures for {name!r}",
+                               hint="known: " + ", ".join(p.name for p in PEAKS))
+        self.bandwidth_GBps = self.peak.memory_tbps * 1000  # noqa: N815 - TileLang's name
+        self.tflops = self.peak.fp16_tflops
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisResult:
+    """What `Analyzer.analysis` finds (TileLang's field names; tilelab.analysis counts)."""
+
+    total_flops: int
+    total_global_bytes: int
+    estimated_time: float  # seconds: the roofline's least time
+    expected_tflops: float | None
+    expected_bandwidth_GBps: float  # noqa: N815 - TileLang's name
+
+
+class Analyzer:
+    """`tilelang.tools.Analyzer`: a kernel's work and traffic, counted from its tile ops
+    (tilelab/analysis.py), against a device's peaks."""
+
+    @staticmethod
+    def analysis(fn, device) -> AnalysisResult:
+        from ..analysis import work
+
+        done = work(fn)
+        return AnalysisResult(done.flops, done.global_bytes,
+                              done.roofline_seconds(device.tflops, device.bandwidth_GBps),
+                              device.tflops, device.bandwidth_GBps)
+
+
 def _module(name: str, doc: str, **names) -> types.ModuleType:
     module = types.ModuleType(name, doc)
     module.__dict__.update(names)
@@ -258,7 +312,8 @@ def _submodules() -> dict[str, types.ModuleType]:
         "tilelang.tileop.base": _module("tilelang.tileop.base", "Tile operators.",
                                         GemmWarpPolicy=language.GemmWarpPolicy),
         "tilelang.carver": _module("tilelang.carver", "Hardware facts."),
-        "tilelang.carver.arch": _module("tilelang.carver.arch", "Hardware facts.",
+        "tilelang.tools": _module("tilelang.tools", "Analysis.", Analyzer=Analyzer),
+        "tilelang.carver.arch": _module("tilelang.carver.arch", "Hardware facts.", CUDA=CUDA,
                                         driver=_module("tilelang.carver.arch.driver",
                                                        "The device's properties.",
                                                        get_num_sms=get_num_sms,
@@ -289,7 +344,8 @@ class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         raise ImportError(f"{spec.name} is part of TileLang that tilelab does not provide "
                           "(tilelab has jit, compile, cdiv, tvm, language, language.fp8, "
                           "math, layout, autotuner, profiler, transform, testing, tileop, "
-                          "utils.tensor, carver.arch.driver, contrib.nvcc, engine.callback)",
+                          "utils.tensor, carver.arch (CUDA, driver), contrib.nvcc, "
+                          "engine.callback, tools (Analyzer))",
                           name=spec.name)
 
     def exec_module(self, module):  # never reached: create_module refuses
@@ -324,7 +380,7 @@ def _tvm_spellings() -> None:
 
 
 _PROVIDED = {"language", "math", "layout", "autotuner", "profiler", "transform", "utils",
-             "testing", "tileop", "carver"}
+             "testing", "tileop", "carver", "tools"}
 
 
 def __getattr__(name: str):

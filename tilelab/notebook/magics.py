@@ -106,6 +106,20 @@ def _assigned_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def _counted_flops(kernel) -> int | None:
+    """The T.gemm work of one call, counted from the program (tilelab/analysis.py); None
+    where there is none or it cannot be counted (a loop bounded by a value read at run
+    time, a kernel loaded from an artifact)."""
+    from ..analysis import work
+
+    if getattr(kernel, "program", None) is None:
+        return None
+    try:
+        return work(kernel).flops or None
+    except TileLabError:
+        return None
+
+
 def _tensor_bytes(kernel) -> int:
     """The bytes a kernel must move at least: every input read once, every output written once."""
     import torch
@@ -166,7 +180,9 @@ class TileLabMagics(Magics):
               help="benchmark against a PyTorch baseline expression, in the same run")
     @argument("--rtol", type=float, help="relative tolerance (default: %%tilelab's)")
     @argument("--atol", type=float, help="absolute tolerance (default: %%tilelab's)")
-    @argument("--flops", metavar="EXPR", help="floating-point operations of one call")
+    @argument("--flops", metavar="EXPR", help="floating-point operations of one call "
+              "(default: the T.gemm work counted from the program, tiles past an edge "
+              "counted whole: tilelab/analysis.py)")
     @argument("--bytes", metavar="EXPR",
               help="bytes one call moves (default: the sizes of its tensors)")
     @argument("--layout", metavar="BUF", action="append", help="the layout chosen for a buffer")
@@ -426,7 +442,7 @@ class TileLabMagics(Magics):
         if args.bench:
             baseline = self._reference(args.bench, kernel, first, "--bench")
             flops = self._expression(args.flops, kernel, "--flops")(*first) if args.flops \
-                else None
+                else _counted_flops(kernel)
             nbytes = self._expression(args.bytes, kernel, "--bytes")(*first) if args.bytes \
                 else _tensor_bytes(kernel)
             try:
