@@ -248,6 +248,16 @@ class CUDA:
         self.tflops = self.peak.fp16_tflops
 
 
+class CDNA:
+    """`tilelang.carver.arch.CDNA`: AMD's GPUs. Importable (examples pick CUDA or CDNA by
+    the torch build), refused when made: tilelab compiles for NVIDIA GPUs and the CPU."""
+
+    def __init__(self, target="hip"):
+        raise TileLabError(f"CDNA({target!r}) describes an AMD GPU; tilelab compiles for "
+                           "NVIDIA GPUs and the CPU", hint="use CUDA(\"cuda\") or a device "
+                           "name such as CUDA(\"H200\")")
+
+
 @dataclasses.dataclass(frozen=True)
 class AnalysisResult:
     """What `Analyzer.analysis` finds (TileLang's field names; tilelab.analysis counts)."""
@@ -314,6 +324,7 @@ def _submodules() -> dict[str, types.ModuleType]:
         "tilelang.carver": _module("tilelang.carver", "Hardware facts."),
         "tilelang.tools": _module("tilelang.tools", "Analysis.", Analyzer=Analyzer),
         "tilelang.carver.arch": _module("tilelang.carver.arch", "Hardware facts.", CUDA=CUDA,
+                                        CDNA=CDNA,
                                         driver=_module("tilelang.carver.arch.driver",
                                                        "The device's properties.",
                                                        get_num_sms=get_num_sms,
@@ -344,7 +355,7 @@ class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         raise ImportError(f"{spec.name} is part of TileLang that tilelab does not provide "
                           "(tilelab has jit, compile, cdiv, tvm, language, language.fp8, "
                           "math, layout, autotuner, profiler, transform, testing, tileop, "
-                          "utils.tensor, carver.arch (CUDA, driver), contrib.nvcc, "
+                          "utils.tensor, carver.arch (CUDA, CDNA, driver), contrib.nvcc, "
                           "engine.callback, tools (Analyzer))",
                           name=spec.name)
 
