@@ -90,7 +90,7 @@ def test_loops_where_the_split_measured_slower_keep_one_role(which):
     """Measured on the H200: the course GEMM (128x128x32, 3 stages: 48 KB, room for four
     blocks) ran at 296 TFLOP/s split, its registers letting one block share an SM instead
     of three; FlashAttention's key loop, which waits for its MMAs (softmax in between),
-    ran 7-10% slower split; a 128x256x64 GEMM on two warpgroups 3-5% slower. All keep one
+    ran 6-10% slower split; a 128x256x64 GEMM on two warpgroups 3-5% slower. All keep one
     role."""
     from examples.flash_attention import flash_attention_kernel as fa
     from examples.gemm import gemm_kernel
