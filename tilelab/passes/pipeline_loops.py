@@ -353,7 +353,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
 
     if threads is not None:
         return _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
-                            overlap, threads, [_describe(s) for s in body],
+                            threads, [_describe(s) for s in body],
                             [any(s.same_as(p) for p in producers) for s in body])
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
@@ -479,9 +479,10 @@ def _written_tensors(kernel) -> set:
 
 
 def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
-                 overlap: bool, threads: int, texts: list, is_copy: list):
-    """The loop split between a producer warp and the consumer warpgroups (module doc).
-    Returns (front, consumer loop + drain, staging)."""
+                 threads: int, texts: list, is_copy: list):
+    """The loop, which only multiplies and keeps its MMAs in flight, split between a
+    producer warp and the consumer warpgroups (module doc). Returns (front, consumer loop
+    + drain, staging)."""
     stages = staging.stages
     k, n = loop.loop_var, loop.extent
     slot, phase = tirx.floormod(k, stages), tirx.floormod(tirx.floordiv(k, stages), 2)
@@ -503,35 +504,27 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
          tirx.AttrStmt(tirx.const(0, "int32"), REFILL, tirx.const(1, "int32"),
                        tirx.AttrStmt(tirx.const(0, "int32"), WARP_PRODUCER,
                                      tirx.const(threads, "int32"), producer))]
-    # consumers: wait for the slot's bytes; compute; release the slot whose reads are done
-    # (with MMAs in flight, the previous iteration's: wgmma.wait_group 1 just waited for them)
-    computed = [staging.retarget(c, slot) for c in consumers]
-    if overlap:
-        computed = [_in_flight(c) for c in computed]
-        done = tirx.floormod(k - 1, stages)
-        release = tirx.IfThenElse(tirx.GE(k, 1), _extern(
-            "tl::mbar_arrive_warp", barrier_of(done, 1, empty)), None)
-    else:
-        release = _extern("tl::mbar_arrive_warp", barrier_of(slot, 1, empty))
+    # consumers: wait for the slot's bytes; multiply, leaving the MMAs in flight; release
+    # the previous iteration's slot, whose MMAs wgmma.wait_group 1 has just waited for
+    computed = [_in_flight(staging.retarget(c, slot)) for c in consumers]
+    release = tirx.IfThenElse(tirx.GE(k, 1), _extern(
+        "tl::mbar_arrive_warp", barrier_of(tirx.floormod(k - 1, stages), 1, empty)), None)
     wait = _extern("tl::mbar_wait", barrier_of(slot, 1), phase)
-    drain = []
-    if overlap:
-        accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
-        drain += [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
-    drain += [_barrier()] + [_extern("tl::mbar_inval", barrier_of(s, 2, b))
-                             for b in (full, empty) for s in range(stages)]
+    accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
+    drain = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()] + \
+        [_barrier()] + [_extern("tl::mbar_inval", barrier_of(s, 2, b))
+                        for b in (full, empty) for s in range(stages)]
     plan = {
         "loop": str(k.name), "num_stages": stages,
         "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
-        "statements": [{"text": text, "stage": 0 if copy else stages - 2 if overlap else
-                        stages - 1, "order": i,
+        "statements": [{"text": text, "stage": 0 if copy else stages - 2, "order": i,
                         "role": "copy" if copy else "compute"}
                        for i, (text, copy) in enumerate(zip(texts, is_copy))],
         "slots": {name: stages for name in staging.buffers},
         "async_groups": [[_describe(p) for p in producers]],
         # at the top of iteration k the slots released so far let the producer be this far
-        # ahead (with MMAs in flight, iteration k - 1's slot is released during k)
-        "ahead": stages - 2 if overlap else stages - 1,
+        # ahead (iteration k - 1's slot is released during k)
+        "ahead": stages - 2,
         "tma": True,
         "warp_specialized": {"consumer_threads": threads, "producer_threads": 128},
         "copies": f"TMA, issued by a producer warp (an extra warpgroup, threads {threads}.."
@@ -539,10 +532,9 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
                   "mbarrier per slot",
         "waits": "mbarriers only: consumers wait for the slot's `full` phase (parity (k / "
                  f"{stages}) % 2); each consumer warp arrives at the slot's `empty` mbarrier "
-                 "when its reads are done" + (" (after the next iteration's wgmma.wait_group "
-                                              "1)" if overlap else "") +
-                 "; the producer waits for `empty` before refilling; no block-wide barrier "
-                 "in the loop",
+                 "when its reads are done (after the next iteration's wgmma.wait_group 1); "
+                 "the producer waits for `empty` before refilling; no block-wide barrier in "
+                 "the loop",
     }
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
                         seq([wait] + computed + [release]),
