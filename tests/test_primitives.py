@@ -485,6 +485,30 @@ def test_alloc_var_and_alloc_local():
     np.testing.assert_array_equal(top, -np.sort(-a, axis=1)[:, :2])
 
 
+def test_clear_of_an_alloc_var_compiles_for_cuda():
+    """`T.clear(v)` of a `T.alloc_var` sets each thread's own register (TileLang's
+    blocksparse decode examples do it): on the CPU it always ran; the CUDA lowering dealt it
+    out over the block like a shared tile, into a buffer that no longer existed."""
+    from tilelab.backends.cuda.nvcc import find_nvcc
+
+    @T.prim_func
+    def row_sums(X: T.Tensor((4, 8), T.float32), Y: T.Tensor((4,), T.float32)):
+        with T.Kernel(4, threads=128) as row:
+            total = T.alloc_var(T.float32)
+            T.clear(total)
+            for j in T.serial(8):
+                total += X[row, j]
+            Y[row] = total
+
+    x = randn(RNG(18), 4, 8)
+    y = np.empty(4, np.float32)
+    tilelab.compile(row_sums)(x, y)
+    np.testing.assert_allclose(y, x.sum(axis=1), rtol=1e-5)
+    if find_nvcc() is not None:
+        source = tilelab.compile(row_sums, target="cuda:sm_90a").get_kernel_source()
+        assert "total_ptr[0] = 0x0p+0f" in source
+
+
 # ---------------------------------------------------------------- math
 
 

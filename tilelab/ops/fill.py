@@ -57,6 +57,8 @@ def lower_threads(call, ctx):
     dst, value = regions(call)[0], scalars(call)[0]
     if is_fragment(dst.buffer):
         return unrolled_registers(ctx.local(dst.buffer), lambda reg: to_expr(value, dst.dtype))
+    if dst.buffer.scope() == "local.var":  # T.clear(v) of a T.alloc_var: every thread's own
+        return tirx.BufferStore(ctx.local(dst.buffer), to_expr(value, dst.dtype), [0])
     extents = [int(_const_int(e)) for e in dst.extents]
 
     def fill_one(flat):
