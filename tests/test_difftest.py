@@ -154,6 +154,20 @@ def test_difftest_cpu_batch(capsys):
     assert code == 0
 
 
+def test_pass_configs_reach_the_cuda_compiles(capsys, monkeypatch):
+    """`--pass-configs` compiles the CUDA side with them, in the workers too (through the
+    environment, which they inherit): here every loop a producer warp can run is split."""
+    monkeypatch.setenv(difftest.CONFIGS_VARIABLE, "")  # restored after the test
+    forced = '{"tl.force_warp_specialized": true}'
+    code = difftest.main(["--count", "6", "--seed", str(CI_SEED), "--jobs", "2",
+                          "--shrink-seconds", "0", "--pass-configs", forced])
+    assert capsys.readouterr().out.strip().splitlines()[-1] == \
+        "difftest: 6 programs, 0 mismatches, 0 compile errors"
+    assert code == 0 and difftest.cuda_pass_configs() == {"tl.force_warp_specialized": True}
+    with pytest.raises(ValueError):
+        difftest.main(["--count", "1", "--pass-configs", "{not json"])
+
+
 def test_a_time_budget_still_ends_with_the_summary(capsys):
     """--seconds stops taking programs; the summary counts those checked and says which."""
     code = difftest.main(["--count", "40", "--seed", "3", "--seconds", "0",

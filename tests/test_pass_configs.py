@@ -67,7 +67,8 @@ def tile_product(A, B):
 def test_every_key_is_tested_here():
     tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
               "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP",
-              "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED"}
+              "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED",
+              "TL_FORCE_WARP_SPECIALIZED"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -185,6 +186,21 @@ def test_disable_warp_specialized_keeps_one_role():
     assert "warp_specialized" not in one.trace.pipelines[0]
     assert "tl::consumer_sync" in split.get_kernel_source()
     assert "tl::consumer_sync" not in one.get_kernel_source()
+
+
+@needs_nvcc
+def test_force_warp_specialized_splits_where_it_was_not_measured_to_pay():
+    """The course GEMM's 128x128x32 tiles in 3 stages leave room for more blocks per SM, so
+    by default its loop keeps one role; with the key a producer warpgroup is added anyway."""
+    from examples.gemm import gemm_kernel
+
+    a = torch.empty(512, 256).half()
+    b = torch.empty(256, 384).half()
+    default = gemm_kernel.compile(a, b, target="cuda:sm_90a")
+    forced = gemm_kernel.compile(a, b, target="cuda:sm_90a", pass_configs={
+        PassConfigKey.TL_FORCE_WARP_SPECIALIZED: True})
+    assert (default.launch["block"][0], forced.launch["block"][0]) == (128, 256)
+    assert "warp_specialized" in forced.trace.pipelines[0]
 
 
 @needs_nvcc

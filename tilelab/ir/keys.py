@@ -112,3 +112,6 @@ class PassConfigKey(str, enum.Enum):
     # instead of a producer warp and consumer warpgroups (passes/specialize_warps.py).
     # TileLang's name
     TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
+    # sm_90a: split every TMA loop that keeps its MMAs in flight and allows a producer
+    # warp, also where it was not measured to pay (to try it, and to test the split)
+    TL_FORCE_WARP_SPECIALIZED = "tl.force_warp_specialized"

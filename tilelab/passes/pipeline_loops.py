@@ -56,7 +56,7 @@ where shared memory would let several share it, so a loop is split only where
 it keeps its MMAs in flight and the block's shared memory keeps it alone on its
 SM, and where the block is one warpgroup - the cases the H200 measured it to
 pay (`Roles.pays`); `tl.disable_warp_specialized` (TileLang's key) keeps every
-loop one-role.
+loop one-role, `tl.force_warp_specialized` splits every loop that allows it.
 
 The plan (which statement runs in which stage, the slots) goes into the Trace
 so that the notebook can replay the schedule.
@@ -424,6 +424,7 @@ class Roles:
     allowed: list  # variables a producer may read: block indices, scalar parameters
     written: set  # names of the tensors the kernel writes (a producer must not read them)
     shared_bytes: int  # the block's shared tiles, one slot each
+    always: bool = False  # split wherever the loop allows (tl.force_warp_specialized)
 
     def pays(self, staging) -> bool:
         """Where a split was measured to pay (H200, GEMM 8192^3 float16, two runs): one
@@ -434,7 +435,8 @@ class Roles:
         (128x256x64) the split measured 3-5% slower; they keep one role."""
         slots = sum((staging.stages - 1) * math.prod(int(s) for s in old.shape) *
                     itemsize(str(old.dtype)) for old, _ in staging.buffers.values())
-        return self.threads == 128 and 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
+        return self.always or \
+            self.threads == 128 and 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
 
 
 def _may_hoist(loop, producers, allowed, written) -> bool:
@@ -566,7 +568,8 @@ def _linear_block(body):
     return linear
 
 
-def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings):
+def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
+                    always: bool = False):
     """Warp-specialize the first pipelined loop of the block's own statement list (not
     inside another loop or branch) that copies with TMA, keeps its MMAs in flight, whose
     copies a producer warp may issue from the start and where the split pays
@@ -585,7 +588,8 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings)
     walk(body, tirx.AllocBuffer, lambda a: tiles.append(a.buffer)
          if a.buffer.scope().startswith("shared") else None)
     roles = Roles(threads[0], allowed, _written_tensors(kernel),
-                  sum(math.prod(int(s) for s in b.shape) * itemsize(str(b.dtype)) for b in tiles))
+                  sum(math.prod(int(s) for s in b.shape) * itemsize(str(b.dtype)) for b in tiles),
+                  always)
     for i, stmt in enumerate(stmts):
         if not (isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and
                 PIPELINED not in stmt.annotations):
@@ -607,14 +611,15 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings)
 
 def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                   overlap_gemms: bool = False, tma: bool = False, annotated: dict | None = None,
-                  specialize: bool = False):
+                  specialize: str = "off"):
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
     Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace.
     `wgmma_off`: why T.gemm is not warpgroup MMA here (None: it is, sm_90a). With wgmma,
     `overlap_gemms`: T.gemm may leave its MMAs in flight; `tma`: loops whose tiles feed
     wgmma may copy them with TMA (`annotated`: the program's T.annotate_layout layouts);
-    `specialize`: such a loop may be split between a producer warp and consumer warpgroups
-    (passes/specialize_warps.py finishes the split after lowering)."""
+    `specialize`: whether such a loop is split between a producer warp and consumer
+    warpgroups (passes/specialize_warps.py finishes the split after lowering): "off",
+    "measured" (where `Roles.pays`) or "always" (wherever the loop allows)."""
     no_tma = f"no warpgroup MMA ({wgmma_off})" if wgmma_off is not None else \
         "tl.disable_tma_lower" if not tma else ""
     overlap_gemms = overlap_gemms and wgmma_off is None
@@ -638,9 +643,9 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                     predicted.append(predicted_shared_layouts(kernel, annotated or {}, wgmma_off))
                 return predicted[0]
 
-            if specialize and tma and timeline is None:  # (instrumented builds keep one role)
+            if specialize != "off" and tma and timeline is None:  # (instrumented: one role)
                 kernel = _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts,
-                                         stagings)
+                                         stagings, always=specialize == "always")
 
             def pipelined(stmt) -> list:
                 """The statements that replace `stmt` (itself, if it is no pipelined loop)."""

@@ -151,8 +151,10 @@ def check_program(p: Program, target: str, workdir: Path, module_path: Path | No
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for backend, name in (("cpu", "cpu"), ("cuda", cuda_target)):
+            configs = cuda_pass_configs() if backend == "cuda" else None
             try:
-                kernels[backend] = tilelab.compile(load_module(module_path).make(), target=name)
+                kernels[backend] = tilelab.compile(load_module(module_path).make(), target=name,
+                                                   pass_configs=configs)
             except Exception as err:  # noqa: BLE001 - every failure is a finding
                 return Outcome("compile_error", _first_line(err), backend)
     inputs = make_inputs(p)
@@ -179,6 +181,17 @@ def check_program(p: Program, target: str, workdir: Path, module_path: Path | No
         if message:
             return Outcome("mismatch", message, "cuda")
     return Outcome("ok")
+
+
+CONFIGS_VARIABLE = "TILELAB_DIFFTEST_PASS_CONFIGS"  # --pass-configs, for workers and children
+
+
+def cuda_pass_configs() -> dict:
+    """The pass configs the CUDA side compiles with (`--pass-configs`, as JSON): to check
+    a path the defaults take rarely, `{"tl.force_warp_specialized": true}` say."""
+    import json
+
+    return json.loads(os.environ.get(CONFIGS_VARIABLE) or "{}")
 
 
 def _check_in_child(p: Program, module_path: Path | None, target: str) -> Outcome:
@@ -448,9 +461,17 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=None,
                         help="stop taking programs after this long, and still end with the "
                              "summary (a GPU slot that ends keeps its count)")
+    parser.add_argument("--pass-configs", metavar="JSON",
+                        help='pass configs of the CUDA compiles, e.g. '
+                             '\'{"tl.force_warp_specialized": true}\'')
     parser.add_argument("--one", help=argparse.SUPPRESS)  # child mode: a program as JSON
     parser.add_argument("--module", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.pass_configs is not None:
+        import json
+
+        json.loads(args.pass_configs)  # a mistake stops here, not in every worker
+        os.environ[CONFIGS_VARIABLE] = args.pass_configs
     if args.one:
         return _one(args.one, args.module, args.target)
 

@@ -44,12 +44,13 @@ PIPELINE_NAME = "tilelab_cuda"
 
 def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
            coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
-           specialize: bool = True) -> list:
+           specialize: str = "measured") -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
     `overlap_gemms`: with wgmma, pipelined T.gemms keep one iteration's MMAs in flight;
-    `tma`: and their tiles are copied by TMA; `specialize`: by a producer warp."""
+    `tma`: and their tiles are copied by TMA; `specialize`: by a producer warp ("off",
+    "measured": where it was measured to pay, "always")."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -459,7 +460,9 @@ class CUDABackend(Backend):
         coarsen = not configs.get(PassConfigKey.TL_DISABLE_COARSEN.value, False)
         overlap = not configs.get(PassConfigKey.TL_DISABLE_WGMMA_OVERLAP.value, False)
         tma = not configs.get(PassConfigKey.TL_DISABLE_TMA_LOWER.value, False)
-        specialize = not configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED.value, False)
+        specialize = "off" if configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED.value) \
+            else "always" if configs.get(PassConfigKey.TL_FORCE_WARP_SPECIALIZED.value) \
+            else "measured"
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize)
         with source_only():
