@@ -168,6 +168,51 @@ def test_pass_configs_reach_the_cuda_compiles(capsys, monkeypatch):
         difftest.main(["--count", "1", "--pass-configs", "{not json"])
 
 
+def test_the_hopper_family_reaches_tma_and_the_split(capsys, monkeypatch):
+    """`--family hopper` draws GEMMs that sm_90a feeds to wgmma by TMA (most of them; the
+    other programs almost never); with `tl.force_warp_specialized` many loops are split.
+    A few of them compiled for sm_90a and run on the CPU against torch, as in CI."""
+    import warnings
+
+    import tilelab
+    from tilelab.testing.generator import FAMILIES
+
+    assert FAMILIES == ("", "hopper")
+    programs = [generate(0, i, "hopper") for i in range(12)]
+    assert all(p.family == "hopper" and p.name.startswith("difftest_hopper_0_")
+               for p in programs)
+    assert programs[3].source() == generate(0, 3, "hopper").source()
+    assert Program.from_json(programs[3].to_json()).source() == programs[3].source()
+    tma = split = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for p in programs[:6]:
+            kernel = tilelab.compile(_make(p), target="cuda:sm_90a",
+                                     pass_configs={"tl.force_warp_specialized": True})
+            tma += sum(bool(plan.get("tma")) for plan in kernel.trace.pipelines)
+            split += sum("warp_specialized" in plan for plan in kernel.trace.pipelines)
+    assert tma >= 4 and split >= 1, (tma, split)
+    monkeypatch.setenv(difftest.CONFIGS_VARIABLE, "")
+    code = difftest.main(["--family", "hopper", "--count", "6", "--jobs", "2",
+                          "--shrink-seconds", "0", "--pass-configs",
+                          '{"tl.force_warp_specialized": true}'])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("family hopper, seed 0, programs 0..5 all checked")
+    assert lines[-1] == "difftest: 6 programs, 0 mismatches, 0 compile errors"
+    assert code == 0
+    with pytest.raises(ValueError, match="no program family"):
+        generate(0, 0, "ampere")
+
+
+def _make(p):
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{p.name}.py"
+        path.write_text(p.source())
+        return difftest.load_module(path).make()
+
+
 def test_a_time_budget_still_ends_with_the_summary(capsys):
     """--seconds stops taking programs; the summary counts those checked and says which."""
     code = difftest.main(["--count", "40", "--seed", "3", "--seconds", "0",

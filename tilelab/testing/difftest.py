@@ -1,7 +1,7 @@
 """Differential testing: generated programs on the CPU backend against CUDA.
 
     python -m tilelab.testing.difftest --count N --seed S [--target cpu|cuda] [--jobs J]
-                                       [--save DIR]
+                                       [--save DIR] [--family hopper] [--pass-configs JSON]
 
 Each program `i` of seed `S` (see `generator`) is written as a Python module,
 compiled through `tilelab.compile` for both backends, and checked twice:
@@ -13,6 +13,9 @@ compiled through `tilelab.compile` for both backends, and checked twice:
    the least precise type the program uses. With `--target cpu` the CUDA
    kernel is only compiled (nvcc, sm_90a), which still catches compile errors.
 
+`--family hopper` draws only the generator's TMA-shaped GEMMs, and
+`--pass-configs` compiles the CUDA side with settings (say
+`{"tl.force_warp_specialized": true}`), to reach paths the defaults take rarely.
 A program the generator deems valid that fails to compile on either backend
 is a bug too. Every failure is shrunk (delta debugging over steps, sizes,
 types and expressions) to a small program with the same symptom, printed,
@@ -365,9 +368,10 @@ def _init_worker(cache_dir: str, threads: int | None = None):
 
 
 def run_one(args: tuple) -> dict:
-    """Generate, check and (on failure) shrink program `index`: what a worker does."""
-    seed, index, target, shrink_budget = args
-    p = generate(seed, index)
+    """Generate, check and (on failure) shrink program `index`: what a worker does.
+    `args`: (seed, index, target, shrink seconds[, family])."""
+    seed, index, target, shrink_budget, *family = args
+    p = generate(seed, index, *family)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tilelab-difftest-") as tmp:
         workdir = Path(tmp)
@@ -384,8 +388,8 @@ def run_one(args: tuple) -> dict:
 def run_alone(args: tuple) -> dict:
     """Program `index` checked in a child process of its own, and shrunk the same way:
     for the programs a worker had in flight when it died."""
-    seed, index, target, shrink_budget = args
-    p = generate(seed, index)
+    seed, index, target, shrink_budget, *family = args
+    p = generate(seed, index, *family)
     started = time.perf_counter()
     outcome = _check_in_child(p, None, target)
     return _result(p, outcome, started, shrink_budget,
@@ -461,6 +465,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=None,
                         help="stop taking programs after this long, and still end with the "
                              "summary (a GPU slot that ends keeps its count)")
+    parser.add_argument("--family", choices=["hopper"], default="",
+                        help="only programs of this family (tilelab.testing.generator: "
+                             "'hopper', GEMMs that sm_90a feeds to wgmma by TMA)")
     parser.add_argument("--pass-configs", metavar="JSON",
                         help='pass configs of the CUDA compiles, e.g. '
                              '\'{"tl.force_warp_specialized": true}\'')
@@ -479,7 +486,7 @@ def main(argv=None) -> int:
     cache = tempfile.TemporaryDirectory(prefix="tilelab-difftest-cache-",
                                         ignore_cleanup_errors=True)
     _init_worker(cache.name)
-    work = [(args.seed, i, args.target, args.shrink_seconds)
+    work = [(args.seed, i, args.target, args.shrink_seconds, args.family)
             for i in range(args.start, args.start + args.count)]
     started = time.perf_counter()
     if args.jobs > 1:
@@ -500,7 +507,8 @@ def main(argv=None) -> int:
     last = args.start
     while last in done:
         last += 1
-    print(f"seed {args.seed}, programs {args.start}..{last - 1} all checked"
+    family = f"family {args.family}, " if args.family else ""
+    print(f"{family}seed {args.seed}, programs {args.start}..{last - 1} all checked"
           f"{f' ({len(done)} in all)' if len(done) != last - args.start else ''}, "
           f"target {args.target}: {len(results) / seconds:.2f} programs/s with {args.jobs} "
           f"job(s) ({seconds:.0f} s)")

@@ -13,7 +13,9 @@ kind of step knows two things, kept side by side in this file:
   backend, which in turn is the reference for the CUDA backend.
 
 Programs are reproducible: program `index` of seed `seed` comes from a
-`random.Random` seeded with both, so it is the same on every machine.
+`random.Random` seeded with both, so it is the same on every machine. The
+family "hopper" numbers programs of its own: GEMMs shaped for sm_90a's
+warpgroup MMA fed by TMA, which the general mix almost never reaches.
 Validity is the generator's job: a buffer is read only after a step wrote
 all of it, a `T.Parallel` loop reads a fragment only at the iteration's own
 element (or a row/column vector of it), and transposed reads come from
@@ -58,6 +60,7 @@ class Program:
     tensors: list = field(default_factory=list)  # {"name", "kind", "dtype", "output"}
     buffers: list = field(default_factory=list)  # {"name", "scope", "kind", "dtype"}
     steps: list = field(default_factory=list)
+    family: str = ""  # "" (every kind of program) or "hopper" (see `generate`)
     # set by `reference`: per output, each element's size (below); the comparison's
     # tolerance scales with it. Not part of the program.
     output_sizes: ClassVar[dict] = {}
@@ -66,7 +69,7 @@ class Program:
 
     @property
     def name(self) -> str:
-        return f"difftest_{self.seed}_{self.index}"
+        return f"difftest_{self.family + '_' if self.family else ''}{self.seed}_{self.index}"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -761,8 +764,20 @@ def _sizes(rng: random.Random, block: int) -> int:
     return rng.randint(1, 3 * block)
 
 
-def generate(seed: int, index: int) -> Program:
-    """Program `index` of `seed`: the same recipe on every machine."""
+FAMILIES = ("", "hopper")
+
+
+def generate(seed: int, index: int, family: str = "") -> Program:
+    """Program `index` of `seed`: the same recipe on every machine. The family "hopper"
+    draws only GEMMs whose tiles sm_90a can feed to warpgroup MMA by TMA (16-bit inputs,
+    whole warpgroups, 64-row tiles, rows a multiple of 16 bytes apart, 2-4 stages): the
+    paths the other programs seldom reach (its own numbering: a program of one family says
+    nothing of the other's)."""
+    if family == "hopper":
+        return _gemm_program(random.Random(f"tilelab-difftest-hopper:{seed}:{index}"), seed,
+                             index, hopper=True)
+    if family:
+        raise ValueError(f"no program family {family!r}; there are {FAMILIES}")
     rng = random.Random(f"tilelab-difftest:{seed}:{index}")
     family = rng.choice(("tiles", "tiles", "tiles", "gemm", "ksum"))
     if family == "gemm":
@@ -914,19 +929,25 @@ def _outputs(g: _Gen, dtype: str, acc: str):
         g.step(op="gstore", dst=out, expr=g.expr(operands, 2, dtype == "int32"))
 
 
-def _gemm_program(rng, seed, index) -> Program:
+def _gemm_program(rng, seed, index, hopper: bool = False) -> Program:
     dtype = rng.choice(("float16", "bfloat16"))
-    threads = rng.choice((32, 64, 128, 128, 256))
+    threads = rng.choice((128, 128, 256) if hopper else (32, 64, 128, 128, 256))
     warps = threads // 32
     # tile sizes that `warps` warps can split in 16x8 pieces under some policy
     while True:
-        bm, bn = rng.choice((16, 32, 64, 128)), rng.choice((16, 32, 64, 128))
+        bm, bn = rng.choice((64, 128) if hopper else (16, 32, 64, 128)), \
+            rng.choice((64, 128, 256) if hopper else (16, 32, 64, 128))
         policies = [pol for pol in POLICIES if _splits(pol, bm, bn, warps)]
-        if policies and bm * bn <= 64 * 128:
+        if policies and bm * bn <= (128 * 256 if hopper else 64 * 128):
             break
-    bk = rng.choice((16, 32, 64))
-    p = Program(seed, index, M=_sizes(rng, bm), N=_sizes(rng, bn), K=_sizes(rng, bk),
-                bm=bm, bn=bn, bk=bk, threads=threads)
+    bk = rng.choice((32, 64) if hopper else (16, 32, 64))
+
+    def size(block):  # TMA needs rows a multiple of 16 bytes apart: 8 16-bit elements
+        extent = _sizes(rng, block)
+        return -(-extent // 8) * 8 if hopper else extent
+
+    p = Program(seed, index, M=size(bm), N=size(bn), K=size(bk), bm=bm, bn=bn, bk=bk,
+                threads=threads, family="hopper" if hopper else "")
     g = _Gen(rng, p, dtype)
     ta, tb = rng.random() < 0.3, rng.random() < 0.3
     a_name = g.tensor("at" if ta else "a", dtype)
@@ -936,7 +957,7 @@ def _gemm_program(rng, seed, index) -> Program:
     c = g.buffer("fragment", "mn", "float32")
     step = {"op": "gemm", "dst": c["name"], "A": a_name, "B": b_name, "a": a["name"],
             "b": b["name"], "transpose_A": ta, "transpose_B": tb,
-            "policy": rng.choice(policies), "stages": rng.randint(1, 4),
+            "policy": rng.choice(policies), "stages": rng.randint(2 if hopper else 1, 4),
             "clear_accum": rng.random() < 0.2}
     if not ta and rng.random() < 0.2:  # the A operand from registers
         step["a_frag"] = g.buffer("fragment", "mk", dtype)["name"]
