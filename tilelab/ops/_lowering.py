@@ -163,7 +163,16 @@ def extern(name: str, *args):
 
 
 def sync():
+    """A barrier of the whole block (`__syncthreads`)."""
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
+
+
+def is_sync(stmt) -> bool:
+    """Is `stmt` a barrier of the whole block (`sync()`, or one TVM's ThreadSync placed)?"""
+    call = getattr(stmt, "value", None) if isinstance(stmt, tirx.Evaluate) else None
+    return isinstance(call, tvm.ir.Call) and \
+        getattr(call.op, "name", "") == "tirx.tvm_storage_sync" and \
+        str(call.args[0].value).startswith("shared")
 
 
 FLOAT_TEXT = 32  # bytes of text for one float printed on the CPU ("%g" needs at most 14)

@@ -21,6 +21,7 @@ from ..ir.keys import KERNEL
 from ..ir.tile_ops import config, is_buffer, is_load
 from ..ir.visit import walk
 from ..ops import effects
+from ..ops._lowering import is_sync, sync
 
 
 def _shared(buffer) -> bool:
@@ -45,10 +46,6 @@ def accesses(stmt) -> tuple[set, set]:
 
     walk(stmt, object, visit)
     return reads, writes
-
-
-def barrier():
-    return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
 
 
 class _State:
@@ -81,13 +78,13 @@ def _sequence(stmts: list, state: _State) -> list:
         if _is_loop_body_container(stmt):
             out.extend(_loop(stmt, state))
             continue
-        if _is_barrier(stmt):
+        if is_sync(stmt):
             state.clear()
             out.append(stmt)
             continue
         reads, writes = accesses(stmt)
         if state.conflicts(reads, writes):
-            out.append(barrier())
+            out.append(sync())
             state.clear()
         out.append(stmt)
         state.add(reads, writes)
@@ -101,7 +98,7 @@ def _loop(loop, state: _State) -> list:
         return [loop]
     out = []
     if state.conflicts(reads, writes):
-        out.append(barrier())
+        out.append(sync())
         state.clear()
     inner = _State()
     inner.reads, inner.writes = set(state.reads), set(state.writes)
@@ -110,11 +107,11 @@ def _loop(loop, state: _State) -> list:
     # the next iteration starts with the accesses before the body's first barrier
     head = _State()
     for stmt in body:
-        if _is_barrier(stmt):
+        if is_sync(stmt):
             break
         head.add(*accesses(stmt))
     if inner.conflicts(head.reads, head.writes):
-        body.append(barrier())
+        body.append(sync())
         inner.clear()
     body = tirx.SeqStmt(body) if len(body) > 1 else body[0]
     out.append(tirx.While(loop.condition, body) if isinstance(loop, tirx.While) else
@@ -122,10 +119,6 @@ def _loop(loop, state: _State) -> list:
                         annotations=loop.annotations))
     state.reads, state.writes = inner.reads | reads, inner.writes | writes
     return out
-
-
-def _is_barrier(stmt) -> bool:
-    return isinstance(stmt, tirx.Evaluate) and "tvm_storage_sync" in str(stmt)
 
 
 def insert_barriers(body):

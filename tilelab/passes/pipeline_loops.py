@@ -85,15 +85,7 @@ from ..ir.keys import (
 )
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
 from ..ir.visit import UserErrors, keep_user_errors, rewrite, rewrite_pre, substitute, walk
-from ..ops._lowering import address
-
-
-def _extern(name: str, *args):
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))
-
-
-def _barrier():
-    return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
+from ..ops._lowering import address, extern, sync
 
 
 def _is_producer(stmt) -> bool:
@@ -277,9 +269,10 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     `overlap_gemms`: the target's T.gemm can stay in flight (sm_90a's warpgroup MMA).
     `shared_layouts`: a function giving the predicted layouts of the kernel's shared tiles
     where TMA may copy them (None: cp.async only, because of `no_tma`).
-    `specialize`: a `Roles` where a TMA loop may be warp-specialized; then the result is
-    (front, rest, staging): `front` the statements for the top of the block, the producer
-    among them."""
+    `specialize`: a `Roles` where a TMA loop may be warp-specialized.
+    Returns (front, new, staging): what replaces the loop, its staged tiles (None: the loop
+    is left as it was), and, where the loop is warp-specialized, the statements for the top
+    of the block, the producer among them (otherwise none)."""
     stages = int(loop.annotations["num_stages"])
     written, loop = loop, _from_zero(loop)
     body = list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
@@ -288,7 +281,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
                  (uses or inside).get(regions(s)[1].buffer.name, 0) ==
                  inside.get(regions(s)[1].buffer.name, 0)]
     if stages < 2 or not producers:
-        return (written, None) if specialize is None else ([], written, None)
+        return [], written, None
     staging = _Staging(stages)
     for p in producers:
         staging.add(regions(p)[1].buffer)
@@ -358,15 +351,15 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
     # of an iteration; TMA: wait for the phase of this iteration's slot
-    commit = [] if tma else [_extern("tl::cp_async_commit")]
-    wait = _extern("tl::mbar_wait", barrier_of(tirx.floormod(k, stages), 1),
+    commit = [] if tma else [extern("tl::cp_async_commit")]
+    wait = extern("tl::mbar_wait", barrier_of(tirx.floormod(k, stages), 1),
                    tirx.floormod(tirx.floordiv(k, stages), 2)) if tma else \
-        _extern(f"tl::cp_async_wait<{ahead - 1}>")
+        extern(f"tl::cp_async_wait<{ahead - 1}>")
     prologue = []
     if tma:  # one arrival (thread 0's expect_tx) per copy and slot
         prologue = [tirx.AllocBuffer(full)] + \
-            [_extern("tl::mbar_init", barrier_of(s, 2), len(producers)) for s in range(stages)] + \
-            [_extern("tl::mbar_init_fence"), _barrier()]
+            [extern("tl::mbar_init", barrier_of(s, 2), len(producers)) for s in range(stages)] + \
+            [extern("tl::mbar_init_fence"), sync()]
     for s in range(ahead):
         prologue += [guarded(s, issue(s, s))] + commit
     later = k + ahead
@@ -375,12 +368,12 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     computed = [staging.retarget(c, tirx.floormod(k, stages)) for c in consumers]
     drain = []
     if tma:  # every thread is past its last wait: the barriers' memory may be reused
-        drain = [_barrier()] + [_extern("tl::mbar_inval", barrier_of(s, 2)) for s in range(stages)]
+        drain = [sync()] + [extern("tl::mbar_inval", barrier_of(s, 2)) for s in range(stages)]
     if overlap:  # after the loop, wait for the last iteration's MMAs
         computed = [_in_flight(c) for c in computed]
         accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
         drain += [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
-    new_body = [wait, _barrier(), refill] + commit + computed
+    new_body = [wait, sync(), refill] + commit + computed
     if timeline is not None:  # an instrumented build: stamp the four points of an iteration
         top = 3 + len(commit)
         new_body = [_stamp(timeline, block, k, 0)] + new_body[:2] + \
@@ -409,8 +402,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
-    result = seq(prologue + [new_loop] + drain)
-    return (result, staging) if specialize is None else ([], result, staging)
+    return [], seq(prologue + [new_loop] + drain), staging
 
 
 SHARED_PER_SM = 228 * 1024  # sm_90 (TMA implies it); the runtime keeps 1 KB per block
@@ -492,16 +484,16 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     # phase of `empty` that the consumers of iteration k - stages completed)
     j = tirx.Var(f"{k.name}_load", k.ty)
     refill_wait = tirx.IfThenElse(
-        tirx.GE(j, stages), _extern("tl::mbar_wait", barrier_of(
+        tirx.GE(j, stages), extern("tl::mbar_wait", barrier_of(
             tirx.floormod(j, stages), which=empty),
             1 - tirx.floormod(tirx.floordiv(j, stages), 2)), None)
     producer = tirx.For(j, loop.min, loop.extent, tirx.ForKind.SERIAL,
                         seq([refill_wait, issue(j, tirx.floormod(j, stages))]))
     front = [tirx.AllocBuffer(full), tirx.AllocBuffer(empty)] + \
-        [_extern("tl::mbar_init", barrier_of(s, 2), len(producers)) for s in range(stages)] + \
-        [_extern("tl::mbar_init", barrier_of(s, 2, empty), threads // 32)
+        [extern("tl::mbar_init", barrier_of(s, 2), len(producers)) for s in range(stages)] + \
+        [extern("tl::mbar_init", barrier_of(s, 2, empty), threads // 32)
          for s in range(stages)] + \
-        [_extern("tl::mbar_init_fence"), _barrier(),
+        [extern("tl::mbar_init_fence"), sync(),
          # hidden from TVM's barrier pass like a refill: the mbarriers order its copies
          tirx.AttrStmt(tirx.const(0, "int32"), REFILL, tirx.const(1, "int32"),
                        tirx.AttrStmt(tirx.const(0, "int32"), WARP_PRODUCER,
@@ -509,12 +501,12 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     # consumers: wait for the slot's bytes; multiply, leaving the MMAs in flight; release
     # the previous iteration's slot, whose MMAs wgmma.wait_group 1 has just waited for
     computed = [_in_flight(staging.retarget(c, slot)) for c in consumers]
-    release = tirx.IfThenElse(tirx.GE(k, 1), _extern(
+    release = tirx.IfThenElse(tirx.GE(k, 1), extern(
         "tl::mbar_arrive_warp", barrier_of(tirx.floormod(k - 1, stages), 1, empty)), None)
-    wait = _extern("tl::mbar_wait", barrier_of(slot, 1), phase)
+    wait = extern("tl::mbar_wait", barrier_of(slot, 1), phase)
     accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
     drain = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()] + \
-        [_barrier()] + [_extern("tl::mbar_inval", barrier_of(s, 2, b))
+        [sync()] + [extern("tl::mbar_inval", barrier_of(s, 2, b))
                         for b in (full, empty) for s in range(stages)]
     plan = {
         "loop": str(k.name), "num_stages": stages,
@@ -570,9 +562,9 @@ def _linear_block(body):
 
 def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
                     always: bool = False):
-    """Warp-specialize the first pipelined loop of the block's own statement list (not
-    inside another loop or branch) that copies with TMA, keeps its MMAs in flight, whose
-    copies a producer warp may issue from the start and where the split pays
+    """Pipeline the loops of the block's own statement list (not inside another loop or
+    branch), warp-specializing the first that copies with TMA, keeps its MMAs in flight,
+    whose copies a producer warp may issue from the start and where the split pays
     (`Roles.pays`): its `front` goes to the top of the block, after the block's
     allocations. The block's threads must be whole warpgroups (a 1-D block)."""
     threads = [int(t) for t in kernel.annotations[THREADS]]
@@ -590,23 +582,27 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
     roles = Roles(threads[0], allowed, _written_tensors(kernel),
                   sum(math.prod(int(s) for s in b.shape) * itemsize(str(b.dtype)) for b in tiles),
                   always)
-    for i, stmt in enumerate(stmts):
+    before, after, front = [], [], []  # the statements before the split loop, and after
+    for stmt in stmts:
         if not (isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and
                 PIPELINED not in stmt.annotations):
+            (after if front else before).append(stmt)
             continue
-        front, rest, staging = pipeline_loop(stmt, None, None, uses, overlap_gemms,
-                                             shared_layouts, specialize=roles)
-        if not front:
-            continue
-        stagings.append(staging)
-        allocs = [s for s in stmts[:i] if isinstance(s, tirx.AllocBuffer)]
-        others = [s for s in stmts[:i] if not isinstance(s, tirx.AllocBuffer)]
-        body = seq(allocs + front + others + [rest] + stmts[i + 1:])
-        for block in reversed(blocks):
-            body = tirx.For(block.loop_var, block.min, block.extent, block.kind, body,
-                            thread_binding=block.thread_binding, annotations=block.annotations)
-        return body
-    return kernel
+        loop_front, new, staging = pipeline_loop(stmt, None, None, uses, overlap_gemms,
+                                                 shared_layouts,
+                                                 specialize=None if front else roles)
+        if staging is not None:
+            stagings.append(staging)
+        front = front or loop_front
+        (after if front else before).extend(list(new) if isinstance(new, tirx.SeqStmt)
+                                            else [new])
+    allocs = [s for s in before if isinstance(s, tirx.AllocBuffer)]
+    body = seq(allocs + front + [s for s in before if not isinstance(s, tirx.AllocBuffer)] +
+               after) if front else seq(before)
+    for block in reversed(blocks):
+        body = tirx.For(block.loop_var, block.min, block.extent, block.kind, body,
+                        thread_binding=block.thread_binding, annotations=block.annotations)
+    return body
 
 
 def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
@@ -652,8 +648,8 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                 if not (isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and
                         PIPELINED not in stmt.annotations):
                     return [stmt]
-                new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms,
-                                             shared_layouts if tma else None, no_tma)
+                _, new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms,
+                                                shared_layouts if tma else None, no_tma)
                 if staging is None:
                     return [stmt]
                 stagings.append(staging)

@@ -41,6 +41,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ..ops._lowering import is_sync
+
 MARKER = "__tilelab_lifetime_marker"
 
 
@@ -140,18 +142,12 @@ def _touched(stmt) -> dict:
     return found
 
 
-def _is_barrier(stmt) -> bool:
-    value = getattr(stmt, "value", None)
-    return (isinstance(stmt, tirx.Evaluate) and isinstance(value, tvm.ir.Call) and
-            getattr(value.op, "name", "") == "tirx.tvm_storage_sync")
-
-
 def _keep_until_barrier(seq):
     """Before each barrier of a statement list, a marker touching the tiles accessed since
     the previous one (see the module doc)."""
     stmts, pending, changed = [], {}, False
     for stmt in seq.seq:
-        if _is_barrier(stmt):
+        if is_sync(stmt):
             if pending:
                 stmts.append(tirx.Evaluate(tirx.call_extern("int32", MARKER,
                                                             *pending.values())))

@@ -40,6 +40,7 @@ from tvm import tirx
 from ..errors import TileLabCompileError
 from ..ir.keys import WARP_PRODUCER
 from ..ir.visit import rewrite, substitute, walk
+from ..ops._lowering import extern, is_sync
 
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg and warpgroup-wide rules act per warpgroup
 
@@ -53,12 +54,8 @@ def _flatten(stmt) -> list:
 def _consumer_barriers(stmt, threads: int):
     """Each block-wide barrier in `stmt` as a barrier of the `threads` consumers."""
     def on_evaluate(node):
-        call = node.value
-        if isinstance(call, tvm.ir.Call) and getattr(call.op, "name", "") == \
-                "tirx.tvm_storage_sync" and str(call.args[0].value).startswith("shared"):
-            return tirx.Evaluate(tirx.call_extern("void", "tl::consumer_sync",
-                                                  tirx.const(threads, "int32")))
-        return node
+        return extern("tl::consumer_sync", tirx.const(threads, "int32")) if is_sync(node) \
+            else node
 
     return rewrite(stmt, tirx.Evaluate, on_evaluate)
 
