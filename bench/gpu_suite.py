@@ -96,6 +96,10 @@ CHECKS = [
     ("flash_attention_d128_causal", "flash_attention",
      {"shape": (1, 4, 777, 128), "options": {"causal": True}},
      [("randn", (1, 4, 777, 128), "float16")] * 3, "sdpa_causal", 2e-2),
+    # 16 x 8 x 2 blocks: enough for the longest to be started first (heavy_blocks_first.py)
+    ("flash_attention_d128_causal_heavy_first", "flash_attention",
+     {"shape": (2, 8, 1000, 128), "options": {"causal": True}},
+     [("randn", (2, 8, 1000, 128), "float16")] * 3, "sdpa_causal", 2e-2),
 ]
 
 BENCH = [
@@ -235,6 +239,18 @@ BENCH = [
      {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
     ("flash_attention_causal_bm128_w8", "flash_attention",
      {"shape": (4, 32, 4096, 128), "options": {"causal": True, "block_m": 128, "threads": 256}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
+     {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
+    # the same two with the blocks started in the order written (block 0 first)
+    ("flash_attention_causal_as_written", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"causal": True, "pass_configs": {
+         "tl.disable_heavy_first": True}}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
+     {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
+    ("flash_attention_causal_bm128_w8_as_written", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"causal": True, "block_m": 128, "threads": 256,
+                                               "pass_configs": {
+                                                   "tl.disable_heavy_first": True}}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
      {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
 ]

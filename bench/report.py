@@ -74,6 +74,8 @@ VARIANTS = {
     "_one_role": "; one role: every thread waits for the copies and multiplies "
                  "(`tl.disable_warp_specialized`)",
     "_fullrow": "; each warpgroup a 64×256 half of the tile (`GemmWarpPolicy.FullRow`)",
+    "_as_written": "; blocks started in the order written, the shortest first "
+                   "(`tl.disable_heavy_first`)",
 }
 
 

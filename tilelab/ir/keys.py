@@ -115,3 +115,6 @@ class PassConfigKey(str, enum.Enum):
     # sm_90a: split every TMA loop that keeps its MMAs in flight and allows a producer
     # warp, also where it was not measured to pay (to try it, and to test the split)
     TL_FORCE_WARP_SPECIALIZED = "tl.force_warp_specialized"
+    # CUDA: number blocks as written, instead of the ones with the most loop trips first
+    # (passes/heavy_blocks_first.py: causal attention)
+    TL_DISABLE_HEAVY_FIRST = "tl.disable_heavy_first"

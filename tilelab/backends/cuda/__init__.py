@@ -23,6 +23,7 @@ from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, fact
 from ...ops.copy import TENSOR_MAP
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
+from ...passes.heavy_blocks_first import HeavyBlocksFirst
 from ...passes.hide_refills import hidden_refills
 from ...passes.infer_layouts import InferLayouts, warn_unapplied_layouts
 from ...passes.insert_barriers import InsertBarriers
@@ -44,13 +45,14 @@ PIPELINE_NAME = "tilelab_cuda"
 
 def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
            coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
-           specialize: str = "measured") -> list:
+           specialize: str = "measured", heavy_first: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
     `overlap_gemms`: with wgmma, pipelined T.gemms keep one iteration's MMAs in flight;
     `tma`: and their tiles are copied by TMA; `specialize`: by a producer warp ("off",
-    "measured": where it was measured to pay, "always")."""
+    "measured": where it was measured to pay, "always"); `heavy_first`: blocks whose loops
+    run longest are launched first."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -96,6 +98,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
         SpecializeWarps,                           # producer warpgroup + consumers (if planned)
+        *([HeavyBlocksFirst] if heavy_first else []),  # the longest-running blocks start first
         T.SplitHostDevice(),
         T.MakePackedAPI(),
         T.BF16StorageLegalize(),
@@ -463,8 +466,9 @@ class CUDABackend(Backend):
         specialize = "off" if configs.get(PassConfigKey.TL_DISABLE_WARP_SPECIALIZED.value) \
             else "always" if configs.get(PassConfigKey.TL_FORCE_WARP_SPECIALIZED.value) \
             else "measured"
+        heavy_first = not configs.get(PassConfigKey.TL_DISABLE_HEAVY_FIRST.value, False)
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
-                           overlap, tma, specialize)
+                           overlap, tma, specialize, heavy_first)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 

@@ -190,6 +190,11 @@ __device__ __forceinline__ T negate(T value) {
   return static_cast<T>(result);
 }
 
+// ---- block order (passes/heavy_blocks_first.py): a block index counted from the end. A
+// call, so that TVM's simplifier keeps it one named value instead of folding `last - i`
+// into every address (ptxas then needs more registers for the same kernel)
+__device__ __forceinline__ int backwards(int last, int index) { return last - index; }
+
 // ---- warp shuffles for reductions
 template <typename T>
 __device__ __forceinline__ T shfl_xor(T value, int lane_mask) {
