@@ -83,6 +83,7 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     floordiv,
     floormod,
     half,
+    im2col,
     int,
     long,
     shift_left,

@@ -40,12 +40,16 @@ class Tensor:
     shape: tuple
     dtype: str = "float32"
 
-    def __init__(self, shape, dtype="float32", data=None, *view_args, **view_kwargs):
-        if data is not None or view_args or view_kwargs:
+    def __new__(cls, shape=None, dtype="float32", data=None, *view_args, **view_kwargs):
+        if data is None and not view_args and not view_kwargs:
+            return super().__new__(cls)
+        if view_args or view_kwargs:
             raise TileLabTypeError(
-                "T.Tensor(shape, dtype, data) views another tensor's memory, which tilelab "
-                "does not support", hint="index the original tensor with arithmetic, or pass "
-                "the reshaped tensor as its own kernel parameter")
+                "T.Tensor(shape, dtype, data) takes a view's shape, dtype and the tensor's "
+                "data; strides, offsets and scopes are not supported")
+        return _view(shape, dtype, data)
+
+    def __init__(self, shape, dtype="float32", data=None, *view_args, **view_kwargs):
         if not isinstance(shape, (tuple, list)):
             shape = (shape,)
         object.__setattr__(self, "shape", tuple(shape))
@@ -57,6 +61,38 @@ class Tensor:
 
 
 Buffer = Tensor
+
+
+def _view(shape, dtype, data):
+    """`T.Tensor(shape, dtype, X.data)` inside a kernel: X's memory seen with another shape
+    (a reshape of the contiguous tensor X, as `X.view(shape)` in torch). It must cover at
+    most X's elements of the same dtype."""
+    builder = current("T.Tensor(shape, dtype, data)")
+    base = data.args[0] if isinstance(data, tvm.ir.Call) and \
+        getattr(data.op, "name", "") == "tirx.buffer_data" else None
+    if base is None or not is_buffer(base) or base.scope() != "global":
+        raise TileLabTypeError("T.Tensor(shape, dtype, data): data must be a kernel tensor's "
+                               "`.data` (as in T.Tensor((M * N,), T.float16, A.data))")
+    shape = _shape(shape if isinstance(shape, (tuple, list)) else (shape,)) if all(
+        _const_int(e) is not None for e in (shape if isinstance(shape, (tuple, list))
+                                            else (shape,))) else None
+    if shape is None:
+        raise TileLabTypeError("a tensor view's shape must be known at compile time")
+    dtype = dtypes.as_dtype(dtype)
+    if str(dtype) != str(base.dtype):
+        raise TileLabTypeError(f"a view of {base.name} ({base.dtype}) must have its dtype, "
+                               f"not {dtype}", hint="T.reinterpret converts single values")
+    size, held = math.prod(shape), None
+    if all(_const_int(e) is not None for e in base.shape):
+        held = math.prod(int(_const_int(e)) for e in base.shape)
+    if held is not None and size > held:
+        raise TileLabTypeError(f"a view of shape {shape} holds {size} elements; "
+                               f"{base.name} has {held}")
+    view = tirx.decl_buffer(shape, str(dtype), name=builder.take_name(f"{base.name}_view"),
+                            data=data)
+    builder.buffer_locations[view.name] = builder.location
+    builder.emit(tirx.DeclBuffer(view, data=data))
+    return view
 
 
 def const(names: str):

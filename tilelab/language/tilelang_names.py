@@ -20,6 +20,7 @@ from tvm import tirx
 from ..errors import TileLabSyntaxError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
+from ..ir.tile_ops import is_buffer as tirx_is_buffer
 from . import expr as E
 from .primitives import alloc_fragment, alloc_global, alloc_local, alloc_shared, serial, unroll
 
@@ -121,6 +122,52 @@ def make_swizzled_layout(buffer):
     return Layout.swizzled([builtins.int(s) for s in buffer.shape], bits)
 
 
+def im2col(img, col, nhw_step, c_step, kernel, stride=1, dilation=1, pad=0,
+           eviction_policy=None, annotations=None):
+    """Fill the shared tile `col` (rows × cols) with a block of the im2col matrix of the
+    NHWC image `img`, as a convolution computed as a GEMM reads it: row r is output
+    pixel m = nhw_step * rows + r (batch, then row, then column of the output), column c
+    is k = c_step * cols + c over (kernel row, kernel column, channel), channel fastest;
+    its value is the input pixel that filter tap sees, 0 where it falls in the padding or
+    past the last pixel or tap. `kernel` is the filter's height and width. (TileLang's
+    T.im2col; here an element-wise T.Parallel loop, on every backend.)"""
+    from .primitives import Parallel
+
+    builder = current("im2col")
+    if not (tirx_is_buffer(img) and len(img.shape) == 4 and tirx_is_buffer(col) and
+            len(col.shape) == 2):
+        raise TileLabSyntaxError("T.im2col(img, col, ...) takes a 4-D NHWC tensor and a 2-D "
+                                 "tile")
+    for name, value in (("kernel", kernel), ("stride", stride), ("dilation", dilation),
+                        ("pad", pad)):
+        if not isinstance(value, builtins.int) or value < (0 if name == "pad" else 1):
+            raise TileLabSyntaxError(f"T.im2col: {name} must be a "
+                                     f"{'non-negative' if name == 'pad' else 'positive'} int, "
+                                     f"got {value!r}")
+    batch, height, width, channels = img.shape
+    rows, cols = (builtins.int(e) for e in col.shape)
+    out_h = (height + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    out_w = (width + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+
+    def element(ij):
+        i, j = ij
+        m = E.binary("+", E.binary("*", nhw_step, rows), i)
+        k = E.binary("+", E.binary("*", c_step, cols), j)
+        n, pixel = m // (out_h * out_w), m % (out_h * out_w)
+        tap, c = k // channels, k % channels
+        h = (pixel // out_w) * stride + (tap // kernel) * dilation - pad
+        w = (pixel % out_w) * stride + (tap % kernel) * dilation - pad
+        inside = tirx.all(m < batch * out_h * out_w, k < kernel * kernel * channels,
+                          h >= 0, h < height, w >= 0, w < width)
+        clamp = [tirx.max(tirx.min(v, hi - 1), 0) for v, hi in
+                 ((n, batch), (h, height), (w, width))]  # every read within img
+        value = tirx.BufferLoad(img, [clamp[0], clamp[1], clamp[2], c])
+        builder.emit(tirx.BufferStore(col, tirx.if_then_else(
+            inside, value, tirx.const(0, str(col.dtype))), [i, j]))
+
+    builder.emit(Parallel(rows, cols).build(["i", "j"], element))
+
+
 def assume(condition):
     """A promise to the optimizer that `condition` holds; tilelab does not use it."""
     E.as_ir(condition)
@@ -162,7 +209,6 @@ MISSING: dict[str, tuple[str, str]] = {
     "finalize_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum"),
     "PersistentTileScheduler": ("persistent blocks that loop over tiles",
                                 "one block per tile with T.Kernel"),
-    "im2col": ("T.im2col", "T.copy of the input rows with index arithmetic in a T.Parallel loop"),
     "atomic_addx2": ("vector atomics", "T.atomic_add on a region"),
     "atomic_addx4": ("vector atomics", "T.atomic_add on a region"),
     "atomic_load": ("atomic loads and stores", "T.atomic_add, or separate kernels"),

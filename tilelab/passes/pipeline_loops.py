@@ -68,6 +68,7 @@ import json
 import math
 from dataclasses import dataclass
 
+import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
@@ -128,10 +129,20 @@ def tensor_map_type():
     return T.handle("tensormap").ty
 
 
-def tma_spec(producer, layouts: dict) -> dict | str:
+def tensor_views(body) -> dict:
+    """The kernel's tensor views (`T.Tensor(shape, dtype, X.data)`): view name -> X's name."""
+    views: dict = {}
+    walk(body, tirx.DeclBuffer, lambda d: views.__setitem__(str(d.buffer.name),
+                                                             str(d.data.args[0].name))
+         if isinstance(d.data, tvm.ir.Call) and d.data.args else None)
+    return views
+
+
+def tma_spec(producer, layouts: dict, views: dict | None = None) -> dict | str:
     """How TMA copies this producer's tile, or why it cannot: the global tensor's shape,
     the box of one copy (innermost dimension first) and the swizzle, taken from the wgmma
-    layout `layouts` (a trial layout inference) gives the shared tile."""
+    layout `layouts` (a trial layout inference) gives the shared tile. A view's descriptor
+    describes its own shape over the viewed tensor's memory (`views`: tensor_views)."""
     src, dst = regions(producer)
     layout = layouts.get(dst.buffer.name)
     if producer.config.get("disable_tma"):
@@ -157,7 +168,9 @@ def tma_spec(producer, layouts: dict) -> dict | str:
         return f"{rows} rows: a TMA box has at most 256"
     swizzle = int(layout.recipe["swizzle_bytes"])
     width = swizzle // nbytes  # elements of one panel's row
-    return {"tensor": str(src.buffer.name), "dtype": src.dtype, "shape": shape,
+    name = str(src.buffer.name)
+    view = {"view": name} if name in (views or {}) else {}  # (names the descriptor)
+    return {"tensor": (views or {}).get(name, name), **view, "dtype": src.dtype, "shape": shape,
             "box": [width, rows] + [1] * (len(shape) - 2), "swizzle": swizzle,
             "panels": cols // width, "bytes": rows * cols * nbytes}
 
@@ -263,7 +276,8 @@ def buffer_uses(node) -> dict:
 
 
 def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=False,
-                  shared_layouts=None, no_tma="no TMA on this target", specialize=None):
+                  shared_layouts=None, no_tma="no TMA on this target", specialize=None,
+                  views=None):
     """`uses`: buffer use counts of the whole kernel. A tile also used outside the loop keeps
     its single slot (its copy stays synchronous): other code may expect its last contents.
     `overlap_gemms`: the target's T.gemm can stay in flight (sm_90a's warpgroup MMA).
@@ -289,7 +303,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     consumers = [s for s in body if not any(s.same_as(p) for p in producers)]
 
     overlap = overlap_gemms and stages >= 3 and _only_multiplies(consumers)
-    specs = [tma_spec(p, shared_layouts()) for p in producers] \
+    specs = [tma_spec(p, shared_layouts(), views) for p in producers] \
         if shared_layouts is not None else [no_tma]
     tma = all(isinstance(spec, dict) for spec in specs)
     if not tma:
@@ -303,8 +317,8 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         maps: dict = {}  # one descriptor per tensor and box
         for spec in specs:
             key = json.dumps(spec, sort_keys=True)
-            spec["map"] = maps.setdefault(key, tirx.Var(f"{spec['tensor']}_tma",
-                                                        tensor_map_type()))
+            name = spec.get("view", spec["tensor"])  # a view's own name: its own descriptor
+            spec["map"] = maps.setdefault(key, tirx.Var(f"{name}_tma", tensor_map_type()))
         staging.tensor_maps = list(maps.values())
         # in the dynamic allocation with the tiles: static shared memory would come first
         # in the block's window and move the tiles off the alignment TMA and wgmma need
@@ -590,7 +604,8 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
             continue
         loop_front, new, staging = pipeline_loop(stmt, None, None, uses, overlap_gemms,
                                                  shared_layouts,
-                                                 specialize=None if front else roles)
+                                                 specialize=None if front else roles,
+                                                 views=tensor_views(func.body))
         if staging is not None:
             stagings.append(staging)
         front = front or loop_front
@@ -627,6 +642,7 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
         stagings = []
         timeline = next((p for p in func.params if str(p.name) == "pipeline_timeline"), None)
         uses = buffer_uses(func.body)
+        views = tensor_views(func.body)
         block = _linear_block(func.body) if timeline is not None else None
 
         def on_kernel(kernel):
@@ -649,7 +665,8 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                         PIPELINED not in stmt.annotations):
                     return [stmt]
                 _, new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms,
-                                                shared_layouts if tma else None, no_tma)
+                                                shared_layouts if tma else None, no_tma,
+                                                views=views)
                 if staging is None:
                     return [stmt]
                 stagings.append(staging)

@@ -36,6 +36,7 @@ from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSha
 from ...passes.specialize_warps import SpecializeWarps
 from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
+from ...passes.tensor_views import DropTensorViews
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
 from . import nvcc
@@ -72,6 +73,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         LowerTileOpsToThreads(),               # tile ops -> per-thread code
         s_tir.transform.LowerOpaqueBlock(),    # thread-bound loops -> kernel launch attributes
         T.FlattenBuffer(),
+        DropTensorViews,                       # views' accesses now use the tensor's pointer
         T.BF16ComputeLegalize(),
         T.NarrowDataType(32),
         T.StmtSimplify(),                      # drop edge guards that always hold
