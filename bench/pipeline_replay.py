@@ -19,9 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "bench" / "artifacts" / "replay"
 sys.path.insert(0, str(ROOT))
 
-CASES = [  # name, M=N=K, num_stages
-    ("gemm_4096_stages2", 4096, 2),
-    ("gemm_4096_stages3", 4096, 3),
+CASES = [  # name, M=N=K, num_stages, block_k
+    ("gemm_4096_stages2", 4096, 2, 32),
+    ("gemm_4096_stages3", 4096, 3, 32),
+    # 128 KB of tiles: a producer warpgroup and one consumer warpgroup (warp-specialized)
+    ("gemm_4096_bk64_stages4_split", 4096, 4, 64),
 ]
 
 
@@ -31,9 +33,9 @@ def build() -> None:
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     manifest = []
-    for name, size, stages in CASES:
+    for name, size, stages, block_k in CASES:
         kernel = gemm_kernel.compile(
-            M=size, N=size, K=size, num_stages=stages, target="cuda",
+            M=size, N=size, K=size, num_stages=stages, block_k=block_k, target="cuda",
             pass_configs={tilelab.PassConfigKey.TL_INSTRUMENT_PIPELINE: 4})
         kernel.export(ARTIFACTS / f"{name}.tilelab")
         manifest.append({"name": name, "size": size, "num_stages": stages,
@@ -57,7 +59,7 @@ def run(out: Path) -> None:
             c, timeline = kernel(a, b)
         torch.cuda.synchronize()
         torch.testing.assert_close(c, a @ b, rtol=2e-2, atol=2e-2)
-        rows = measured_rows(timeline)
+        rows = measured_rows(timeline, specialized=bool(case["plan"].get("warp_specialized")))
         records.append({"kernel": case["name"], "device": torch.cuda.get_device_name(),
                         "plan": case["plan"], "measured": rows})
         computes = [r["end_ns"] - r["start_ns"] for r in rows if r["kind"] == "compute"]

@@ -159,7 +159,7 @@ def counted(A, B, Count, bm: int = 64, bn: int = 64, bk: int = 64, stages: int =
 
 
 @needs_nvcc
-@pytest.mark.parametrize("which", ["nested", "counted", "instrumented", "key"])
+@pytest.mark.parametrize("which", ["nested", "counted", "key"])
 def test_loops_the_producer_cannot_run_keep_one_role(which):
     """Each with 128 KB of tiles and one warpgroup: split but for the reason named."""
     a, b = _meta(256, 512), _meta(512, 512)
@@ -169,13 +169,55 @@ def test_loops_the_producer_cannot_run_keep_one_role(which):
         kernel = counted.compile(a, b, _meta(1, dtype=torch.int32), target="cuda:sm_90a",
                                  **BIG)
     else:
-        configs = {"tl.instrument_pipeline": 2} if which == "instrumented" else ONE_ROLE
-        kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=configs,
+        kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=ONE_ROLE,
                                 block_k=64, stages=4)
     plan = kernel.trace.pipelines[0]
     assert plan["tma"] and "warp_specialized" not in plan
     assert kernel.launch["block"] == [128, 1, 1]
     assert "consumer_sync" not in kernel.get_kernel_source()
+
+
+@needs_nvcc
+def test_an_instrumented_split_loop_stamps_both_roles():
+    """The measured replay of a split loop: the consumers' thread 0 stamps waiting, tiles
+    there and compute done (events 0, 1, 3); the producer thread stamps when it issued
+    each iteration's copies (event 2), inside its own loop."""
+    kernel = matmul.compile(_meta(256, 512), _meta(512, 512), target="cuda:sm_90a",
+                            pass_configs={"tl.instrument_pipeline": 2}, block_k=64, stages=4)
+    assert kernel.trace.pipelines[0]["warp_specialized"]
+    assert kernel.launch["block"] == [256, 1, 1]
+    source = kernel.get_kernel_source()
+    producer = source.split("for (int ko_load = ")[1].split("} else {")[0]
+    consumers = _loop_of(source, "ko")
+    assert producer.count("tl::globaltimer()") == 1 and "* 4)) + 2)] = " in producer
+    assert consumers.count("tl::globaltimer()") == 3
+
+
+def test_measured_rows_of_a_split_loop_put_the_producer_on_its_own_lane():
+    import numpy as np
+
+    from tilelab.instrument import measured_rows
+    from tilelab.viz import pipeline_view
+
+    # one block, three iterations, two slots: the producer issued 0 and 1 at once (ns 100),
+    # iteration 2 after the consumers released slot 0 (during iteration 1)
+    stamps = np.array([[[110, 150, 100, 250], [250, 260, 100, 360], [360, 400, 300, 500]]])
+    rows = measured_rows(stamps, specialized=True)
+    issues = [r for r in rows if r["kind"] == "issue"]
+    assert [(r["iteration"], r["start_ns"], r["role"]) for r in issues] == \
+        [(0, 0, "producer"), (1, 0, "producer"), (2, 200, "producer")]
+    assert all(r["end_ns"] == r["start_ns"] for r in issues)  # an instant
+    computes = [(r["start_ns"], r["end_ns"]) for r in rows if r["kind"] == "compute"]
+    assert computes == [(50, 150), (160, 260), (300, 400)]  # from the tiles' arrival
+    plan = {"loop": "ko", "num_stages": 2, "extent": 3, "slots": {"a": 2}, "tma": True,
+            "ahead": 0, "warp_specialized": {"consumer_threads": 128, "producer_threads": 128},
+            "statements": [{"text": "copy(A, a)", "stage": 0, "order": 0, "role": "copy"},
+                           {"text": "gemm(a, b, c)", "stage": 0, "order": 1,
+                            "role": "compute"}],
+            "async_groups": [["copy(A, a)"]], "waits": ""}
+    svg = pipeline_view(plan, iterations=3, measured=rows).scene().to_svg()
+    assert 'data-role="producer"' in svg and 'data-role="consumer"' in svg
+    assert "producer thread and consumer warps" in svg
 
 
 def test_the_replay_lets_the_producer_fill_every_slot():
@@ -217,6 +259,32 @@ def test_kept_and_split_loops_compute_the_same_on_the_gpu(configs):
         a2, b2 = _inputs(cfg, 1000, 776, 520, device="cuda")
         out = matmul(a2, b2, pass_configs=configs, **cfg)
         torch.testing.assert_close(out.float(), _reference(cfg, a2, b2), rtol=2e-2, atol=5e-2)
+    # instrumented: the same result, and the stamps follow the protocol
+    cfg = {"block_k": 64, "stages": 4}
+    a2, b2 = _inputs(cfg, 1000, 776, 1024, device="cuda")
+    kernel = matmul.compile(a2, b2, pass_configs={**configs, "tl.instrument_pipeline": 2}, **cfg)
+    out, timeline = kernel(a2, b2)
+    torch.testing.assert_close(out.float(), _reference(cfg, a2, b2), rtol=2e-2, atol=5e-2)
+    _check_stamps(timeline.cpu(), kernel.trace.pipelines[0], stages=4)
+
+
+def _check_stamps(timeline, plan, stages: int):
+    from tilelab.instrument import measured_rows
+
+    split = bool(plan.get("warp_specialized"))
+    rows = measured_rows(timeline, specialized=split)
+    at = {(r["block"], r["iteration"], r["kind"]): r for r in rows}
+    iterations = 1 + max(r["iteration"] for r in rows)
+    for block in range(2):
+        for k in range(iterations):
+            wait, compute = at[block, k, "wait"], at[block, k, "compute"]
+            assert wait["start_ns"] <= wait["end_ns"] <= compute["end_ns"]
+            if split:  # copies issued before the consumers saw them land; refills only
+                # after the consumers released the slot (during iteration k - S + 1)
+                assert at[block, k, "issue"]["start_ns"] <= wait["end_ns"]
+                if k >= stages:
+                    assert at[block, k, "issue"]["start_ns"] >= \
+                        at[block, k - stages + 1, "wait"]["end_ns"]
 
 
 def test_the_fallback_kernels_are_right_on_the_cpu():

@@ -10,6 +10,11 @@ the GPU's nanosecond clock (`%globaltimer`) at four points of every iteration:
     2 after issuing the copies for a later iteration
     3 after the compute
 
+A warp-specialized loop (passes/specialize_warps.py) has no thread that does all
+four: its consumer warps stamp 0, 1 and 3, and its producer thread stamps 2 when it
+issued the copies *of that iteration* - S iterations or more before the consumers
+find them landed.
+
 `measured_rows` turns that array into timeline rows (the `measured` part of the
 pipeline view in docs/MIME.md).
 """
@@ -58,20 +63,33 @@ def instrument_program(program, blocks: int):
     return replace(program, func=func, params=params, returned=returned)
 
 
-def measured_rows(timeline) -> list[dict]:
-    """Rows {block, iteration, kind, start_ns, end_ns} from a timeline array (ns since the
-    block's first stamp): "wait" until the tiles land, "issue" of later copies, "compute"."""
+def measured_rows(timeline, specialized: bool = False) -> list[dict]:
+    """Rows {block, iteration, kind, start_ns, end_ns, role} from a timeline array (ns since
+    the block's first stamp): "wait" until the tiles land, "issue" of copies, "compute".
+    One role (`specialized` False): thread 0 issues the copies of a later iteration between
+    its wait and its compute. A warp-specialized loop (`specialized`, the plan's
+    `warp_specialized`): the producer's "issue" of each iteration's copies is an instant
+    on its own lane, the consumers wait and compute."""
     import numpy as np
 
     data = np.asarray(timeline.cpu() if hasattr(timeline, "cpu") else timeline, dtype=np.int64)
     rows = []
     for block, stamps in enumerate(data):
-        origin = int(stamps[0, 0])
+        recorded = stamps[stamps != 0]
+        if not recorded.size:
+            continue
+        origin = int(recorded.min())
         for iteration, (wait, ready, issued, done) in enumerate(stamps):
             if wait == 0 and done == 0:
                 continue
-            for kind, start, end in (("wait", wait, ready), ("issue", ready, issued),
-                                     ("compute", issued, done)):
+            if specialized:
+                spans = (("wait", wait, ready, "consumer"), ("issue", issued, issued, "producer"),
+                         ("compute", ready, done, "consumer"))
+            else:
+                spans = (("wait", wait, ready, "thread 0"), ("issue", ready, issued, "thread 0"),
+                         ("compute", issued, done, "thread 0"))
+            for kind, start, end, role in spans:
                 rows.append({"block": block, "iteration": iteration, "kind": kind,
-                             "start_ns": int(start) - origin, "end_ns": int(end) - origin})
+                             "start_ns": int(start) - origin, "end_ns": int(end) - origin,
+                             "role": role})
     return rows

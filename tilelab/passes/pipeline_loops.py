@@ -309,7 +309,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     if not tma:
         no_tma = next(spec for spec in specs if isinstance(spec, str))
     threads = None  # the consumers' threads, where a producer warp issues the copies
-    if tma and overlap and specialize is not None and timeline is None and \
+    if tma and overlap and specialize is not None and \
             _may_hoist(loop, producers, [k, *specialize.allowed], specialize.written) and \
             specialize.pays(staging):
         threads = specialize.threads
@@ -361,7 +361,8 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     if threads is not None:
         return _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
                             threads, [_describe(s) for s in body],
-                            [any(s.same_as(p) for p in producers) for s in body])
+                            [any(s.same_as(p) for p in producers) for s in body],
+                            timeline, block)
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
     # of an iteration; TMA: wait for the phase of this iteration's slot
@@ -487,10 +488,12 @@ def _written_tensors(kernel) -> set:
 
 
 def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
-                 threads: int, texts: list, is_copy: list):
+                 threads: int, texts: list, is_copy: list, timeline=None, block=None):
     """The loop, which only multiplies and keeps its MMAs in flight, split between a
     producer warp and the consumer warpgroups (module doc). Returns (front, consumer loop
-    + drain, staging)."""
+    + drain, staging). Instrumented (`timeline`), the consumers stamp events 0, 1 and 3 of
+    each iteration (waiting, tiles there, compute done) and the producer event 2, when it
+    issued that iteration's copies (instrument.py)."""
     stages = staging.stages
     k, n = loop.loop_var, loop.extent
     slot, phase = tirx.floormod(k, stages), tirx.floormod(tirx.floordiv(k, stages), 2)
@@ -501,8 +504,9 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
         tirx.GE(j, stages), extern("tl::mbar_wait", barrier_of(
             tirx.floormod(j, stages), which=empty),
             1 - tirx.floormod(tirx.floordiv(j, stages), 2)), None)
+    stamped = [] if timeline is None else [_stamp(timeline, block, j, 2)]
     producer = tirx.For(j, loop.min, loop.extent, tirx.ForKind.SERIAL,
-                        seq([refill_wait, issue(j, tirx.floormod(j, stages))]))
+                        seq([refill_wait, issue(j, tirx.floormod(j, stages))] + stamped))
     front = [tirx.AllocBuffer(full), tirx.AllocBuffer(empty)] + \
         [extern("tl::mbar_init", barrier_of(s, 2), len(producers)) for s in range(stages)] + \
         [extern("tl::mbar_init", barrier_of(s, 2, empty), threads // 32)
@@ -544,8 +548,10 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
                  "the producer waits for `empty` before refilling; no block-wide barrier in "
                  "the loop",
     }
+    stamps = [[]] * 3 if timeline is None else \
+        [[_stamp(timeline, block, k, event)] for event in (0, 1, 3)]
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
-                        seq([wait] + computed + [release]),
+                        seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] + [release]),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
     return front, seq([new_loop] + drain), staging
@@ -575,7 +581,7 @@ def _linear_block(body):
 
 
 def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
-                    always: bool = False):
+                    always: bool = False, timeline=None, block=None):
     """Pipeline the loops of the block's own statement list (not inside another loop or
     branch), warp-specializing the first that copies with TMA, keeps its MMAs in flight,
     whose copies a producer warp may issue from the start and where the split pays
@@ -602,7 +608,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
                 PIPELINED not in stmt.annotations):
             (after if front else before).append(stmt)
             continue
-        loop_front, new, staging = pipeline_loop(stmt, None, None, uses, overlap_gemms,
+        loop_front, new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms,
                                                  shared_layouts,
                                                  specialize=None if front else roles,
                                                  views=tensor_views(func.body))
@@ -655,9 +661,10 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                     predicted.append(predicted_shared_layouts(kernel, annotated or {}, wgmma_off))
                 return predicted[0]
 
-            if specialize != "off" and tma and timeline is None:  # (instrumented: one role)
+            if specialize != "off" and tma:
                 kernel = _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts,
-                                         stagings, always=specialize == "always")
+                                         stagings, always=specialize == "always",
+                                         timeline=timeline, block=block)
 
             def pipelined(stmt) -> list:
                 """The statements that replace `stmt` (itself, if it is no pipelined loop)."""

@@ -456,23 +456,32 @@ MEASURED_COLORS = {"wait": "#e8a0a0", "issue": "#7fb0e0", "compute": COLORS["com
 
 
 def _draw_measured(scene: Scene, y: float, rows: list[dict], width_units: float) -> float:
-    """What block 0 did on the GPU: wait, issue and compute per iteration, in nanoseconds."""
+    """What block 0 did on the GPU: wait, issue and compute per iteration, in nanoseconds;
+    a warp-specialized loop on two lanes, its producer's issues and its consumers' work."""
     rows = [r for r in rows if r.get("block", 0) == 0]
     if not rows:
         return y
     total = max(r["end_ns"] for r in rows) or 1
     scale = width_units * UNIT / total  # the measured run fills the plan's width
-    scene.text(4, y + 8, f"measured on the GPU (block 0, thread 0): {total} ns for "
+    roles = sorted({r.get("role", "thread 0") for r in rows}, key=["producer", "consumer",
+                                                                    "thread 0"].index)
+    who = "thread 0" if roles == ["thread 0"] else "its producer thread and consumer warps"
+    scene.text(4, y + 8, f"measured on the GPU (block 0, {who}): {total} ns for "
                f"{1 + max(r['iteration'] for r in rows)} iterations", size=12, bold=True)
     top = y + 20
-    for r in rows:
-        x, w = LEFT + r["start_ns"] * scale, max((r["end_ns"] - r["start_ns"]) * scale, 0.5)
-        scene.rect(x, top, w, LANE_H, MEASURED_COLORS[r["kind"]], stroke="#ffffff",
-                   stroke_width=0.5, group="measured",
-                   attrs={"data-kind": r["kind"], "data-iteration": r["iteration"],
-                          "data-ns": r["end_ns"] - r["start_ns"]})
-    scene.text(LEFT - 8, top + LANE_H / 2, "block 0", size=11, anchor="end")
-    legend, x = top + LANE_H + 18, LEFT
+    for lane, role in enumerate(roles):
+        lane_top = top + lane * (LANE_H + 4)
+        for r in (r for r in rows if r.get("role", "thread 0") == role):
+            x = LEFT + r["start_ns"] * scale
+            w = max((r["end_ns"] - r["start_ns"]) * scale, 2.0 if role == "producer" else 0.5)
+            scene.rect(x, lane_top, w, LANE_H, MEASURED_COLORS[r["kind"]], stroke="#ffffff",
+                       stroke_width=0.5, group="measured",
+                       attrs={"data-kind": r["kind"], "data-iteration": r["iteration"],
+                              "data-ns": r["end_ns"] - r["start_ns"], "data-role": role})
+        label = "block 0" if role == "thread 0" else \
+            "producer" if role == "producer" else "consumers"
+        scene.text(LEFT - 8, lane_top + LANE_H / 2, label, size=11, anchor="end")
+    legend, x = top + len(roles) * (LANE_H + 4) + 14, LEFT
     for label, kind in (("waiting for tiles", "wait"), ("issuing copies", "issue"),
                         ("compute", "compute")):
         scene.rect(x, legend - 6, 14, 12, MEASURED_COLORS[kind], group="legend")
