@@ -241,6 +241,17 @@ BENCH = [
      {"shape": (4, 32, 4096, 128), "options": {"causal": True, "block_m": 128, "threads": 256}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
      {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
+    # a quarter of the blocks (1024 of 128 rows): fewer waves, a longer tail
+    ("flash_attention_causal_b2h16_bm128_w8", "flash_attention",
+     {"shape": (2, 16, 4096, 128), "options": {"causal": True, "block_m": 128, "threads": 256}},
+     [("randn", (2, 16, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
+     {"flops": 2 * 2 * 16 * 4096 * 4096 * 128}),
+    ("flash_attention_causal_b2h16_bm128_w8_as_written", "flash_attention",
+     {"shape": (2, 16, 4096, 128), "options": {"causal": True, "block_m": 128, "threads": 256,
+                                               "pass_configs": {
+                                                   "tl.disable_heavy_first": True}}},
+     [("randn", (2, 16, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
+     {"flops": 2 * 2 * 16 * 4096 * 4096 * 128}),
     # the same two with the blocks started in the order written (block 0 first)
     ("flash_attention_causal_as_written", "flash_attention",
      {"shape": (4, 32, 4096, 128), "options": {"causal": True, "pass_configs": {

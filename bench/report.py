@@ -66,6 +66,8 @@ SHAPES = {
                               "block's key loop stops at its diagonal); block 64×64, 4 warps, "
                               "2 stages",
     "flash_attention_causal_bm128_w8": "same shapes, causal; block 128×64, 8 warps, 2 stages",
+    "flash_attention_causal_b2h16_bm128_w8": "batch 2, heads 16, seq 4096, dim 128, fp16, "
+                                             "causal; block 128×64, 8 warps, 2 stages",
     "flash_attention_bn32": "same shapes; block 64×32, 4 warps, 2 stages",
     "flash_attention_bm128_bn32_w8": "same shapes; block 128×32, 8 warps, 2 stages",
 }

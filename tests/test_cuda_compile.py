@@ -512,7 +512,7 @@ def test_a_few_registers_too_many_are_trimmed_for_a_second_block():
 
 def test_the_occupancy_repair_keeps_the_first_build_unless_the_second_fits():
     """A second build that ptxas refuses (too few registers for an instruction) or that
-    spills is dropped; one that fits replaces the first."""
+    spills more than a few bytes is dropped; one that fits replaces the first."""
     from tilelab.backends.cuda import fit_registers
     from tilelab.errors import TileLabCompileError
 
@@ -525,7 +525,11 @@ def test_the_occupancy_repair_keeps_the_first_build_unless_the_second_fits():
         raise TileLabCompileError("ptxas: insufficient registers (56) to compile an instruction")
 
     def spills(_source):
-        return {"resources": {"registers": 128, "spill_stores_bytes": 32}}
+        return {"resources": {"registers": 128, "spill_stores_bytes": 1268}}
+
+    def spills_a_little(_source):  # FlashAttention d128, 128x64, 8 warps
+        return {"resources": {"registers": 128, "spill_stores_bytes": 32,
+                              "spill_loads_bytes": 40}}
 
     def fits(bounded):
         assert bounded.count("__launch_bounds__(256, 2)") == 2  # the declaration too
@@ -533,6 +537,8 @@ def test_the_occupancy_repair_keeps_the_first_build_unless_the_second_fits():
 
     assert fit_registers(source, first, config, "sm_90a", refused) == (source, first, None)
     assert fit_registers(source, first, config, "sm_90a", spills) == (source, first, None)
+    kept = fit_registers(source, first, config, "sm_90a", spills_a_little)
+    assert "32 bytes spilled" in kept[2] and "__launch_bounds__(256, 2)" in kept[0]
     bounded, second, why = fit_registers(source, first, config, "sm_90a", fits)
     assert second["resources"]["registers"] == 128 and "at most 128 registers" in why
     small = dict(first, resources={"registers": 120})  # two blocks fit already

@@ -149,3 +149,23 @@ def test_shared_tiles_live_until_the_next_barrier():
     assert [out[i + 1].same_as(sync) for i in markers] == [True, True]
     last = out[markers[1]].value
     assert {str(v) for v in last.args[1:]} == {str(s0.data), str(scratch.data)}
+
+
+def test_tiles_allocated_inside_a_statement_are_not_kept_past_it():
+    """A tile allocated inside a statement (the mbarriers of a pipelined loop inside a
+    persistent block's `if`) is out of scope after it: the marker before the next barrier
+    of the outer list leaves it out (TVM's StorageRewrite refused the kernel: TileLang's
+    examples/gemm/example_gemm_persistent.py on the H200)."""
+    from tilelab.passes.separate_shared_lifetimes import MARKER, _keep_until_barrier
+
+    outer = tirx.decl_buffer((64,), "float16", name="outer", scope="shared.dyn")
+    inner = tirx.decl_buffer((3,), "uint64", name="inner", scope="shared.dyn")
+    tx = tirx.Var("tx", "int32")
+    sync = tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
+    nested = tirx.IfThenElse(tx < 4, tirx.SeqStmt([
+        tirx.AllocBuffer(inner),
+        tirx.BufferStore(inner, tirx.const(0, "uint64"), [0]),
+        tirx.BufferStore(outer, tirx.const(1.0, "float16"), [tx])]), None)
+    out = list(_keep_until_barrier(tirx.SeqStmt([nested, sync])).seq)
+    (marker,) = [s for s in out if MARKER in str(s)]
+    assert {str(v) for v in marker.value.args[1:]} == {str(outer.data)}

@@ -142,9 +142,22 @@ def _touched(stmt) -> dict:
     return found
 
 
+def _allocated(stmt) -> dict:
+    """The tiles allocated in `stmt` (an AllocBuffer holds for the rest of its statement
+    list, so a tile allocated inside a statement is out of scope after it): name -> data."""
+    found: dict = {}
+
+    def visit(alloc):  # (named by its data, or as itself where an access_ptr names it)
+        found.setdefault(str(alloc.buffer.data), alloc.buffer.data)
+        found.setdefault(str(alloc.buffer), alloc.buffer.data)
+
+    tvm_ffi.structural_walk(stmt, (tirx.AllocBuffer, visit), order="pre")
+    return found
+
+
 def _keep_until_barrier(seq):
     """Before each barrier of a statement list, a marker touching the tiles accessed since
-    the previous one (see the module doc)."""
+    the previous one (see the module doc) that are still in scope there."""
     stmts, pending, changed = [], {}, False
     for stmt in seq.seq:
         if is_sync(stmt):
@@ -154,13 +167,32 @@ def _keep_until_barrier(seq):
                 changed = True
             pending = {}
         elif not _is_marker(stmt):
-            pending.update(_touched(stmt))
+            inner = _allocated(stmt)
+            pending.update({k: v for k, v in _touched(stmt).items() if k not in inner})
         stmts.append(stmt)
     return tirx.SeqStmt(stmts) if changed else seq
 
 
 def _keep_to_the_end(body, tiles):
-    marker = tirx.Evaluate(tirx.call_extern("int32", MARKER, *tiles))
+    """A marker touching `tiles` at the end of the statement list that allocates each (the
+    end of its scope); tiles allocated nowhere in `body` at the end of the block."""
+    names = {str(t): t for t in tiles}
+    placed: set = set()
+
+    def at_scope_end(seq):
+        here = [name for s in seq.seq if isinstance(s, tirx.AllocBuffer)
+                for name in (str(s.buffer.data), str(s.buffer))]
+        mine = [names[k] for k in here if k in names and k not in placed]
+        if not mine:
+            return seq
+        placed.update(str(t) for t in mine)
+        return tirx.SeqStmt([*seq.seq, tirx.Evaluate(tirx.call_extern("int32", MARKER, *mine))])
+
+    body = tvm_ffi.structural_map(body, (tirx.SeqStmt, at_scope_end), order="post")
+    rest = [t for k, t in names.items() if k not in placed]
+    if not rest:
+        return body
+    marker = tirx.Evaluate(tirx.call_extern("int32", MARKER, *rest))
 
     def at_threads(attr):
         if attr.attr_key == "thread_extent" and str(attr.node.thread_tag) == "threadIdx.x":
