@@ -382,12 +382,13 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
                            guarded(later, issue(later, tirx.floormod(later, stages))))
     computed = [staging.retarget(c, tirx.floormod(k, stages)) for c in consumers]
     drain = []
-    if tma:  # every thread is past its last wait: the barriers' memory may be reused
-        drain = [sync()] + [extern("tl::mbar_inval", barrier_of(s, 2)) for s in range(stages)]
-    if overlap:  # after the loop, wait for the last iteration's MMAs
+    if overlap:  # after the loop, wait for the last iteration's MMAs - before the barrier:
+        # past it the tiles they read may hold other tiles (the merge of shared memory)
         computed = [_in_flight(c) for c in computed]
         accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
-        drain += [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
+        drain = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
+    if tma:  # every thread is past its last wait: the barriers' memory may be reused
+        drain += [sync()] + [extern("tl::mbar_inval", barrier_of(s, 2)) for s in range(stages)]
     new_body = [wait, sync(), refill] + commit + computed
     if timeline is not None:  # an instrumented build: stamp the four points of an iteration
         top = 3 + len(commit)
