@@ -356,6 +356,55 @@ def test_a_rejected_device_compile_shows_the_first_error_and_the_generated_line(
                                   "      a[0] = undefined_name;"]
 
 
+def test_fragments_too_large_for_the_threads_say_so():
+    """ptxas' failed register allocation is the program's fragments outgrowing its
+    threads (a 128 x 256 float32 accumulator on 128 threads: 256 registers each), said in
+    those words with ptxas' own line (difftest --family hopper, seed 0, program 640)."""
+    from tilelab.backends.cuda.nvcc import _too_many_registers, first_errors
+
+    log = ("ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions "
+           "are serialized\nptxas fatal   : (C7600) Register allocation failed with register "
+           "count of '255'. Compile the program with a higher register target\n"
+           "ptxas fatal   : Ptx assembly aborted due to errors\n")
+    assert first_errors(log, "").splitlines() == [
+        "  ptxas fatal   : (C7600) Register allocation failed with register count of '255'. "
+        "Compile the program with a higher register target"]
+    assert "more threads" in _too_many_registers(log) and not _too_many_registers("other")
+    from tilelab.errors import TileLabCompileError
+
+    with pytest.raises(TileLabCompileError, match="needs more registers than a GPU thread"):
+        tilelab.compile(_wider_than_its_threads(), target="cuda:sm_90a")
+
+
+def _wider_than_its_threads():
+    """difftest --family hopper, seed 0, program 640, shrunk: 128 x 256 float32 results on
+    128 threads, twice, with A from registers."""
+    @T.prim_func
+    def wide(X0: T.Tensor((280, 56), T.bfloat16), X1: T.Tensor((512, 56), T.bfloat16),
+             X2: T.Tensor((512,), T.bfloat16), Y1: T.Tensor((280, 512), T.float32),
+             Y2: T.Tensor((280, 512), T.float32)):
+        with T.Kernel(2, 3, threads=128) as (bx, by):
+            s0 = T.alloc_shared((128, 32), T.bfloat16)
+            s1 = T.alloc_shared((256, 32), T.bfloat16)
+            f0 = T.alloc_fragment((128, 256), T.float32)
+            f1 = T.alloc_fragment((128, 32), T.bfloat16)
+            s2 = T.alloc_shared((256,), T.bfloat16)
+            f2 = T.alloc_fragment((128, 256), T.float32)
+            for k in T.Pipelined(2, num_stages=4):
+                T.copy(X0[by * 128, k * 32], s0)
+                T.copy(X1[bx * 256, k * 32], s1)
+                T.copy(s0, f1)
+                T.gemm(f1, s1, f0, transpose_B=True, policy=T.GemmWarpPolicy.FullCol,
+                       clear_accum=True)
+            T.copy(X2[bx * 256], s2)
+            for i, j in T.Parallel(128, 256):
+                f2[i, j] = f0[i, j] * 0.5 + s2[j]
+            T.copy(f0, Y1[by * 128, bx * 256])
+            T.copy(f2, Y2[by * 128, bx * 256])
+
+    return wide
+
+
 def test_nvcc_errors_reach_the_user_at_the_kernel(monkeypatch):
     """A device compile failure names the user's kernel and nvcc's first error, never a
     blank or NUL message."""

@@ -938,7 +938,9 @@ def _gemm_program(rng, seed, index, hopper: bool = False) -> Program:
         bm, bn = rng.choice((64, 128) if hopper else (16, 32, 64, 128)), \
             rng.choice((64, 128, 256) if hopper else (16, 32, 64, 128))
         policies = [pol for pol in POLICIES if _splits(pol, bm, bn, warps)]
-        if policies and bm * bn <= (128 * 256 if hopper else 64 * 128):
+        # a wgmma accumulator stays in registers: at most 128 of them a thread (128 x 256
+        # on 128 threads needs 256, and ptxas gives up: seed 0, program 640)
+        if policies and bm * bn <= (min(128 * 256, 128 * threads) if hopper else 64 * 128):
             break
     bk = rng.choice((32, 64) if hopper else (16, 32, 64))
 

@@ -113,7 +113,7 @@ def compile_cuda(source: str, arch: str, fast_math: bool = False) -> dict:
             kept = Path(tempfile.mkdtemp(prefix="tilelab-failed-")) / "kernel.cu"
             kept.write_text(source)
             raise TileLabCompileError(
-                "nvcc rejected the generated CUDA code:\n" +
+                _too_many_registers(run.stderr) + "nvcc rejected the generated CUDA code:\n" +
                 first_errors(run.stderr.replace(str(cu), str(kept)), source),
                 hint=f"the generated source is kept in {kept}")
         started = time.perf_counter()
@@ -130,6 +130,16 @@ def compile_cuda(source: str, arch: str, fast_math: bool = False) -> dict:
 
 _ERROR_LINE = re.compile(
     r"^(?P<file>[^\s(]+)\((?P<line>\d+)\): (?:catastrophic )?error:? (?P<msg>.*)$")
+
+
+def _too_many_registers(log: str) -> str:
+    """What ptxas' failed register allocation means for the program (or "")."""
+    if "Register allocation failed" not in log:
+        return ""
+    return ("each thread of this kernel needs more registers than a GPU thread has (255): "
+            "the block's fragments (register tiles) are too large for its threads - give "
+            "the block more threads (a 128 x 256 float32 accumulator needs 256) or use "
+            "smaller fragments. ")
 
 
 def first_errors(log: str, source: str, limit: int = 3) -> str:
@@ -149,7 +159,8 @@ def first_errors(log: str, source: str, limit: int = 3) -> str:
             if 0 < number <= len(lines):
                 shown += f"\n      {lines[number - 1].strip()}"
             errors.append(shown)
-        elif "error" in raw.lower() and not re.search(r"\d+ errors? detected", raw):
+        elif ("error" in raw.lower() or "fatal" in raw.lower()) and \
+                not re.search(r"\d+ errors? detected|aborted due to errors", raw):
             # ptxas and fatal errors name no line
             errors.append(f"  {raw.strip()}")
         if len(errors) == limit:
@@ -216,7 +227,8 @@ def compile_nvrtc(source: str, arch: str, fast_math: bool = False) -> dict:
         nvrtc.nvrtcGetProgramLog(program, log)
         log_text = log.decode(errors="replace").rstrip("\x00 ")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise TileLabCompileError("NVRTC rejected the generated CUDA code:\n" +
+            raise TileLabCompileError(_too_many_registers(log_text) +
+                                      "NVRTC rejected the generated CUDA code:\n" +
                                       first_errors(log_text, source), hint=NVRTC_HINT)
         _, size = nvrtc.nvrtcGetCUBINSize(program)
         cubin = b" " * size
