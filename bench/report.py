@@ -37,6 +37,8 @@ SHAPES = {
     "flash_attention": "batch 4, heads 32, seq 4096, dim 128, fp16, non-causal; "
                        "block 64×64, 4 warps, 2 stages",
     "flash_attention_bm128_w8": "same shapes; block 128×64, 8 warps, 2 stages",
+    "fa_bm128_w8_2blocks": "same shapes; block 128×64, 8 warps, 2 stages, compiled by hand "
+                           "for two blocks per SM (32 bytes spilled)",
     "flash_attention_bm128_w8_s3": "same shapes; block 128×64, 8 warps, 3 stages",
     "flash_attention_bm128_w8_cp_async": "same shapes; block 128×64, 8 warps, 2 stages; K and V "
                                          "by every thread's cp.async (`tl.disable_tma_lower`)",
@@ -110,10 +112,35 @@ BASELINES = {
     "gemm_bf16_128x256_t256_s4": "`torch.matmul`",
     "flash_attention_causal": "`F.scaled_dot_product_attention(is_causal=True)`",
     "flash_attention_causal_bm128_w8": "`F.scaled_dot_product_attention(is_causal=True)`",
+    "flash_attention_causal_b2h16_bm128_w8": "`F.scaled_dot_product_attention(is_causal=True)`",
 }
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_eleventh.json",
+     "the occupancy repair keeps a second build that spills at most 64 bytes a thread "
+     "(FlashAttention 128×64 with 8 warps: 128 registers, 32 bytes spilled, two blocks per "
+     "SM instead of one); the longest blocks of a causal kernel started first "
+     "(`passes/heavy_blocks_first.py`; `_as_written`: block 0 first); shared tiles kept "
+     "alive only within their scope (2026-12-02, eleventh session, a subset; built before "
+     "commit c5716c9 moved the wait for a TMA loop's last MMAs before its closing barrier, "
+     "a correctness fix after the loop, not re-timed)",
+     "`python bench/gpu_suite.py build --only gemm_fp16,gemm_fp16_bk64_s4,"
+     "gemm_fp16_128x256_t256_s4,gemm_fp16_4096_128x256_t256_s4,gemm_bf16_128x256_t256_s4,"
+     "flash_attention,flash_attention_bm128_w8,flash_attention_causal,"
+     "flash_attention_causal_bm128_w8,flash_attention_causal_bm128_w8_as_written,"
+     "flash_attention_causal_b2h16_bm128_w8,flash_attention_causal_b2h16_bm128_w8_as_written,"
+     "vector_add_one_per_thread,swiglu_one_per_thread`"),
+    ("gpu_suite_h200_eleventh_a.json",
+     "the experiment behind the spill rule above: `fa_bm128_w8_2blocks` is "
+     "`flash_attention_bm128_w8` compiled by hand with `__launch_bounds__(256, 2)` (ptxas: "
+     "128 registers, 32 bytes spilled), beside the build tilelab made then (132 registers, "
+     "one block per SM); the causal block order A/B on 4096 blocks (2026-12-02, eleventh "
+     "session, a subset)",
+     "`python bench/gpu_suite.py build --only gemm_fp16_bk64,gemm_fp16_bk64_s4,"
+     "flash_attention_bm128_w8,flash_attention_causal,flash_attention_causal_as_written,"
+     "flash_attention_causal_bm128_w8,flash_attention_causal_bm128_w8_as_written` and a "
+     "scratch script for `fa_bm128_w8_2blocks`"),
     ("gpu_suite_h200_warp_specialized.json",
      "warp specialization, A/B in one run: each GEMM config split between a producer "
      "warpgroup and its consumers (every name without `_one_role`: 128×128×64 in 4 stages on "
