@@ -68,8 +68,18 @@ def test_every_key_is_tested_here():
     tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
               "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP",
               "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED",
-              "TL_FORCE_WARP_SPECIALIZED"}
+              "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST"}
     assert {k.name for k in PassConfigKey} == tested
+
+
+@needs_nvcc
+def test_disable_heavy_first_starts_blocks_in_the_order_written():
+    from tests.test_heavy_blocks_first import _attention
+
+    assert "tl::backwards" in _attention(causal=True).get_kernel_source()
+    source = _attention(True, configs={PassConfigKey.TL_DISABLE_HEAVY_FIRST: True}) \
+        .get_kernel_source()
+    assert "tl::backwards" not in source
 
 
 @needs_nvcc
