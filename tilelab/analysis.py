@@ -27,6 +27,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from .errors import TileLabError
 from .ir.dtypes import itemsize
 from .ir.tile_ops import op_name, regions
+from .ir.visit import uses
 
 
 @dataclass(frozen=True)
@@ -100,21 +101,13 @@ def _value(expr, env: dict) -> int:
     raise TileLabError(f"cannot count the trips of a loop bounded by {expr}")
 
 
-def _uses(expr, var) -> bool:
-    from .ir.visit import walk
-
-    found = []
-    walk(expr, tirx.Var, lambda v: found.append(v) if v.same_as(var) else None)
-    return bool(found)
-
-
 def _trips(loops: list, env: dict) -> int:
     """How many times a statement inside `loops` (outermost first) runs in all."""
     if not loops:
         return 1
     (var, low, extent), rest = loops[0], loops[1:]
     n = max(_value(extent, env), 0)
-    if not any(_uses(lo, var) or _uses(ext, var) for _, lo, ext in rest):
+    if not any(uses(lo, var) or uses(ext, var) for _, lo, ext in rest):
         return n * _trips(rest, env)
     first = _value(low, env)
     return sum(_trips(rest, {**env, var: first + i}) for i in range(n))

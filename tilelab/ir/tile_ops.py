@@ -40,6 +40,14 @@ def is_buffer(value) -> bool:
     return isinstance(value, tirx.Var) and bool(tirx.is_buffer_var(value))
 
 
+def data_of(value):
+    """The buffer whose pointer `value` is (`X.data`, TVM's `buffer_data(X)`), or None."""
+    if isinstance(value, tvm.ir.Call) and value.args and \
+            getattr(value.op, "name", "") == "tirx.buffer_data" and is_buffer(value.args[0]):
+        return value.args[0]
+    return None
+
+
 def is_load(value) -> bool:
     """A buffer element read `A[i, j]` (TVM calls it a TensorLoad; `.source` is the buffer)."""
     return isinstance(value, tvm.ir.TensorLoad)

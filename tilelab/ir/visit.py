@@ -52,6 +52,13 @@ def walk(node, node_type, fn):
     tvm_ffi.structural_walk(node, (node_type, keep_user_errors(fn)), order="pre")
 
 
+def uses(node, var) -> bool:
+    """Does `node` mention the variable `var`?"""
+    found = []
+    walk(node, tirx.Var, lambda v: found.append(v) if v.same_as(var) else None)
+    return bool(found)
+
+
 class UserErrors:
     """Carries a TileLabError raised inside a pass across TVM's C++ pass manager.
 

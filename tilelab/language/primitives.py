@@ -20,7 +20,7 @@ from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
 from ..ir.expr import is_expr, to_expr
 from ..ir.keys import KERNEL, SWIZZLE, THREADS
-from ..ir.tile_ops import _const_int, is_buffer
+from ..ir.tile_ops import _const_int, data_of, is_buffer
 
 # Limits of every NVIDIA GPU, checked while tracing so that both backends reject the same
 # programs at the user's line (the CUDA backend checks its target's own shared memory too).
@@ -68,16 +68,11 @@ def _view(shape, dtype, data):
     (a reshape of the contiguous tensor X, as `X.view(shape)` in torch). It must cover at
     most X's elements of the same dtype."""
     builder = current("T.Tensor(shape, dtype, data)")
-    base = data.args[0] if isinstance(data, tvm.ir.Call) and \
-        getattr(data.op, "name", "") == "tirx.buffer_data" else None
-    if base is None or not is_buffer(base) or base.scope() != "global":
+    base = data_of(data)
+    if base is None or base.scope() != "global":
         raise TileLabTypeError("T.Tensor(shape, dtype, data): data must be a kernel tensor's "
                                "`.data` (as in T.Tensor((M * N,), T.float16, A.data))")
-    shape = _shape(shape if isinstance(shape, (tuple, list)) else (shape,)) if all(
-        _const_int(e) is not None for e in (shape if isinstance(shape, (tuple, list))
-                                            else (shape,))) else None
-    if shape is None:
-        raise TileLabTypeError("a tensor view's shape must be known at compile time")
+    shape = _shape(shape)  # known at compile time, like every shape inside a kernel
     dtype = dtypes.as_dtype(dtype)
     if str(dtype) != str(base.dtype):
         raise TileLabTypeError(f"a view of {base.name} ({base.dtype}) must have its dtype, "

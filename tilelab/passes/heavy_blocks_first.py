@@ -32,7 +32,7 @@ import tvm
 from tvm import sym, tirx
 
 from ..ir.expr import dtype_of
-from ..ir.visit import rewrite_pre, substitute, walk
+from ..ir.visit import rewrite_pre, substitute, uses, walk
 
 SAMPLES = 64  # block indices at which a trip count is evaluated (beyond that, spread)
 MIN_BLOCKS = 256  # grids smaller than about two waves of a big GPU have no tail to speak of
@@ -51,22 +51,8 @@ def _order_matters(body) -> bool:
             if "atomic" in name or (name == "tirx.call_extern" and node.args and
                                     "atomic" in str(node.args[0]).lower()):
                 found = True
-        elif isinstance(node, tirx.Evaluate) and "atomic" in str(
-                getattr(getattr(node.value, "op", None), "name", "")):
-            found = True
 
     walk(body, object, visit)
-    return found
-
-
-def _depends_on(expr, var) -> bool:
-    found = False
-
-    def visit(node):
-        nonlocal found
-        found = found or (isinstance(node, tirx.Var) and node.same_as(var))
-
-    walk(expr, object, visit)
     return found
 
 
@@ -125,11 +111,11 @@ def heavy_index(body):
     extents = []
     walk(body, tirx.For, lambda loop: extents.append(_expanded(loop.extent, bound))
          if not isinstance(loop.extent, tirx.IntImm) else None)
-    varying = [b for b in blocks if any(_depends_on(e, b.node.var) for e in extents)]
+    varying = [b for b in blocks if any(uses(e, b.node.var) for e in extents)]
     if len(varying) != 1 or _order_matters(body):
         return None
     block = varying[0]
-    mine = [e for e in extents if _depends_on(e, block.node.var)]
+    mine = [e for e in extents if uses(e, block.node.var)]
     return block if _grows_with(mine, block.node.var, int(block.value)) else None
 
 

@@ -68,7 +68,6 @@ import json
 import math
 from dataclasses import dataclass
 
-import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
@@ -87,6 +86,7 @@ from ..ir.keys import (
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
 from ..ir.visit import UserErrors, keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops._lowering import address, extern, sync
+from .tensor_views import tensor_views
 
 
 def _is_producer(stmt) -> bool:
@@ -129,20 +129,12 @@ def tensor_map_type():
     return T.handle("tensormap").ty
 
 
-def tensor_views(body) -> dict:
-    """The kernel's tensor views (`T.Tensor(shape, dtype, X.data)`): view name -> X's name."""
-    views: dict = {}
-    walk(body, tirx.DeclBuffer, lambda d: views.__setitem__(str(d.buffer.name),
-                                                             str(d.data.args[0].name))
-         if isinstance(d.data, tvm.ir.Call) and d.data.args else None)
-    return views
-
-
 def tma_spec(producer, layouts: dict, views: dict | None = None) -> dict | str:
     """How TMA copies this producer's tile, or why it cannot: the global tensor's shape,
     the box of one copy (innermost dimension first) and the swizzle, taken from the wgmma
     layout `layouts` (a trial layout inference) gives the shared tile. A view's descriptor
-    describes its own shape over the viewed tensor's memory (`views`: tensor_views)."""
+    describes its own shape over the viewed tensor's memory (`views`:
+    passes/tensor_views.tensor_views)."""
     src, dst = regions(producer)
     layout = layouts.get(dst.buffer.name)
     if producer.config.get("disable_tma"):
@@ -582,7 +574,7 @@ def _linear_block(body):
 
 
 def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
-                    always: bool = False, timeline=None, block=None):
+                    always: bool = False, timeline=None, block=None, views=None):
     """Pipeline the loops of the block's own statement list (not inside another loop or
     branch), warp-specializing the first that copies with TMA, keeps its MMAs in flight,
     whose copies a producer warp may issue from the start and where the split pays
@@ -612,7 +604,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
         loop_front, new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms,
                                                  shared_layouts,
                                                  specialize=None if front else roles,
-                                                 views=tensor_views(func.body))
+                                                 views=views)
         if staging is not None:
             stagings.append(staging)
         front = front or loop_front
@@ -665,7 +657,7 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
             if specialize != "off" and tma:
                 kernel = _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts,
                                          stagings, always=specialize == "always",
-                                         timeline=timeline, block=block)
+                                         timeline=timeline, block=block, views=views)
 
             def pipelined(stmt) -> list:
                 """The statements that replace `stmt` (itself, if it is no pipelined loop)."""

@@ -16,37 +16,42 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from ..ir.tile_ops import is_buffer
+from ..ir.tile_ops import data_of, is_buffer
 from ..ir.visit import rewrite, walk
 
 
-def _viewed(decl):
-    """The tensor whose data `decl` declares a view of (None: it declares its own)."""
-    data = decl.data
-    viewed = data.args[0] if isinstance(data, tvm.ir.Call) and data.args and \
-        getattr(data.op, "name", "") == "tirx.buffer_data" else None
+def viewed_tensor(decl):
+    """The tensor whose data the DeclBuffer `decl` declares a view of (None: it declares
+    a tensor over its own data)."""
+    viewed = data_of(decl.data)
     if decl.buffer.scope() != "global" or viewed is None or \
             str(viewed.name) == str(decl.buffer.name):  # (flattening re-declares X as X)
         return None
     return viewed
 
 
+def tensor_views(body) -> dict:
+    """The views declared in `body`: view name -> the viewed tensor's name."""
+    views: dict = {}
+
+    def visit(decl):
+        viewed = viewed_tensor(decl)
+        if viewed is not None:
+            views[str(decl.buffer.name)] = str(viewed.name)
+
+    walk(body, tirx.DeclBuffer, visit)
+    return views
+
+
 @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.DropTensorViews")
 def DropTensorViews(func, _mod, _ctx):  # noqa: N802 - a pass, named like TVM's
     flat: dict = {}  # tensor name -> its flattened declaration
-    views: dict = {}  # view name -> (view, the tensor's flattened buffer, or None)
-
-    def collect(decl):
-        viewed = _viewed(decl)
-        if viewed is None:
-            flat[str(decl.buffer.name)] = decl.buffer
-        else:
-            views[str(decl.buffer.name)] = (decl.buffer, str(viewed.name))
-
-    walk(func.body, tirx.DeclBuffer, collect)
+    walk(func.body, tirx.DeclBuffer, lambda decl: flat.__setitem__(str(decl.buffer.name),
+                                                                   decl.buffer)
+         if viewed_tensor(decl) is None else None)
     # both flat, same dtype, offset 0: element i of the view is element i of the tensor
-    into = {name: flat[base] for name, (_, base) in views.items() if base in flat}
-    if not views:
+    into = {name: flat[base] for name, base in tensor_views(func.body).items() if base in flat}
+    if not into:
         return func
 
     def on_store(store):
@@ -59,8 +64,8 @@ def DropTensorViews(func, _mod, _ctx):  # noqa: N802 - a pass, named like TVM's
         return load if target is None else tirx.BufferLoad(target, list(load.indices))
 
     def on_decl(decl):
-        return tirx.Evaluate(tirx.const(0, "int32")) if _viewed(decl) is not None and \
-            str(decl.buffer.name) in into else decl
+        return tirx.Evaluate(tirx.const(0, "int32")) if str(decl.buffer.name) in into and \
+            viewed_tensor(decl) is not None else decl
 
     body = rewrite(rewrite(func.body, tirx.BufferStore, on_store), tvm.ir.TensorLoad, on_load)
     return func.with_body(rewrite(body, tirx.DeclBuffer, on_decl))
