@@ -50,13 +50,22 @@ def _is_shared(var) -> bool:
     return var.scope().startswith("shared")
 
 
+def _name(data) -> str:
+    """The tile a data pointer belongs to. TVM 0.27 writes some tiles' pointer as
+    `buffer_data(tile)` in loads and stores but as a plain variable in `tvm_access_ptr`
+    (ldmatrix, wgmma descriptors, TMA); both name the tile the same way here."""
+    if isinstance(data, tvm.ir.Call) and data.op.name == "tirx.buffer_data":
+        return str(data.args[0])
+    return str(data)
+
+
 def _shared_buffers(stmt) -> list:
     """The shared buffers a leaf statement reads or writes, in first-seen order."""
     found: dict = {}
 
     def note(buffer):
         if _is_shared(buffer):
-            found.setdefault(str(buffer.data), buffer.data)
+            found.setdefault(_name(buffer.data), buffer.data)
 
     def visit(load):  # TVM 0.27 calls a buffer read a TensorLoad; `.source` is the buffer
         note(load.source)
@@ -89,8 +98,8 @@ def _last_written(body) -> list:
 
     def note(buffer, kind):
         if _is_shared(buffer):
-            tiles[str(buffer.data)] = buffer.data
-            last[str(buffer.data)] = kind
+            tiles[_name(buffer.data)] = buffer.data
+            last[_name(buffer.data)] = kind
 
     def visit(node):
         if isinstance(node, tirx.BufferStore):
@@ -102,7 +111,7 @@ def _last_written(body) -> list:
         if isinstance(node, tvm.ir.TensorLoad):
             note(node.source, "read")
         elif isinstance(node, tvm.ir.Call) and node.op.name == "tirx.tvm_access_ptr":
-            name = str(node.args[1])  # the tile's data variable, read (1) or written (2)
+            name = _name(node.args[1])  # the tile's data variable, read (1) or written (2)
             if name in tiles:
                 last[name] = "write" if int(node.args[4].value) == 2 else "read"
         return None
@@ -124,7 +133,7 @@ def _touched(stmt) -> dict:
 
     def note(buffer):
         if _is_shared(buffer):
-            found.setdefault(str(buffer.data), buffer.data)
+            found.setdefault(_name(buffer.data), buffer.data)
 
     def visit(node):
         if isinstance(node, tirx.BufferStore):
@@ -135,7 +144,7 @@ def _touched(stmt) -> dict:
             var = node.args[1]
             if isinstance(var, tirx.Var) and "shared" in str(getattr(var.ty, "storage_scope",
                                                                      "")):
-                found.setdefault(str(var), var)
+                found.setdefault(_name(var), var)
         return None
 
     tvm_ffi.structural_walk(stmt, (object, visit), order="pre")
@@ -147,9 +156,8 @@ def _allocated(stmt) -> dict:
     list, so a tile allocated inside a statement is out of scope after it): name -> data."""
     found: dict = {}
 
-    def visit(alloc):  # (named by its data, or as itself where an access_ptr names it)
-        found.setdefault(str(alloc.buffer.data), alloc.buffer.data)
-        found.setdefault(str(alloc.buffer), alloc.buffer.data)
+    def visit(alloc):
+        found.setdefault(_name(alloc.buffer.data), alloc.buffer.data)
 
     tvm_ffi.structural_walk(stmt, (tirx.AllocBuffer, visit), order="pre")
     return found
@@ -176,16 +184,15 @@ def _keep_until_barrier(seq):
 def _keep_to_the_end(body, tiles):
     """A marker touching `tiles` at the end of the statement list that allocates each (the
     end of its scope); tiles allocated nowhere in `body` at the end of the block."""
-    names = {str(t): t for t in tiles}
+    names = {_name(t): t for t in tiles}
     placed: set = set()
 
     def at_scope_end(seq):
-        here = [name for s in seq.seq if isinstance(s, tirx.AllocBuffer)
-                for name in (str(s.buffer.data), str(s.buffer))]
+        here = [_name(s.buffer.data) for s in seq.seq if isinstance(s, tirx.AllocBuffer)]
         mine = [names[k] for k in here if k in names and k not in placed]
         if not mine:
             return seq
-        placed.update(str(t) for t in mine)
+        placed.update(_name(t) for t in mine)
         return tirx.SeqStmt([*seq.seq, tirx.Evaluate(tirx.call_extern("int32", MARKER, *mine))])
 
     body = tvm_ffi.structural_map(body, (tirx.SeqStmt, at_scope_end), order="post")
