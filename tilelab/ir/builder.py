@@ -132,6 +132,9 @@ class Builder:
     annotated_layouts: dict = field(default_factory=dict)  # T.annotate_layout: name -> layout
     params: list = field(default_factory=list)  # ParamInfo, in signature order
     example_shapes: dict = field(default_factory=dict)  # param name -> shape of an example
+    threads: tuple = ()  # the T.Kernel being traced: its thread extents
+    role: tuple | None = None  # inside `with T.ws(...)`: its threads [first, end)
+    barriers: dict = field(default_factory=dict)  # T.alloc_barrier: name -> arrival counts
 
     def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
         """A global tensor of the signature; sizes given by `T.const` names are resolved here."""

@@ -20,6 +20,7 @@ PIPELINED = "tilelab.pipelined"  # a loop PipelineLoops has already rewritten
 PIPELINE_PLAN = "tilelab.pipeline_plan"  # on it: the schedule it was given (a fact, below)
 REFILL = "tilelab.pipeline_refill"  # around a pipelined loop's refill copies (its own barriers)
 WARP_PRODUCER = "tilelab.warp_producer"  # a warp-specialized loop's producer (value: consumers)
+WARP_ROLE = "tilelab.warp_role"  # AttrStmt of `with T.ws(...)`: node = first thread, value = end
 SWIZZLE = "tilelab.swizzle"  # a T.Kernel loop: T.use_swizzle's [panel, order, enable]
 LAYOUT_PLAN = "tilelab.layout_plan"  # a T.Kernel loop: InferLayouts' LayoutPlan (a fact)
 COARSENED = "tilelab.coarsened"  # a T.Kernel loop: program blocks per launched block

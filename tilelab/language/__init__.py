@@ -68,6 +68,7 @@ from .primitives import (  # noqa: F401
     unroll,
     use_swizzle,
     vectorized,
+    ws,
 )
 from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     Serial,

@@ -33,7 +33,7 @@ from ..ir.dtypes import DType
 from ..ir.keys import KERNEL, SOURCE_FILE
 from ..ir.tile_ops import Region, _const_int, is_buffer
 from . import expr as E
-from .primitives import Kernel, Loop, Tensor, serial
+from .primitives import Kernel, Loop, Tensor, serial, ws
 
 _OPERATORS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -328,8 +328,9 @@ class Interpreter:
             raise TileLabSyntaxError("use one T.Kernel per `with` statement")
         item = node.items[0]
         ctx = self.eval(item.context_expr)
-        if not isinstance(ctx, Kernel):
-            raise TileLabSyntaxError("only `with T.Kernel(...)` is supported in a kernel")
+        if not isinstance(ctx, (Kernel, ws)):
+            raise TileLabSyntaxError("only `with T.Kernel(...)` and `with T.ws(...)` are "
+                                     "supported in a kernel")
         names = _target_names(item.optional_vars) if item.optional_vars is not None else []
 
         def body(block_vars):
@@ -338,7 +339,6 @@ class Interpreter:
             self.run(node.body)
 
         self.builder.emit(ctx.build(names, body))
-        self.builder.threads = ctx.threads
 
     def exec_Return(self, node):  # noqa: N802
         raise _Return(self.eval(node.value) if node.value is not None else None)

@@ -19,7 +19,7 @@ from ..errors import TileLabSyntaxError, TileLabTypeError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
 from ..ir.expr import is_expr, to_expr
-from ..ir.keys import KERNEL, SWIZZLE, THREADS
+from ..ir.keys import KERNEL, SWIZZLE, THREADS, WARP_ROLE
 from ..ir.tile_ops import _const_int, data_of, is_buffer
 
 # Limits of every NVIDIA GPU, checked while tracing so that both backends reject the same
@@ -171,6 +171,7 @@ class Kernel:
         names = list(names) + list(_BLOCK_NAMES[len(names):len(self.grid)])
         block_vars = [tirx.Var(n, "int32") for n in names[: len(self.grid)]]
         builder.in_kernel += 1
+        builder.threads = self.threads
         try:
             with builder.block() as stmts:
                 body_fn(block_vars[0] if len(block_vars) == 1 else tuple(block_vars))
@@ -188,6 +189,69 @@ class Kernel:
             annotations[SWIZZLE] = list(builder.swizzle)
         return tirx.For(body.loop_var, body.min, body.extent, body.kind, body.body,
                         thread_binding=body.thread_binding, annotations=annotations)
+
+
+WARPGROUP = 128  # threads of one warpgroup: what T.ws counts in
+
+
+class ws:  # noqa: N801 - TileLang's spelling
+    """`with T.ws(1):` the body runs on warpgroup 1 only (threads 128..255); `T.ws(0, 1)`
+    on warpgroups 0 and 1. Tile ops inside are split among the role's threads, fragments
+    used there live in its threads' registers, and barriers inside are the role's own.
+    The roles of a block meet only through the program's mbarriers (T.alloc_barrier,
+    T.barrier_arrive, T.barrier_wait) and the block-wide barriers between statements
+    outside any role. On the CPU the roles run one after another, in the order written."""
+
+    def __init__(self, *warpgroups):
+        ids = sorted(warpgroups)
+        if not ids or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
+            raise TileLabTypeError(f"T.ws takes warpgroup numbers (ints >= 0), got "
+                                   f"{warpgroups!r}")
+        if ids != list(range(ids[0], ids[-1] + 1)):
+            raise TileLabTypeError(f"T.ws{tuple(warpgroups)!r}: the warpgroups of a role must "
+                                   "be consecutive", hint="write one `with T.ws(k)` per group")
+        self.first, self.end = ids[0] * WARPGROUP, (ids[-1] + 1) * WARPGROUP
+
+    def build(self, names: list[str], body_fn):
+        if names:
+            raise TileLabSyntaxError("`with T.ws(...)` binds no names; drop the `as ...`")
+        self._traced = True  # the front end emits the role (a Python `with` emits itself)
+        with self:
+            body_fn(None)
+        return self._stmt
+
+    # also a plain context manager, for helpers that are ordinary Python functions
+    def __enter__(self):
+        builder = current("ws")
+        if builder.role is not None:
+            raise TileLabSyntaxError("T.ws roles cannot be nested")
+        threads = math.prod(builder.threads)
+        if len(builder.threads) != 1 or self.end > threads:
+            raise TileLabTypeError(
+                f"T.ws asks for threads {self.first}..{self.end - 1}; the kernel has "
+                f"threads={builder.threads[0] if len(builder.threads) == 1 else builder.threads}",
+                hint="T.ws(k) is warpgroup k: threads 128k..128k+127 of a 1-D block")
+        builder.role = (self.first, self.end)
+        builder.blocks.append([])
+        self._builder = builder
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        builder = self._builder
+        stmts = builder.blocks.pop()
+        builder.role = None
+        self._stmt = tirx.AttrStmt(tirx.const(self.first, "int32"), WARP_ROLE,
+                                   tirx.const(self.end, "int32"), _seq(stmts))
+        if exc_type is None and not getattr(self, "_traced", False):
+            builder.emit(self._stmt)
+        return False
+
+
+def role_threads(builder) -> int:
+    """Threads that run the statement being traced: its T.ws role's, or the block's."""
+    if builder.role is not None:
+        return builder.role[1] - builder.role[0]
+    return math.prod(builder.threads)
 
 
 def _seq(stmts):

@@ -69,6 +69,24 @@ def copy(src, dst, disable_tma: bool = False):
     builder.emit(tile_call("copy", src, dst, **({"disable_tma": True} if disable_tma else {})))
 
 
+def tma_copy(src, dst, *, barrier=None, eviction_policy=None, **_ignored):
+    """TileLang's copy with user-managed completion: a global-to-shared tile copy whose
+    arrival the program's own mbarrier protocol orders (`barrier`: the barrier the
+    consumers wait on). It copies as T.copy does, by the threads that run it - on the
+    GPU the role's threads, synchronously, so the tile is in place before those threads
+    arrive at the barrier; the byte count TMA would add to the barrier is not needed."""
+    builder = current("tma_copy")
+    if barrier is None:
+        raise TileLabTypeError("T.tma_copy(src, dst, barrier=...) needs the barrier its "
+                               "consumers wait on", hint="or use T.copy")
+    src, dst = resolve_pair(src, dst, "tma_copy")
+    if src.scope != "global" or not dst.scope.startswith("shared"):
+        raise TileLabTypeError("T.tma_copy copies a tile from a global tensor into shared "
+                               f"memory; here {src.buffer.name} ({src.scope}) -> "
+                               f"{dst.buffer.name} ({dst.scope})", hint="use T.copy")
+    builder.emit(tile_call("copy", src, dst, by_barrier=True))
+
+
 def effects(call) -> Effects:
     src, dst = regions(call)
     return Effects(reads=(src,), writes=(dst,))
@@ -129,14 +147,20 @@ def lower_threads(call, ctx):
     if fs or fd:
         return fragment_memory(ctx, src, dst)
     if "tma" in config(call):
-        return tma_copy(ctx, call)
+        return tma_load(ctx, call)
+    if config(call).get("by_barrier"):  # T.tma_copy: the readers may be warpgroup MMAs, which
+        # read through the async proxy; each writer orders its stores before its arrival
+        from ._gemm_wgmma import _ptx
+
+        return seq([cooperative(ctx, src, dst),
+                    tirx.Evaluate(_ptx().fence.proxy.async_.shared__cta())])
     return cooperative(ctx, src, dst, bool(config(call).get("asynchronous")))
 
 
 TENSOR_MAP = "tilelab.tensor_map"  # AttrStmt: a TMA descriptor's spec, for the launcher
 
 
-def tma_copy(ctx, call):
+def tma_load(ctx, call):
     """Thread 0 announces the tile's bytes to the slot's mbarrier and asks TMA for each
     wgmma panel of the tile: a box `panel width x rows` of the global tensor, written
     swizzled at the panel's place. The descriptor's spec rides on the statement
@@ -383,6 +407,6 @@ def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False):
     return ctx.deal(total // v, chunk_copy, unroll_up_to=16)
 
 
-register(TileOp("copy", primitives=(copy,), effects=effects, fix_layouts=fix_layouts,
+register(TileOp("copy", primitives=(copy, tma_copy), effects=effects, fix_layouts=fix_layouts,
                 propagate_layouts=propagate_layouts, describe=describe,
                 lowerings={"cpu": lower_loops, "cuda": lower_threads}))

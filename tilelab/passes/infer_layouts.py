@@ -26,6 +26,7 @@ buffers and the loop.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -35,9 +36,9 @@ from tvm_ffi import WalkResult
 
 from ..errors import LayoutConflict, TileLabTypeError
 from ..ir.dtypes import as_dtype
-from ..ir.keys import KERNEL, LAYOUT_PLAN, block_threads, fact
+from ..ir.keys import KERNEL, LAYOUT_PLAN, WARP_ROLE, block_threads, fact
 from ..ir.layout import Fragment, kept_whole_alike, owner_table, reshaped, thread_elements
-from ..ir.tile_ops import is_buffer, is_load
+from ..ir.tile_ops import is_buffer, is_load, regions
 from ..ir.visit import keep_user_errors, rewrite_pre, walk
 from ..ops import at_user_line, lookup
 
@@ -131,6 +132,16 @@ class LayoutContext:
         self.wgmma_off = wgmma_off  # why warpgroup MMA is not available; None where it is
         self.reshaped = reshaped
 
+    @contextlib.contextmanager
+    def run_by(self, threads: int):
+        """While an op of a T.ws role is handled: the role's threads stand for the block's."""
+        saved = self.threads
+        self.threads, self.warps = threads, threads // 32
+        try:
+            yield
+        finally:
+            self.threads, self.warps = saved, saved // 32
+
     def assign(self, buffer, frag: Fragment, why: str) -> bool:
         """Give `buffer` the layout `frag`; False if it had it already (or cannot take it)."""
         known = self.layouts.get(buffer.name)
@@ -181,47 +192,61 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
             plan.shared_layouts[name] = layout
         # any other T.Layout is not applied (see warn_unapplied_layouts)
     fragments: dict = {}  # name -> buffer, in order of allocation
-    calls: list = []  # (tile-op node, its TileOp), in program order
+    calls: list = []  # (tile-op node, its TileOp, its threads), in program order
+    roles = _Roles(threads, func)  # which threads run each op and keep each fragment
 
-    def collect(node):
-        if isinstance(node, tirx.AllocBuffer) and _is_fragment(node.buffer):
-            fragments[node.buffer.name] = node.buffer
-        elif isinstance(node, TilePrimitiveCall):
-            with at_user_line(node, func):
-                calls.append((node, lookup(node)))
-        elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
-            nest = parallel_nest(node)
-            innermost = node
-            for _ in nest.loop_vars[1:]:
-                innermost = innermost.body
+    def collect_in(role):
+        def collect(node):
+            if isinstance(node, tirx.AttrStmt) and node.attr_key == WARP_ROLE:
+                walk(node.body, object, collect_in((int(node.node.value),
+                                                    int(node.value.value))))
+                return WalkResult.SKIP
+            if isinstance(node, tirx.AllocBuffer) and _is_fragment(node.buffer):
+                fragments[node.buffer.name] = node.buffer
+            elif isinstance(node, TilePrimitiveCall):
+                with at_user_line(node, func):
+                    calls.append((node, lookup(node), role))
+                    for region in regions(node):
+                        roles.use(region.buffer, role)
+            elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
+                nest = parallel_nest(node)
+                innermost = node
+                for _ in nest.loop_vars[1:]:
+                    innermost = innermost.body
 
-            def access(n):
-                if isinstance(n, tirx.BufferStore) and _is_fragment(n.buffer):
-                    nest.accesses.append((n.buffer, n.indices, True))
-                elif is_load(n) and _is_fragment(n.source):
-                    nest.accesses.append((n.source, n.indices, False))
+                def access(n):
+                    if isinstance(n, tirx.BufferStore) and _is_fragment(n.buffer):
+                        nest.accesses.append((n.buffer, n.indices, True))
+                    elif is_load(n) and _is_fragment(n.source):
+                        nest.accesses.append((n.source, n.indices, False))
 
-            walk(innermost.body, object, access)
-            plan.nests.append(nest)
-            return WalkResult.SKIP
-        return None
+                walk(innermost.body, object, access)
+                for buffer, _, _ in nest.accesses:
+                    roles.use(buffer, role)
+                roles.of_nest[nest.loop] = role
+                plan.nests.append(nest)
+                return WalkResult.SKIP
+            return None
 
-    walk(body, object, collect)
+        return collect
+
+    walk(body, object, collect_in(None))
     ctx = LayoutContext(plan, threads, wgmma_off)
 
-    # 1. ops fix the layouts they insist on (GEMM accumulators, swizzled tiles).
-    for call, op in calls:
+    # 1. ops fix the layouts they insist on (GEMM accumulators, swizzled tiles), each
+    # for the threads that run it (a T.ws role's, or the block's).
+    for call, op, role in calls:
         if op.fix_layouts is not None:
-            with at_user_line(call, func):
+            with at_user_line(call, func), ctx.run_by(roles.threads(role)):
                 op.fix_layouts(call, ctx)
 
     def propagate():
         changed = True
         while changed:
             changed = False
-            for call, op in calls:
+            for call, op, role in calls:
                 if op.propagate_layouts is not None:
-                    with at_user_line(call, func):
+                    with at_user_line(call, func), ctx.run_by(roles.threads(role)):
                         changed |= op.propagate_layouts(call, ctx)
             for nest in plan.nests:
                 changed |= _propagate_nest(nest, ctx.layouts, ctx.assign, plan)
@@ -235,22 +260,51 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
             if buffer.name not in ctx.layouts and not written and \
                     nest.positions(indices) is None and \
                     math.prod(_shape(buffer)) <= KEPT_WHOLE_LIMIT:
-                ctx.layouts[buffer.name] = Fragment.replicated(_shape(buffer), threads)
+                ctx.layouts[buffer.name] = Fragment.replicated(
+                    _shape(buffer), roles.threads(roles.of_buffer.get(buffer.name)))
                 propagate()
     by_size = sorted(fragments.items(), key=lambda item: -math.prod(_shape(item[1])))
     for name, buffer in by_size:
         if name not in ctx.layouts:
             bits = as_dtype(str(buffer.dtype)).bits
-            ctx.layouts[name] = default_fragment(_shape(buffer), threads, bits)
+            ctx.layouts[name] = default_fragment(
+                _shape(buffer), roles.threads(roles.of_buffer.get(name)), bits)
             propagate()
     for nest in plan.nests:
-        _check_nest(nest, ctx.layouts, plan, threads)
+        _check_nest(nest, ctx.layouts, plan, roles.threads(roles.of_nest[nest.loop]))
     # 5. with layouts final, ops say what they will emit (plan.instructions, for the Trace)
-    for call, op in calls:
+    for call, op, role in calls:
         if op.describe is not None:
-            with at_user_line(call, func):
+            with at_user_line(call, func), ctx.run_by(roles.threads(role)):
                 op.describe(call, ctx)
     return plan
+
+
+class _Roles:
+    """The threads each fragment lives on: a fragment used inside `with T.ws(...)` is
+    spread over that role's threads (its layout numbers them from 0), so it may not be
+    used by other threads too."""
+
+    def __init__(self, block_threads: int, func):
+        self.block_threads = block_threads
+        self.func = func
+        self.of_buffer: dict = {}  # fragment name -> role ((first, end), or None: the block)
+        self.of_nest: dict = {}  # T.Parallel loop -> role
+
+    def threads(self, role) -> int:
+        return self.block_threads if role is None else role[1] - role[0]
+
+    def use(self, buffer, role) -> None:
+        if not _is_fragment(buffer):
+            return
+        known = self.of_buffer.setdefault(buffer.name, role)
+        if known != role:
+            names = [f"T.ws threads {r[0]}..{r[1] - 1}" if r else "the whole block"
+                     for r in (known, role)]
+            raise TileLabTypeError(
+                f"fragment {buffer.name!r} is used by {names[0]} and by {names[1]}: a "
+                "fragment lives in the registers of the threads of one role",
+                hint="copy it through a shared tile to hand it from one role to another")
 
 
 def _nest_layout(nest: ParallelNest, layouts: dict, plan: LayoutPlan):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from ..ir.keys import KERNEL
+from ..ir.keys import KERNEL, WARP_ROLE
 from ..ir.tile_ops import config, is_buffer, is_load
 from ..ir.visit import walk
 from ..ops import effects
@@ -36,6 +36,8 @@ def accesses(stmt) -> tuple[set, set]:
         if isinstance(node, TilePrimitiveCall):
             if config(node).get("asynchronous"):
                 return  # the pipeline that issued it waits and synchronizes for it
+            if config(node).get("by_barrier"):
+                return  # T.tma_copy: the program's own mbarriers order it (ops/barrier.py)
             done = effects(node)  # as the op's module declares them
             reads.update(r.buffer.name for r in done.reads if _shared(r.buffer))
             writes.update(w.buffer.name for w in done.writes if _shared(w.buffer))
@@ -78,6 +80,9 @@ def _sequence(stmts: list, state: _State) -> list:
         if _is_loop_body_container(stmt):
             out.extend(_loop(stmt, state))
             continue
+        if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
+            out.extend(_role(stmt, state))
+            continue
         if is_sync(stmt):
             state.clear()
             out.append(stmt)
@@ -118,6 +123,23 @@ def _loop(loop, state: _State) -> list:
                tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
                         annotations=loop.annotations))
     state.reads, state.writes = inner.reads | reads, inner.writes | writes
+    return out
+
+
+def _role(attr, state: _State) -> list:
+    """A T.ws role is one statement to the rest of the block (a barrier of the whole
+    block before it, where it races with what came before); inside, its own statements
+    get barriers as a block of their own (passes/warp_roles.py makes them the role's)."""
+    reads, writes = accesses(attr.body)
+    out = []
+    if state.conflicts(reads, writes):
+        out.append(sync())
+        state.clear()
+    inner = _sequence(list(attr.body) if isinstance(attr.body, tirx.SeqStmt) else [attr.body],
+                      _State())
+    body = tirx.SeqStmt(inner) if len(inner) > 1 else inner[0]
+    out.append(tirx.AttrStmt(attr.node, attr.attr_key, attr.value, body))
+    state.add(reads, writes)
     return out
 
 

@@ -31,7 +31,15 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import TileLabTypeError
 from ..ir.expr import dtype_of
-from ..ir.keys import KERNEL, LAYOUT_PLAN, SWIZZLE, block_threads, fact_value, without_facts
+from ..ir.keys import (
+    KERNEL,
+    LAYOUT_PLAN,
+    SWIZZLE,
+    WARP_ROLE,
+    block_threads,
+    fact_value,
+    without_facts,
+)
 from ..ir.layout import Fragment, kept_alike, kept_whole_alike, owner_table, thread_elements
 from ..ir.tile_ops import _const_int, is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
@@ -201,11 +209,27 @@ class ThreadLowering:
                                    self.lower(stmt.else_case) if stmt.else_case else None)
         if isinstance(stmt, tirx.While):
             return tirx.While(self.fragment_scalars(stmt.condition), self.lower(stmt.body))
+        if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
+            return self.lower_role(stmt)
         if isinstance(stmt, tirx.AttrStmt):  # a mark for a later pass (a pipeline's refill)
             return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.lower(stmt.body))
         if isinstance(stmt, tirx.BufferStore):
             return self.lower_block_store(stmt)
         return stmt
+
+    def lower_role(self, stmt):
+        """`with T.ws(...)`: the body is lowered for the role's threads, numbered from 0
+        (`rtx = threadIdx.x - first`), as if they were the block. The mark stays for
+        passes/warp_roles.py, which turns it into the role's `if` once TVM has placed its
+        barriers (and makes those inside the role's own)."""
+        first, end = int(stmt.node.value), int(stmt.value.value)
+        rtx = tirx.Var("rtx", "int32")
+        role = ThreadLowering(self.plan, end - first, rtx, self.block_vars, self.func)
+        role.locals, role.scratch = self.locals, self.scratch
+        with thread_index_range(rtx, end - first):
+            body = role.lower(stmt.body)
+        return tirx.AttrStmt(stmt.node, WARP_ROLE, stmt.value,
+                             seq([tirx.Bind(rtx, self.tx - first), body]))
 
     def lower_alloc(self, stmt):
         buffer = stmt.buffer

@@ -87,6 +87,7 @@ from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_cal
 from ..ir.visit import UserErrors, keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops._lowering import address, extern, sync
 from .tensor_views import tensor_views
+from .warp_roles import has_roles
 
 
 def _is_producer(stmt) -> bool:
@@ -645,8 +646,8 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
         block = _linear_block(func.body) if timeline is not None else None
 
         def on_kernel(kernel):
-            if KERNEL not in kernel.annotations:
-                return kernel
+            if KERNEL not in kernel.annotations or has_roles(kernel):
+                return kernel  # (a kernel with T.ws roles orders its own copies)
             predicted: list = []
 
             def shared_layouts():  # asked for by loops that may use TMA, at most once

@@ -134,9 +134,14 @@ def _check_error(report: str):
 
     _, filename, line, col, message = report[report.index(MARKER):].split("|", 4)
     location = SourceLocation(filename, int(line), int(col))
-    hint = "the kernel skipped this statement; " + (
-        "fix the index or its guard (TILELAB_CHECK_BOUNDS=0 turns bounds checks off)"
-        if message.startswith("index") else "guard the division")
+    if message.startswith("T.barrier"):  # ops/barrier.py
+        hint = ("the CPU runs the T.ws roles one after another, in the order they are "
+                "written: put the role that arrives before the one that waits, and arrive "
+                "as often as the barrier expects")
+    else:
+        hint = "the kernel skipped this statement; " + (
+            "fix the index or its guard (TILELAB_CHECK_BOUNDS=0 turns bounds checks off)"
+            if message.startswith("index") else "guard the division")
     return TileLabError(message, location, hint=hint)
 
 

@@ -38,6 +38,7 @@ from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
 from ...passes.tensor_views import DropTensorViews
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
+from ...passes.warp_roles import WarpRoles
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
 from . import nvcc
 
@@ -95,6 +96,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         s_tir.transform.ThreadSync("shared.dyn"),
         restore_refills,
         RestoreUniformBranches,
+        WarpRoles,                                 # T.ws: each role's `if`, its own barriers
         PrepareSharedMerge,                        # room for 4-byte tiles, 1 KiB starts
         SeparateSharedLifetimes,                   # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),

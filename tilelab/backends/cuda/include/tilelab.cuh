@@ -145,6 +145,14 @@ __device__ __forceinline__ void mbar_arrive_warp(uint64_t* bar) {
   if ((threadIdx.x & 31) == 0)
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
 }
+// one arrival of the calling thread (every thread of a T.ws role arrives itself)
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+// a barrier of one T.ws role's threads only (named barrier `id`, `threads` of them)
+__device__ __forceinline__ void role_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
 // a barrier of the first `threads` threads only (named barrier 1): the consumer
 // warpgroups of a warp-specialized block, without its producer warpgroup
 __device__ __forceinline__ void consumer_sync(int threads) {

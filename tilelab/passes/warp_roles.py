@@ -1,0 +1,67 @@
+"""Warp roles: `with T.ws(k)` becomes warpgroup k's own code.
+
+A program may split its block by hand, as TileLang's warp-specialized kernels do:
+warpgroup 1 copies tiles, warpgroup 0 multiplies, and the two hand tiles over
+through mbarriers (ops/barrier.py). Until this pass, a role is a mark around its
+statements (`tilelab.warp_role`, threads [first, end)), and its tile ops have been
+lowered for the role's threads numbered from 0 (`rtx = threadIdx.x - first`;
+passes/lower_tile_ops_to_threads.py). TVM's ThreadSync has then placed its
+barriers as if every thread ran every statement, which it cannot do inside an `if`.
+
+Here, after ThreadSync, each mark becomes what it stands for:
+
+    if first <= threadIdx.x < end:        (the other threads skip the role)
+        rtx = threadIdx.x - first
+        ...                               every __syncthreads of the role's body is
+                                          now `bar.sync 2 + first / 128, end - first`:
+                                          a barrier of the role's threads only
+
+A barrier between statements outside the roles stays a barrier of the whole block
+(every thread reaches it). Named barrier 0 is __syncthreads and 1 the automatic
+producer/consumer split's (passes/specialize_warps.py); roles take 2 and up.
+"""
+
+from __future__ import annotations
+
+from tvm import tirx
+
+from ..ir.keys import WARP_ROLE
+from ..ir.visit import rewrite, walk
+from ..ops._lowering import extern, is_sync
+
+WARPGROUP = 128
+FIRST_ROLE_BARRIER = 2  # named barriers 0 (__syncthreads) and 1 (specialize_warps) are taken
+
+
+def _role_barriers(body, barrier: int, threads: int):
+    def on_evaluate(stmt):
+        if is_sync(stmt):
+            return extern("tl::role_sync", tirx.const(barrier, "int32"),
+                          tirx.const(threads, "int32"))
+        return stmt
+
+    return rewrite(body, tirx.Evaluate, on_evaluate)
+
+
+def _split(attr):
+    if attr.attr_key != WARP_ROLE:
+        return attr
+    first, end = int(attr.node.value), int(attr.value.value)
+    rtx = attr.body[0].value  # the role's first statement: rtx = threadIdx.x - first
+    body = _role_barriers(attr.body, FIRST_ROLE_BARRIER + first // WARPGROUP, end - first)
+    inside = tirx.And(tirx.GE(rtx, 0), tirx.LT(rtx, end - first))
+    return tirx.IfThenElse(inside, body, None)
+
+
+def has_roles(stmt) -> bool:
+    found = []
+    walk(stmt, tirx.AttrStmt, lambda a: found.append(a) if a.attr_key == WARP_ROLE else None)
+    return bool(found)
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilelab.WarpRoles")
+def WarpRoles(func, _mod, _ctx):  # noqa: N802 - a pass, named like TVM's
+    """Expects thread-level code after ThreadSync; leaves no role marks."""
+    if not has_roles(func.body):
+        return func
+    return func.with_body(rewrite(func.body, tirx.AttrStmt, _split))
