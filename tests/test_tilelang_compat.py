@@ -347,8 +347,8 @@ def _uses(name):
 
 
 @pytest.mark.parametrize("name, says", [
-    ("get_thread_binding", "T.Parallel"), ("alloc_barrier", "T.Pipelined"),
-    ("sync_threads", "inserts the barriers"), ("tma_copy", "T.copy"),
+    ("get_thread_binding", "T.Parallel"), ("alloc_tmem", "T.Pipelined"),
+    ("sync_threads", "inserts the barriers"), ("mbarrier_expect_tx", "T.copy"),
     ("no_such_primitive", "tilelab has no")])
 def test_tilelang_features_tilelab_lacks_are_named_at_the_users_line(name, says):
     with pytest.raises(TileLabError) as info:

@@ -92,6 +92,39 @@ def two_consumers(M, N, K, bm=128, bn=128, bk=32):
     return halves
 
 
+def ws_gemm_stages(M, N, K, bm=128, bn=128, bk=64, stages=2):
+    """`stages` slots, a `full` and an `empty` barrier each (TileLang's barrierpipe GEMM):
+    the producer fills slot k % stages while the consumer multiplies the one before,
+    T.gemm on one 2-d tile of the slotted buffers (`A_s[k % stages, :, :]`)."""
+
+    @T.prim_func
+    def staged(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16),
+               C: T.Tensor((M, N), T.float16)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            A_s = T.alloc_shared((stages, bm, bk), T.float16)
+            B_s = T.alloc_shared((stages, bk, bn), T.float16)
+            C_l = T.alloc_fragment((bm, bn), T.float32)
+            bars = T.alloc_barrier([128] * (2 * stages))  # full: 0..stages-1, empty: the rest
+            with T.ws(0):
+                T.clear(C_l)
+            for ko in range(T.ceildiv(K, bk)):
+                with T.ws(1):
+                    T.mbarrier_wait_parity(bars[ko % stages + stages], (ko // stages) % 2 ^ 1)
+                    T.tma_copy(A[by * bm, ko * bk], A_s[ko % stages, :, :],
+                               barrier=bars[ko % stages])
+                    T.tma_copy(B[ko * bk, bx * bn], B_s[ko % stages, :, :],
+                               barrier=bars[ko % stages])
+                    T.mbarrier_arrive(bars[ko % stages])
+                with T.ws(0):
+                    T.mbarrier_wait_parity(bars[ko % stages], (ko // stages) % 2)
+                    T.gemm(A_s[ko % stages, :, :], B_s[ko % stages, :, :], C_l)
+                    T.mbarrier_arrive(bars[ko % stages + stages])
+            with T.ws(0):
+                T.copy(C_l, C[by * bm, bx * bn])
+
+    return staged
+
+
 def _check(kernel, M, N, K, device="cpu", seeds=(0, 1)):
     for seed in seeds:
         torch.manual_seed(seed)
@@ -108,6 +141,25 @@ def test_a_hand_split_gemm_runs_on_the_cpu(producer, consumer):
     kernel = tilelab.compile(ws_gemm(M, N, K, producer=producer, consumer=consumer),
                              target="cpu")
     _check(kernel, M, N, K)
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_slotted_tiles_and_barrier_lists_on_the_cpu(stages):
+    M, N, K = 136, 200, 320  # five steps of K over two or three slots
+    _check(tilelab.compile(ws_gemm_stages(M, N, K, stages=stages), target="cpu"), M, N, K)
+
+
+def test_a_gemm_on_part_of_a_tiles_rows_is_refused():
+    with pytest.raises(TileLabError, match=r"whole 2-d tiles; this is a 32x64 part of A_s"):
+        @T.prim_func
+        def cut(A: T.Tensor((64, 64), T.float16), C: T.Tensor((32, 64), T.float32)):
+            with T.Kernel(1, threads=128):
+                A_s = T.alloc_shared((64, 64), T.float16)
+                C_l = T.alloc_fragment((32, 64), T.float32)
+                T.copy(A, A_s)
+                T.clear(C_l)
+                T.gemm(A_s[0:32, :], A_s, C_l)
+                T.copy(C_l, C)
 
 
 def test_roles_without_barriers_run_on_the_cpu():
@@ -222,3 +274,6 @@ def test_hand_split_gemms_on_the_gpu(sizes):
         _check(kernel, *sizes, device="cuda")
     _check(tilelab.compile(two_consumers(*sizes), target="cuda:sm_90a"), *sizes,
            device="cuda")
+    for stages in (2, 3):
+        _check(tilelab.compile(ws_gemm_stages(*sizes, stages=stages), target="cuda:sm_90a"),
+               *sizes, device="cuda")

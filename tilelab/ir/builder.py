@@ -8,6 +8,7 @@ kernel being traced gets a clear error instead.
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -187,6 +188,12 @@ class Builder:
 
     def declare_output(self, name: str, shape: tuple, dtype: str):
         return self.declare_param(name, shape, dtype, output=True)
+
+    def role_threads(self) -> int:
+        """Threads that run the statement being traced: its T.ws role's, or the block's."""
+        if self.role is not None:
+            return self.role[1] - self.role[0]
+        return math.prod(self.threads)
 
     def emit(self, stmt) -> None:
         """Append a statement; a tile op gets the line and column it was written at."""

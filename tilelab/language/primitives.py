@@ -247,13 +247,6 @@ class ws:  # noqa: N801 - TileLang's spelling
         return False
 
 
-def role_threads(builder) -> int:
-    """Threads that run the statement being traced: its T.ws role's, or the block's."""
-    if builder.role is not None:
-        return builder.role[1] - builder.role[0]
-    return math.prod(builder.threads)
-
-
 def _seq(stmts):
     from ..ir.builder import seq
 

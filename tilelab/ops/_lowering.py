@@ -162,6 +162,23 @@ def extern(name: str, *args):
     return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
 
+CHECK = "__tilelab_check"  # an op's own check, until passes/check_bounds.py reports it
+
+
+def check(cond, message: str, where: str = ""):
+    """A condition an op's CPU loops require (`where`: "file|line|col" of the user's
+    statement): where it fails, the kernel reports `message` there once it has run
+    (passes/check_bounds.py turns the check into its report)."""
+    return tirx.Evaluate(tirx.call_extern("int32", CHECK, cond, tvm.ir.StringImm(message),
+                                          tvm.ir.StringImm(where)))
+
+
+def is_check(stmt) -> bool:
+    value = getattr(stmt, "value", None) if isinstance(stmt, tirx.Evaluate) else None
+    return isinstance(value, tvm.ir.Call) and getattr(value.op, "name", "") == \
+        "tirx.call_extern" and value.args[0].value == CHECK
+
+
 def sync():
     """A barrier of the whole block (`__syncthreads`)."""
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))

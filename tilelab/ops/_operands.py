@@ -58,6 +58,30 @@ def resolve_pair(src, dst, primitive: str) -> tuple[Region, Region]:
     return src, dst
 
 
+def tile_2d(value, primitive) -> tuple[Region, tuple]:
+    """A 2-d tile operand: a whole 2-d buffer, or one 2-d tile of a buffer with more
+    dimensions (`A_s[stage, :, :]`: leading indices of extent 1, the last two whole).
+    Returns its region and its (rows, columns)."""
+    if is_buffer(value):
+        return Region.whole(value), whole_2d(value, primitive)
+    region = value if isinstance(value, Region) else None
+    if region is None:
+        raise TileLabTypeError(f"T.{primitive} takes tiles (buffers, or one 2-d tile of a "
+                               f"buffer such as A_s[k % 2, :, :]), got {type(value).__name__}")
+    shape = [_const_int(e) for e in region.buffer.shape]
+    tile = tuple(int(_const_int(e) or 0) for e in region.extents[-2:])
+    whole = len(shape) >= 2 and all(_const_int(s) == 0 for s in region.starts[-2:]) and \
+        list(tile) == shape[-2:] and all(_const_int(e) == 1 for e in region.extents[:-2])
+    if not whole:
+        raise TileLabTypeError(
+            f"T.{primitive} takes whole 2-d tiles; this is a "
+            f"{'x'.join(str(e) for e in region.extents)} part of {region.buffer.name} "
+            f"({'x'.join(str(e) for e in shape)})",
+            hint="index only the leading dimensions (A_s[k % 2, :, :]) or copy the part "
+                 "into a tile of its own")
+    return region, tile
+
+
 def whole_2d(buffer, primitive):
     if not is_buffer(buffer):
         raise TileLabTypeError(f"T.{primitive} takes whole buffers (tiles), got "

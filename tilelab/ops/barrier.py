@@ -34,9 +34,8 @@ from ..errors import TileLabSyntaxError, TileLabTypeError
 from ..ir.builder import current
 from ..ir.expr import to_expr
 from ..ir.tile_ops import Region, config, is_buffer, is_load, regions, scalars, tile_call
-from ..passes.check_bounds import check
 from . import Effects, TileOp, register
-from ._lowering import address, extern, seq, sync
+from ._lowering import address, check, extern, seq, sync
 
 PHASE = 32  # the phase count lives above bit 32 of a CPU barrier, arrivals below
 
@@ -44,8 +43,6 @@ PHASE = 32  # the phase count lives above bit 32 of a CPU barrier, arrivals belo
 def alloc_barrier(arrive_count):
     """mbarriers in shared memory, each expecting `arrive_count` arrivals per phase (an int
     for one barrier, a list for several: `bars = T.alloc_barrier([128] * 4)`, `bars[i]`)."""
-    from ..language.primitives import _alloc
-
     builder = current("alloc_barrier")
     counts = [arrive_count] if isinstance(arrive_count, int) else list(arrive_count)
     if not counts or any(isinstance(c, bool) or not isinstance(c, int) or not 0 < c < 2**20
@@ -55,7 +52,10 @@ def alloc_barrier(arrive_count):
     if builder.role is not None or len(builder.blocks) > 2:
         raise TileLabSyntaxError("T.alloc_barrier belongs at the top of the kernel, before "
                                  "any loop or T.ws: every thread must see it initialized")
-    bars = _alloc("alloc_barrier", (len(counts),), "uint64", "shared.dyn")
+    bars = tirx.decl_buffer((len(counts),), "uint64", name=builder.take_name("barrier"),
+                            scope="shared.dyn")
+    builder.buffer_locations[bars.name] = builder.location
+    builder.emit(tirx.AllocBuffer(bars))
     builder.barriers[bars.name] = counts
     builder.emit(tile_call("barrier_init", Region.whole(bars), counts=_text(counts)))
     return bars
@@ -63,11 +63,9 @@ def alloc_barrier(arrive_count):
 
 def barrier_arrive(mbarrier):
     """Every thread of the role (or of the block, outside any T.ws) arrives once."""
-    from ..language.primitives import role_threads
-
     builder = current("barrier_arrive")
     element, counts = _element(mbarrier, "barrier_arrive", builder)
-    builder.emit(tile_call("barrier_arrive", element, arrivals=role_threads(builder),
+    builder.emit(tile_call("barrier_arrive", element, arrivals=builder.role_threads(),
                            counts=counts))
 
 

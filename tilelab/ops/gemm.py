@@ -42,7 +42,7 @@ from ..ir.layout import Fragment, Layout, thread_elements
 from ..ir.tile_ops import Region, config, regions, tile_call
 from . import Effects, TileOp, _gemm_wgmma, register
 from ._lowering import address, extern, is_fragment, seq, simplify, unrolled_registers
-from ._operands import whole_2d
+from ._operands import tile_2d
 from .fill import fill_loops
 
 _TENSOR_CORE_TYPES = ("float16", "bfloat16")
@@ -60,7 +60,7 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False,  # noqa: N803
          policy=GemmWarpPolicy.Square, clear_accum=False, k_pack=1, wg_wait=0):
     """`C += A @ B` on tiles (with optional transposes); C is a fragment accumulator."""
     builder = current("gemm")
-    a, b, c = (whole_2d(x, "gemm") for x in (A, B, C))
+    (ra, a), (rb, b), (rc, c) = (tile_2d(x, "gemm") for x in (A, B, C))
     m, k = (a[1], a[0]) if transpose_A else a
     k2, n = (b[1], b[0]) if transpose_B else b
     if len(c) != 2 or k != k2 or c[0] != m or c[1] != n:
@@ -70,7 +70,7 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False,  # noqa: N803
             hint="C must be M×N when A is M×K and B is K×N (after the transposes)")
     if not isinstance(policy, GemmWarpPolicy):
         raise TileLabTypeError("policy must be a T.GemmWarpPolicy member")
-    builder.emit(tile_call("gemm", Region.whole(A), Region.whole(B), Region.whole(C),
+    builder.emit(tile_call("gemm", ra, rb, rc,
                            transpose_A=bool(transpose_A), transpose_B=bool(transpose_B),
                            policy=policy.value, clear_accum=bool(clear_accum)))
 
@@ -165,14 +165,14 @@ def lower_loops(call):
     a, b, c = regions(call)
     cfg = config(call)
     transpose_a, transpose_b = cfg["transpose_A"], cfg["transpose_B"]
-    m, n = (int(e) for e in c.extents)
-    k_extent = int(a.extents[0 if transpose_a else 1])
+    m, n = _shape(c)
+    k_extent = _shape(a)[0 if transpose_a else 1]
     i, j, k = (tirx.Var(name, "int32") for name in ("i", "j", "k"))
-    a_val = tirx.BufferLoad(a.buffer, [k, i] if transpose_a else [i, k])
-    b_val = tirx.BufferLoad(b.buffer, [j, k] if transpose_b else [k, j])
-    acc = tirx.BufferLoad(c.buffer, [i, j])
+    a_val = tirx.BufferLoad(a.buffer, _at(a, k, i) if transpose_a else _at(a, i, k))
+    b_val = tirx.BufferLoad(b.buffer, _at(b, j, k) if transpose_b else _at(b, k, j))
+    acc = tirx.BufferLoad(c.buffer, _at(c, i, j))
     update = tirx.BufferStore(c.buffer, acc + to_expr(a_val, c.dtype) * to_expr(b_val, c.dtype),
-                              [i, j])
+                              _at(c, i, j))
     # i-k-j keeps the innermost loop contiguous in B and C (vectorizes); with Bᵀ, i-j-k does.
     order = [(i, m), (j, n), (k, k_extent)] if transpose_b else [(i, m), (k, k_extent), (j, n)]
     stmt = update

@@ -33,22 +33,9 @@ from tvm.ir import StringImm
 
 from ..ir.tile_ops import is_load
 from ..ir.visit import rewrite
+from ..ops._lowering import is_check
 
 MARKER = "tilelab-check"  # error messages start with it; the CPU runner turns them into errors
-CHECK = "__tilelab_check"  # an op's own check (`check`), until this pass turns it into a report
-
-
-def check(cond, message: str, where: str = ""):
-    """A condition an op's CPU loops require (`where`: "file|line|col" of the user's
-    statement): when it fails, the kernel reports `message` there after it has run."""
-    return tirx.Evaluate(tirx.call_extern("int32", CHECK, cond, StringImm(message),
-                                          StringImm(where)))
-
-
-def is_check(stmt) -> bool:
-    value = getattr(stmt, "value", None)
-    return isinstance(value, tvm.ir.Call) and value.op.name == "tirx.call_extern" and \
-        value.args[0].value == CHECK
 
 
 def bounds_checks_enabled() -> bool:
@@ -189,7 +176,7 @@ def check_accesses(func, fallback: str, bounds: bool):
         return tirx.IfThenElse(tested.condition, stmt, tested.else_case)
 
     def on_evaluate(stmt):
-        if is_check(stmt):  # an op's own check (ops/barrier.py): noted when it fails
+        if is_check(stmt):  # an op's own check (ops._lowering.check): noted when it fails
             cond, message, where = stmt.value.args[1:]
             n = checks.number(str(message.value), str(where.value) or checks.fallback)
             first = tirx.EQ(tirx.BufferLoad(checks.status, [0]), tirx.const(0, "int32"))
