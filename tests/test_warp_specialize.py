@@ -295,3 +295,54 @@ def test_the_fallback_kernels_are_right_on_the_cpu():
     count = torch.tensor([2], dtype=torch.int32)
     torch.testing.assert_close(counted(a, b, count, target="cpu"),
                                a[:, :128].float() @ b[:128].float(), rtol=1e-2, atol=1e-2)
+
+
+@tilelab.jit
+def tiles_in_the_loop(A, B, bm: int = 128, bn: int = 128, bk: int = 64, stages: int = 3):
+    """The shared tiles allocated inside the T.Pipelined body (TileLang's mhc_pre GEMM):
+    their slots are filled before the loop, so the pipeline allocates them before it."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), T.float16)
+    B: T.Tensor((K, N), T.float16)
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+        acc = T.alloc_fragment((bm, bn), T.float32)
+        T.clear(acc)
+        for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+            a_s = T.alloc_shared((bm, bk), T.float16)
+            b_s = T.alloc_shared((bk, bn), T.float16)
+            T.copy(A[by * bm, k * bk], a_s)
+            T.copy(B[k * bk, bx * bn], b_s)
+            T.gemm(a_s, b_s, acc)
+        T.copy(acc, C[by * bm, bx * bn])
+    return C
+
+
+IN_LOOP_CONFIGS = [("cuda:sm_80", {}), ("cuda:sm_90a", ONE_ROLE),
+                   ("cuda:sm_90a", {"tl.force_warp_specialized": True})]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("target, configs", IN_LOOP_CONFIGS)
+def test_tiles_allocated_inside_a_pipelined_loop_compile(target, configs):
+    kernel = tiles_in_the_loop.compile(_meta(300, 520), _meta(520, 200), target=target,
+                                       pass_configs=configs)
+    plan = kernel.trace.pipelines[0]
+    assert plan["num_stages"] == 3
+    assert ("warp_specialized" in plan) == ("tl.force_warp_specialized" in configs)
+    a = torch.randn(300, 520, dtype=torch.float16)
+    b = torch.randn(520, 200, dtype=torch.float16)
+    out = tiles_in_the_loop(a, b, target="cpu")
+    torch.testing.assert_close(out, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target, configs", IN_LOOP_CONFIGS)
+def test_tiles_allocated_inside_a_pipelined_loop_on_the_gpu(target, configs):
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs a Hopper GPU (sm_90a)")
+    torch.manual_seed(0)
+    a = torch.randn(300, 520, dtype=torch.float16, device="cuda")
+    b = torch.randn(520, 200, dtype=torch.float16, device="cuda")
+    kernel = tiles_in_the_loop.compile(a, b, target=target, pass_configs=configs)
+    torch.testing.assert_close(kernel(a, b), a.float() @ b.float(), rtol=2e-2, atol=5e-2)

@@ -283,6 +283,13 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     stages = int(loop.annotations["num_stages"])
     written, loop = loop, _from_zero(loop)
     body = list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body]
+    # tiles allocated in the body (`a_s = T.alloc_shared(...)` inside the loop) are
+    # allocated before it: the prologue fills their first slots before the loop runs
+    allocs = [s for s in body if isinstance(s, tirx.AllocBuffer)]
+    if allocs:
+        body = [s for s in body if not isinstance(s, tirx.AllocBuffer)]
+        loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, seq(body),
+                        thread_binding=loop.thread_binding, annotations=loop.annotations)
     inside = buffer_uses(loop.body)
     producers = [s for s in body if _is_producer(s) and
                  (uses or inside).get(regions(s)[1].buffer.name, 0) ==
@@ -352,10 +359,11 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         return tirx.IfThenElse(tirx.LT(iteration, n), stmt, None)
 
     if threads is not None:
-        return _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
-                            threads, [_describe(s) for s in body],
-                            [any(s.same_as(p) for p in producers) for s in body],
-                            timeline, block)
+        front, new, staging = _specialized(
+            loop, producers, consumers, staging, issue, barrier_of, full, empty, threads,
+            [_describe(s) for s in body], [any(s.same_as(p) for p in producers) for s in body],
+            timeline, block)
+        return allocs + front, new, staging  # (the producer, at the top, writes them too)
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
     # of an iteration; TMA: wait for the phase of this iteration's slot
@@ -411,7 +419,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
-    return [], seq(prologue + [new_loop] + drain), staging
+    return [], seq(allocs + prologue + [new_loop] + drain), staging
 
 
 SHARED_PER_SM = 228 * 1024  # sm_90 (TMA implies it); the runtime keeps 1 KB per block
