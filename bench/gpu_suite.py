@@ -76,6 +76,8 @@ CHECKS = [
      {"M": 1000, "N": 1000, "K": 136,
       "options": {"block_n": 256, "block_k": 32, "num_stages": 5, "threads": 256}},
      [("randn", (1000, 136), "float16"), ("randn", (136, 1000), "float16")], "matmul", 2e-2),
+    ("ws_gemm", "ws_gemm", {"M": 1000, "N": 1000, "K": 1000},  # warp roles written by hand
+     [("randn", (1000, 1000), "float16")] * 2, "matmul", 2e-2),
     ("gemm_bf16", "gemm_bf16", {"M": 520, "N": 264, "K": 1008},
      [("randn", (520, 1008), "bfloat16"), ("randn", (1008, 264), "bfloat16")], "matmul", 3e-2),
     ("gemm_bias_relu", "gemm_bias_relu", {"M": 1000, "N": 1000, "K": 512},
@@ -167,6 +169,12 @@ BENCH = [
     # four slots: with the MMAs of one iteration in flight, copies run two tiles ahead
     ("gemm_fp16_bk64_s4", "gemm", {"M": 8192, "N": 8192, "K": 8192,
                                    "options": {"block_k": 64, "num_stages": 4, "panel": 8}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    # the producer/consumer split written by hand (examples/ws_gemm.py): the producer
+    # warpgroup copies with plain loads and stores, the mbarriers hand the slots over
+    ("ws_gemm_s2", "ws_gemm", {"M": 8192, "N": 8192, "K": 8192},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("ws_gemm_s4", "ws_gemm", {"M": 8192, "N": 8192, "K": 8192, "options": {"num_stages": 4}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     ("gemm_fp16_bk64_s4_one_role", "gemm",
      {"M": 8192, "N": 8192, "K": 8192,
@@ -375,6 +383,8 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
         from examples.rms_norm import rms_norm_kernel as k
     elif kind == "gemm":
         from examples.gemm import gemm_kernel as k
+    elif kind == "ws_gemm":
+        from examples.ws_gemm import ws_gemm_kernel as k
     elif kind == "gemm_bf16":
         import tilelab.language as T
         from examples.gemm import gemm_kernel as k

@@ -71,6 +71,10 @@ SHAPES = {
     "flash_attention_causal_b2h16_bm128_w8": "batch 2, heads 16, seq 4096, dim 128, fp16, "
                                              "causal; block 128×64, 8 warps, 2 stages",
     "flash_attention_bn32": "same shapes; block 64×32, 4 warps, 2 stages",
+    "ws_gemm_s2": "8192³ fp16; warp roles written by hand (`examples/ws_gemm.py`): warpgroup 1 "
+                  "copies by `T.tma_copy` (TMA), warpgroup 0 multiplies 128×128×64 tiles, "
+                  "mbarriers between them, 2 slots",
+    "ws_gemm_s4": "8192³ fp16; the same with 4 slots",
     "flash_attention_bm128_bn32_w8": "same shapes; block 128×32, 8 warps, 2 stages",
 }
 # a suite entry named `<config><suffix>` is that config with one setting changed
@@ -110,6 +114,7 @@ BASELINES = {
     "gemm_fp16_128x256x32_t256_s6": "`torch.matmul`",
     "gemm_fp16_4096_128x256_t256_s4": "`torch.matmul`",
     "gemm_bf16_128x256_t256_s4": "`torch.matmul`",
+    "ws_gemm_s2": "`torch.matmul`", "ws_gemm_s4": "`torch.matmul`",
     "flash_attention_causal": "`F.scaled_dot_product_attention(is_causal=True)`",
     "flash_attention_causal_bm128_w8": "`F.scaled_dot_product_attention(is_causal=True)`",
     "flash_attention_causal_b2h16_bm128_w8": "`F.scaled_dot_product_attention(is_causal=True)`",
@@ -117,6 +122,13 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_twelfth.json",
+     "warp roles written by hand (`T.ws`, mbarriers, `T.tma_copy` by TMA; "
+     "`examples/ws_gemm.py`) beside the automatic producer/consumer split of the same tile "
+     "(`gemm_fp16_bk64_s4`); shared tiles read through access pointers no longer kept to the "
+     "end of the block (2026-12-02, twelfth session, a subset; the checks cover the suite)",
+     "`python bench/gpu_suite.py build --only ws_gemm_s2,ws_gemm_s4,gemm_fp16_bk64_s4,"
+     "gemm_fp16_128x256_t256`"),
     ("gpu_suite_h200_eleventh.json",
      "the occupancy repair keeps a second build that spills at most 64 bytes a thread "
      "(FlashAttention 128×64 with 8 warps: 128 registers, 32 bytes spilled, two blocks per "

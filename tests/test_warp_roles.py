@@ -14,6 +14,7 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from examples.ws_gemm import ws_gemm_kernel
 from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.errors import TileLabError
 
@@ -92,39 +93,6 @@ def two_consumers(M, N, K, bm=128, bn=128, bk=32):
     return halves
 
 
-def ws_gemm_stages(M, N, K, bm=128, bn=128, bk=64, stages=2):
-    """`stages` slots, a `full` and an `empty` barrier each (TileLang's barrierpipe GEMM):
-    the producer fills slot k % stages while the consumer multiplies the one before,
-    T.gemm on one 2-d tile of the slotted buffers (`A_s[k % stages, :, :]`)."""
-
-    @T.prim_func
-    def staged(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16),
-               C: T.Tensor((M, N), T.float16)):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
-            A_s = T.alloc_shared((stages, bm, bk), T.float16)
-            B_s = T.alloc_shared((stages, bk, bn), T.float16)
-            C_l = T.alloc_fragment((bm, bn), T.float32)
-            bars = T.alloc_barrier([128] * (2 * stages))  # full: 0..stages-1, empty: the rest
-            with T.ws(0):
-                T.clear(C_l)
-            for ko in range(T.ceildiv(K, bk)):
-                with T.ws(1):
-                    T.mbarrier_wait_parity(bars[ko % stages + stages], (ko // stages) % 2 ^ 1)
-                    T.tma_copy(A[by * bm, ko * bk], A_s[ko % stages, :, :],
-                               barrier=bars[ko % stages])
-                    T.tma_copy(B[ko * bk, bx * bn], B_s[ko % stages, :, :],
-                               barrier=bars[ko % stages])
-                    T.mbarrier_arrive(bars[ko % stages])
-                with T.ws(0):
-                    T.mbarrier_wait_parity(bars[ko % stages], (ko // stages) % 2)
-                    T.gemm(A_s[ko % stages, :, :], B_s[ko % stages, :, :], C_l)
-                    T.mbarrier_arrive(bars[ko % stages + stages])
-            with T.ws(0):
-                T.copy(C_l, C[by * bm, bx * bn])
-
-    return staged
-
-
 def _check(kernel, M, N, K, device="cpu", seeds=(0, 1)):
     for seed in seeds:
         torch.manual_seed(seed)
@@ -143,10 +111,18 @@ def test_a_hand_split_gemm_runs_on_the_cpu(producer, consumer):
     _check(kernel, M, N, K)
 
 
+def _slotted(stages, target):
+    """examples/ws_gemm.py: `stages` slots, a `full` and an `empty` barrier each (TileLang's
+    barrierpipe GEMM), T.gemm on one 2-d tile of the slotted buffers."""
+    def run(a, b, c):
+        c.copy_(ws_gemm_kernel(a, b, num_stages=stages, target=target))
+    return run
+
+
 @pytest.mark.parametrize("stages", [2, 3])
 def test_slotted_tiles_and_barrier_lists_on_the_cpu(stages):
     M, N, K = 136, 200, 320  # five steps of K over two or three slots
-    _check(tilelab.compile(ws_gemm_stages(M, N, K, stages=stages), target="cpu"), M, N, K)
+    _check(_slotted(stages, "cpu"), M, N, K)
 
 
 def test_a_gemm_on_part_of_a_tiles_rows_is_refused():
@@ -253,10 +229,16 @@ def test_each_role_gets_its_if_and_its_own_barriers():
     source = kernel.get_kernel_source()
     assert "if (128 <= ((int)threadIdx.x))" in source and "< 128)" in source
     assert "tl::role_sync(3, 128)" in source and "tl::role_sync(2, 128)" in source
-    hand = tilelab.compile(ws_gemm(256, 256, 128), target="cuda:sm_90a").get_kernel_source()
-    loop = hand[hand.index("for (int ko"):]
-    assert "__syncthreads" not in loop[:loop.index("\n  }\n")]  # the mbarriers order the roles
-    assert "tl::mbar_wait" in loop and "tl::mbar_arrive" in loop
+    for configs, copies in (({}, "tl::tma_load"), ({"tl.disable_tma_lower": True}, "*(uint4*)")):
+        hand = tilelab.compile(ws_gemm(256, 256, 128), target="cuda:sm_90a",
+                               pass_configs=configs).get_kernel_source()
+        loop = hand[hand.index("for (int ko"):]
+        loop = loop[:loop.index("\n  }\n")]
+        assert "__syncthreads" not in loop  # the mbarriers order the roles
+        assert "tl::mbar_wait" in loop and "tl::mbar_arrive" in loop and copies in loop
+        # TMA: the producer's first thread announces the bytes; its arrivals are the program's
+        assert ("tl::mbar_expect_tx" in loop) == (copies == "tl::tma_load")
+        assert "mbar_arrive_expect_tx" not in loop
 
 
 def _hopper():
@@ -267,13 +249,14 @@ def _hopper():
 @pytest.mark.gpu
 @pytest.mark.parametrize("sizes", [(200, 136, 192), (1024, 1024, 1024), (64, 512, 1000)])
 def test_hand_split_gemms_on_the_gpu(sizes):
+    """With TMA where the tiles allow it (the default) and with the roles' own copies."""
     _hopper()
     for producer, consumer in ((1, 0), (0, 1)):
-        kernel = tilelab.compile(ws_gemm(*sizes, producer=producer, consumer=consumer),
-                                 target="cuda:sm_90a")
-        _check(kernel, *sizes, device="cuda")
+        for configs in ({}, {"tl.disable_tma_lower": True}):
+            kernel = tilelab.compile(ws_gemm(*sizes, producer=producer, consumer=consumer),
+                                     target="cuda:sm_90a", pass_configs=configs)
+            _check(kernel, *sizes, device="cuda")
     _check(tilelab.compile(two_consumers(*sizes), target="cuda:sm_90a"), *sizes,
            device="cuda")
     for stages in (2, 3):
-        _check(tilelab.compile(ws_gemm_stages(*sizes, stages=stages), target="cuda:sm_90a"),
-               *sizes, device="cuda")
+        _check(_slotted(stages, "cuda:sm_90a"), *sizes, device="cuda")

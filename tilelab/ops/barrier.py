@@ -64,7 +64,7 @@ def alloc_barrier(arrive_count):
 def barrier_arrive(mbarrier):
     """Every thread of the role (or of the block, outside any T.ws) arrives once."""
     builder = current("barrier_arrive")
-    element, counts = _element(mbarrier, "barrier_arrive", builder)
+    element, counts = barrier_element(mbarrier, "barrier_arrive", builder)
     builder.emit(tile_call("barrier_arrive", element, arrivals=builder.role_threads(),
                            counts=counts))
 
@@ -72,7 +72,7 @@ def barrier_arrive(mbarrier):
 def barrier_wait(mbarrier, parity):
     """Wait until the barrier's phase of this parity (0 or 1) has completed."""
     builder = current("barrier_wait")
-    element, counts = _element(mbarrier, "barrier_wait", builder)
+    element, counts = barrier_element(mbarrier, "barrier_wait", builder)
     where = builder.location
     builder.emit(tile_call("barrier_wait", element, to_expr(parity, "int32"), counts=counts,
                            where=f"{where.filename}|{where.line}|{where.col}" if where else ""))
@@ -95,7 +95,7 @@ def _text(counts) -> str:
     return ",".join(str(c) for c in counts)
 
 
-def _element(value, primitive: str, builder) -> tuple[Region, str]:
+def barrier_element(value, primitive: str, builder) -> tuple[Region, str]:
     """`bars[i]` or a one-barrier `bar`: the element as a region of one, and its counts."""
     buffer = value.source if is_load(value) else value if is_buffer(value) else None
     counts = builder.barriers.get(buffer.name) if buffer is not None else None

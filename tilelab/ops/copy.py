@@ -70,11 +70,16 @@ def copy(src, dst, disable_tma: bool = False):
 
 
 def tma_copy(src, dst, *, barrier=None, eviction_policy=None, **_ignored):
-    """TileLang's copy with user-managed completion: a global-to-shared tile copy whose
-    arrival the program's own mbarrier protocol orders (`barrier`: the barrier the
-    consumers wait on). It copies as T.copy does, by the threads that run it - on the
-    GPU the role's threads, synchronously, so the tile is in place before those threads
-    arrive at the barrier; the byte count TMA would add to the barrier is not needed."""
+    """TileLang's copy with user-managed completion: a global-to-shared tile copy that the
+    program's own mbarrier protocol orders (`barrier`: the one its consumers wait on).
+
+    On sm_90a, where the tile is a warpgroup MMA operand that TMA can fill, the role's
+    first thread announces the tile's bytes to `barrier` and asks TMA for it: the phase
+    completes once the arrivals the barrier expects are in *and* the bytes have landed
+    (passes/pipeline_loops.py plans it). Otherwise the role's threads copy the tile
+    themselves, and it is in place before they arrive. On the CPU it is a copy."""
+    from .barrier import barrier_element
+
     builder = current("tma_copy")
     if barrier is None:
         raise TileLabTypeError("T.tma_copy(src, dst, barrier=...) needs the barrier its "
@@ -84,7 +89,9 @@ def tma_copy(src, dst, *, barrier=None, eviction_policy=None, **_ignored):
         raise TileLabTypeError("T.tma_copy copies a tile from a global tensor into shared "
                                f"memory; here {src.buffer.name} ({src.scope}) -> "
                                f"{dst.buffer.name} ({dst.scope})", hint="use T.copy")
-    builder.emit(tile_call("copy", src, dst, by_barrier=True))
+    element, _ = barrier_element(barrier, "tma_copy", builder)
+    at = tirx.address_of(tirx.BufferLoad(element.buffer, list(element.starts)))
+    builder.emit(tile_call("copy", src, dst, by_barrier=True, barrier=at))
 
 
 def effects(call) -> Effects:
@@ -179,7 +186,10 @@ def tma_load(ctx, call):
     width, bar = spec["box"][0], cfg["barrier"]
     outer = [tirx.Cast("int32", s) if not isinstance(s, int) else s
              for s in reversed(src.starts[:-2])]
-    stmts = [extern("tl::mbar_arrive_expect_tx", bar, tirx.const(spec["bytes"], "uint32"))]
+    # a pipeline's own barrier counts the issuing thread's arrival; a T.tma_copy's
+    # barrier counts the arrivals the program makes itself: only the bytes are announced
+    announce = "tl::mbar_expect_tx" if cfg.get("by_barrier") else "tl::mbar_arrive_expect_tx"
+    stmts = [extern(announce, bar, tirx.const(spec["bytes"], "uint32"))]
     for panel in range(spec["panels"]):
         at = list(dst.starts[:-1]) + [dst.starts[-1] + panel * width]
         column = simplify(src.starts[-1] + panel * width)
@@ -281,9 +291,13 @@ def describe(call, ctx) -> None:
             "dst": dst.buffer.name, "kind": "tma", "vector": 0,
             "instruction": f"TMA: thread 0, {spec['panels']} box(es) of {spec['box'][0]}x"
                            f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle, mbarrier",
-            "why": "a pipelined tile that warpgroup MMA reads: one thread asks the Tensor "
-                   "Memory Accelerator for it, already swizzled; the threads wait on the "
-                   "slot's mbarrier"})
+            "why": ("a T.tma_copy into a tile that warpgroup MMA reads: the role's first "
+                    "thread announces its bytes to the program's mbarrier and asks the Tensor "
+                    "Memory Accelerator for it, already swizzled"
+                    if config(call).get("by_barrier") else
+                    "a pipelined tile that warpgroup MMA reads: one thread asks the Tensor "
+                    "Memory Accelerator for it, already swizzled; the threads wait on the "
+                    "slot's mbarrier")})
         return
     if fs or fd:
         v, kind = fragment_width(ctx.layouts[(src if fs else dst).buffer.name], src, dst), \
@@ -302,7 +316,10 @@ def describe(call, ctx) -> None:
         instruction = f"{verb}.shared {lane_bytes} B per lane"
         why = (f"each thread moves the elements of its own registers, {share}"
                if kind == "registers" else f"every thread moves its share, {share}" +
-               ("" if asynchronous else ", then the block synchronizes"))
+               ("" if asynchronous else
+                ", then arrives at the program's mbarrier (a T.tma_copy without TMA: "
+                f"{config(call).get('not_tma', 'tl.disable_tma_lower')})"
+                if config(call).get("by_barrier") else ", then the block synchronizes"))
     ctx.plan.instructions.append({
         "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
         "dst": dst.buffer.name, "kind": kind, "vector": v, "instruction": instruction,

@@ -142,12 +142,14 @@ def tma_spec(producer, layouts: dict, views: dict | None = None) -> dict | str:
         return "T.copy(..., disable_tma=True)"
     if layout is None or layout.recipe.get("kind") != "wgmma_panels":
         return f"{dst.buffer.name} is not a warpgroup MMA operand tile"
-    if src.dtype != dst.dtype or len(dst.buffer.shape) != 2:
-        return "the copy converts its dtype or fills a tile that is not 2-D"
+    if src.dtype != dst.dtype or len(dst.buffer.shape) < 2 or \
+            [int(e) for e in dst.extents[-2:]] != [int(e) for e in dst.buffer.shape[-2:]] or \
+            any(int(e) != 1 for e in dst.extents[:-2]):
+        return "the copy converts its dtype or fills less than one whole 2-D tile"
     if not all(isinstance(s, (int, tirx.IntImm)) for s in src.buffer.shape):
         return f"{src.buffer.name} has a symbolic shape (descriptors are encoded for one shape)"
     shape = [int(s) for s in src.buffer.shape]
-    rows, cols = (int(s) for s in dst.buffer.shape)
+    rows, cols = (int(s) for s in dst.buffer.shape[-2:])
     extents = src.static_extents()
     if not 2 <= len(shape) <= 4 or extents is None or \
             list(extents[-2:]) != [rows, cols] or any(e != 1 for e in extents[:-2]):
@@ -559,6 +561,31 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     return front, seq([new_loop] + drain), staging
 
 
+def _program_tma(kernel, shared_layouts, views, stagings):
+    """Each T.tma_copy (a copy the program's own mbarriers order, `by_barrier`) that TMA
+    can make (`tma_spec`) is given its descriptor, as a pipeline's copies are."""
+    staging = _Staging(1)  # no staged tiles: only the descriptors, for the launch
+    maps: dict = {}
+
+    def on_copy(call):
+        if not (op_name(call) == "copy" and call.config.get("by_barrier")):
+            return call
+        spec = tma_spec(call, shared_layouts(), views)
+        if not isinstance(spec, dict):
+            return call.replace(config={**call.config, "not_tma": spec})
+        name = spec.get("view", spec["tensor"])
+        key = json.dumps(spec, sort_keys=True)
+        if key not in maps:
+            maps[key] = tirx.Var(f"{name}_tma", tensor_map_type())
+            staging.tensor_maps.append(maps[key])
+        return call.replace(config={**call.config, "tma": maps[key], "tma_spec": key})
+
+    kernel = rewrite(kernel, TilePrimitiveCall, on_copy)
+    if maps:
+        stagings.append(staging)
+    return kernel
+
+
 def _from_zero(loop):
     """`for k in T.Pipelined(start, stop)` as a loop over k' = k - start from 0: slots,
     phases and the prologue count iterations, not values of k."""
@@ -654,14 +681,17 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
         block = _linear_block(func.body) if timeline is not None else None
 
         def on_kernel(kernel):
-            if KERNEL not in kernel.annotations or has_roles(kernel):
-                return kernel  # (a kernel with T.ws roles orders its own copies)
+            if KERNEL not in kernel.annotations:
+                return kernel
             predicted: list = []
 
             def shared_layouts():  # asked for by loops that may use TMA, at most once
                 if not predicted:
                     predicted.append(predicted_shared_layouts(kernel, annotated or {}, wgmma_off))
                 return predicted[0]
+
+            if has_roles(kernel):  # T.ws roles order their own copies; T.tma_copy: TMA
+                return _program_tma(kernel, shared_layouts, views, stagings) if tma else kernel
 
             if specialize != "off" and tma:
                 kernel = _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts,
