@@ -177,7 +177,7 @@ def test_the_hopper_family_reaches_tma_and_the_split(capsys, monkeypatch):
     import tilelab
     from tilelab.testing.generator import FAMILIES
 
-    assert FAMILIES == ("", "hopper")
+    assert FAMILIES == ("", "hopper", "roles")
     programs = [generate(0, i, "hopper") for i in range(12)]
     assert all(p.family == "hopper" and p.name.startswith("difftest_hopper_0_")
                for p in programs)
@@ -202,6 +202,35 @@ def test_the_hopper_family_reaches_tma_and_the_split(capsys, monkeypatch):
     assert code == 0
     with pytest.raises(ValueError, match="no program family"):
         generate(0, 0, "ampere")
+
+
+def test_the_roles_family_writes_warp_roles_by_hand(capsys):
+    """`--family roles`: the hopper family's GEMMs with a producer warpgroup and a consumer
+    role of one or two warpgroups written with T.ws, mbarriers and T.tma_copy into slotted
+    tiles, in either order of the block's numbering; most copies TMA's. A few compiled for
+    sm_90a and run on the CPU against torch, as in CI."""
+    import tilelab
+
+    programs = [generate(0, i, "roles") for i in range(16)]
+    assert all(p.family == "roles" and p.name.startswith("difftest_roles_0_")
+               for p in programs)
+    steps = [p.steps[0] for p in programs]
+    assert {s["producer"] == 0 for s in steps} == {True, False}
+    assert {len(s["consumer"]) for s in steps} == {1, 2}
+    assert len({p.slots for p in programs}) >= 3
+    assert all("with T.ws(" in p.source() and "T.tma_copy(" in p.source() for p in programs)
+    tma = 0
+    for p in programs[:4]:
+        source = tilelab.compile(_make(p), target="cuda:sm_90a").get_kernel_source()
+        tma += "tl::mbar_expect_tx" in source
+        assert "tl::role_sync" in source or "tl::mbar_wait" in source
+    assert tma >= 2, tma
+    code = difftest.main(["--family", "roles", "--count", "6", "--jobs", "2",
+                          "--shrink-seconds", "0"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("family roles, seed 0, programs 0..5 all checked")
+    assert lines[-1] == "difftest: 6 programs, 0 mismatches, 0 compile errors"
+    assert code == 0
 
 
 def _make(p):

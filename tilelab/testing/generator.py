@@ -15,7 +15,9 @@ kind of step knows two things, kept side by side in this file:
 Programs are reproducible: program `index` of seed `seed` comes from a
 `random.Random` seeded with both, so it is the same on every machine. The
 family "hopper" numbers programs of its own: GEMMs shaped for sm_90a's
-warpgroup MMA fed by TMA, which the general mix almost never reaches.
+warpgroup MMA fed by TMA, which the general mix almost never reaches; so does the
+family "roles": the same GEMMs written with warp roles by hand (`T.ws`, mbarriers,
+`T.tma_copy` into slotted tiles), a producer warpgroup and one or two consumers.
 Validity is the generator's job: a buffer is read only after a step wrote
 all of it, a `T.Parallel` loop reads a fragment only at the iteration's own
 element (or a row/column vector of it), and transposed reads come from
@@ -60,7 +62,8 @@ class Program:
     tensors: list = field(default_factory=list)  # {"name", "kind", "dtype", "output"}
     buffers: list = field(default_factory=list)  # {"name", "scope", "kind", "dtype"}
     steps: list = field(default_factory=list)
-    family: str = ""  # "" (every kind of program) or "hopper" (see `generate`)
+    family: str = ""  # "" (every kind of program), "hopper" or "roles" (see `generate`)
+    slots: int = 1  # the leading dimension of slotted tiles (buffer kinds "s...")
     # set by `reference`: per output, each element's size (below); the comparison's
     # tolerance scales with it. Not part of the program.
     output_sizes: ClassVar[dict] = {}
@@ -103,6 +106,8 @@ class Program:
 
     def buffer_shape(self, kind: str) -> tuple:
         bm, bn, bk = self.bm, self.bn, self.bk
+        if kind.startswith("s") and len(kind) == 3:  # "smk": `slots` tiles of kind "mk"
+            return (self.slots, *self.buffer_shape(kind[1:]))
         return {"mn": (bm, bn), "nm": (bn, bm), "m": (bm,), "n": (bn,), "mk": (bm, bk),
                 "km": (bk, bm), "kn": (bk, bn), "nk": (bn, bk), "local": (1,),
                 "mask": (MASK,)}[kind]
@@ -583,6 +588,56 @@ def _run_gemm(b, s):
     b.set(s["dst"], a @ bb, a.abs() @ bb.abs())
 
 
+def _emit_wsgemm(p, s):
+    """The GEMM of `_emit_gemm` with warp roles written by hand: the producer warpgroup
+    fills `p.slots` slots of A and B by T.tma_copy, the consumer role multiplies, the
+    mbarriers `bars[slot]` (full) and `bars[slots + slot]` (empty) hand them over; the
+    consumer scales and stores its accumulator."""
+    ta, tb, n = s["transpose_A"], s["transpose_B"], p.slots
+    a_src = f"{s['A']}[k * {p.bk}, by * {p.bm}]" if ta else f"{s['A']}[by * {p.bm}, k * {p.bk}]"
+    b_src = f"{s['B']}[bx * {p.bn}, k * {p.bk}]" if tb else f"{s['B']}[k * {p.bk}, bx * {p.bn}]"
+    producer, consumer = f"T.ws({s['producer']})", \
+        f"T.ws({', '.join(str(g) for g in s['consumer'])})"
+    slot = f"k % {n}"
+    lines = [f"bars = T.alloc_barrier([128] * {n} + [{128 * len(s['consumer'])}] * {n})"]
+    if not s.get("clear_accum"):
+        lines += [f"with {consumer}:", f"    T.clear({s['dst']})"]
+    lines += [f"for k in T.serial({-(-p.K // p.bk)}):",
+              f"    with {producer}:",
+              f"        T.barrier_wait(bars[{slot} + {n}], k // {n} % 2 ^ 1)",
+              f"        T.tma_copy({a_src}, {s['a']}[{slot}, :, :], barrier=bars[{slot}])",
+              f"        T.tma_copy({b_src}, {s['b']}[{slot}, :, :], barrier=bars[{slot}])",
+              f"        T.barrier_arrive(bars[{slot}])",
+              f"    with {consumer}:",
+              f"        T.barrier_wait(bars[{slot}], k // {n} % 2)"]
+    a_operand = f"{s['a']}[{slot}, :, :]"
+    if s.get("a_frag"):
+        lines.append(f"        T.copy({a_operand}, {s['a_frag']})")
+        a_operand = s["a_frag"]
+    extra = f", transpose_A={ta}" if ta else ""
+    extra += f", transpose_B={tb}" if tb else ""
+    if s["policy"] != "Square":
+        extra += f", policy=T.GemmWarpPolicy.{s['policy']}"
+    if s.get("clear_accum"):
+        extra += ", clear_accum=True"
+    lines += [f"        T.gemm({a_operand}, {s['b']}[{slot}, :, :], {s['dst']}{extra})",
+              f"        T.barrier_arrive(bars[{slot} + {n}])",
+              f"with {consumer}:"]
+    if s.get("scale"):
+        lines += [f"    for i, j in T.Parallel({p.bm}, {p.bn}):",
+                  f"        {s['dst']}[i, j] = {s['dst']}[i, j] * {s['scale']}"]
+    lines.append(f"    T.copy({s['dst']}, {s['out']}[by * {p.bm}, bx * {p.bn}])")
+    return lines
+
+
+def _run_wsgemm(b, s):
+    _run_gemm(b, s)
+    value, size = b.local[s["dst"]], b.size[s["dst"]]
+    if s.get("scale"):
+        value, size = value * s["scale"], size * abs(s["scale"])
+    b.write(s["out"], _origin_values(b.p, "mn", b.bx, b.by), value, size)
+
+
 def _emit_ksum(p, s):
     """Row sums of an M x K tensor: K walked in tiles by a pipelined loop."""
     return [f"T.clear({s['dst']})",
@@ -642,7 +697,8 @@ def validate(p: Program) -> bool:
             return False  # some blocks skip the loop: dst must hold something already
         if step.get("dst") in buffers:
             written.add(step["dst"])
-    return any(step["op"] in ("store", "gstore", "atomic", "scatter") for step in p.steps)
+    return any(step["op"] in ("store", "gstore", "atomic", "scatter", "wsgemm")
+               for step in p.steps)
 
 
 # ---------------------------------------------------------------- generation
@@ -764,7 +820,7 @@ def _sizes(rng: random.Random, block: int) -> int:
     return rng.randint(1, 3 * block)
 
 
-FAMILIES = ("", "hopper")
+FAMILIES = ("", "hopper", "roles")
 
 
 def generate(seed: int, index: int, family: str = "") -> Program:
@@ -776,6 +832,9 @@ def generate(seed: int, index: int, family: str = "") -> Program:
     if family == "hopper":
         return _gemm_program(random.Random(f"tilelab-difftest-hopper:{seed}:{index}"), seed,
                              index, hopper=True)
+    if family == "roles":
+        return _roles_program(random.Random(f"tilelab-difftest-roles:{seed}:{index}"), seed,
+                              index)
     if family:
         raise ValueError(f"no program family {family!r}; there are {FAMILIES}")
     rng = random.Random(f"tilelab-difftest:{seed}:{index}")
@@ -976,6 +1035,45 @@ def _gemm_program(rng, seed, index, hopper: bool = False) -> Program:
                                                           ["c", 0.5]],
                                                ["ld", vec["name"], "j"]])
     _outputs(g, dtype, "float32")
+    return p
+
+
+def _roles_program(rng, seed, index) -> Program:
+    """A GEMM with warp roles by hand (`_emit_wsgemm`): one producer warpgroup, a consumer
+    role of one or two warpgroups, either written first in the block's numbering."""
+    dtype = rng.choice(("float16", "bfloat16"))
+    consumers = rng.choice((1, 1, 2))
+    producer_first = rng.random() < 0.5
+    producer = 0 if producer_first else consumers
+    consumer = list(range(1, consumers + 1)) if producer_first else list(range(consumers))
+    warps = 4 * consumers
+    while True:
+        bm, bn = rng.choice((64, 128)), rng.choice((64, 128, 256))
+        policies = [pol for pol in POLICIES if _splits(pol, bm, bn, warps)]
+        if policies and bm * bn <= 128 * 128 * consumers:  # <= 128 accumulators a thread
+            break
+    bk = rng.choice((32, 64))
+
+    def size(block):  # rows a multiple of 16 bytes apart, so that TMA may copy them
+        return -(-_sizes(rng, block) // 8) * 8
+
+    p = Program(seed, index, M=size(bm), N=size(bn), K=size(bk), bm=bm, bn=bn, bk=bk,
+                threads=128 * (consumers + 1), family="roles", slots=rng.randint(1, 4))
+    g = _Gen(rng, p, dtype)
+    ta, tb = rng.random() < 0.3, rng.random() < 0.3
+    a_name = g.tensor("at" if ta else "a", dtype)
+    b_name = g.tensor("bt" if tb else "b", dtype)
+    a = g.buffer("shared", "skm" if ta else "smk", dtype)
+    b = g.buffer("shared", "snk" if tb else "skn", dtype)
+    c = g.buffer("fragment", "mn", "float32")
+    out = g.tensor("mn", rng.choice(("float32", dtype)), output=True)
+    step = {"op": "wsgemm", "dst": c["name"], "A": a_name, "B": b_name, "a": a["name"],
+            "b": b["name"], "out": out, "transpose_A": ta, "transpose_B": tb,
+            "policy": rng.choice(policies), "producer": producer, "consumer": consumer,
+            "clear_accum": rng.random() < 0.2, "scale": rng.choice((None, 0.5, -2.0))}
+    if not ta and rng.random() < 0.2:  # the A operand from the consumer's registers
+        step["a_frag"] = g.buffer("fragment", "mk", dtype)["name"]
+    g.step(**step)
     return p
 
 
