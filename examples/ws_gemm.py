@@ -66,9 +66,21 @@ def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.float() @ b.float()).to(a.dtype)
 
 
+def check(device: str) -> None:
+    """Fresh random matrices, with and without edge tiles, through two and three slots."""
+    for stages in (2, 3):
+        for m, n, k in [(128, 128, 256), (100, 200, 330)]:
+            a = torch.randn(m, k, device=device, dtype=torch.float16)
+            b = torch.randn(k, n, device=device, dtype=torch.float16)
+            actual = ws_gemm_kernel(a, b, num_stages=stages)
+            torch.testing.assert_close(actual, reference(a, b), rtol=1e-2, atol=1e-2)
+
+
 def main() -> None:
     parser = common.parser(__doc__, sizes={"m": None, "n": None, "k": None})
     args = parser.parse_args()
+    check(args.device)
+    print("ws_gemm: check passed (two and three slots, including edge tiles)")
     m, n, k = (common.pick_size(size, args.device, gpu=4096, cpu=256)
                for size in (args.m, args.n, args.k))
     a = torch.randn(m, k, device=args.device, dtype=torch.float16)

@@ -553,11 +553,29 @@ def _run_scatter(b, s):
     b.write(s["dst"], [0], add, size, add=True)
 
 
+def _gemm_sources(p, s) -> tuple[str, str]:
+    """Where step k's tiles of A and B start, as source text."""
+    a_src = f"{s['A']}[k * {p.bk}, by * {p.bm}]" if s["transpose_A"] else \
+        f"{s['A']}[by * {p.bm}, k * {p.bk}]"
+    b_src = f"{s['B']}[bx * {p.bn}, k * {p.bk}]" if s["transpose_B"] else \
+        f"{s['B']}[k * {p.bk}, bx * {p.bn}]"
+    return a_src, b_src
+
+
+def _gemm_keywords(s) -> str:
+    """T.gemm's keyword arguments of the step, as source text."""
+    extra = ", transpose_A=True" if s["transpose_A"] else ""
+    extra += ", transpose_B=True" if s["transpose_B"] else ""
+    if s["policy"] != "Square":
+        extra += f", policy=T.GemmWarpPolicy.{s['policy']}"
+    if s.get("clear_accum"):  # each step starts over: C holds the last K tile's product
+        extra += ", clear_accum=True"
+    return extra
+
+
 def _emit_gemm(p, s):
     """C += A @ B over K in tiles, the tile loads pipelined with `stages` stages."""
-    ta, tb = s["transpose_A"], s["transpose_B"]
-    a_src = f"{s['A']}[k * {p.bk}, by * {p.bm}]" if ta else f"{s['A']}[by * {p.bm}, k * {p.bk}]"
-    b_src = f"{s['B']}[bx * {p.bn}, k * {p.bk}]" if tb else f"{s['B']}[k * {p.bk}, bx * {p.bn}]"
+    a_src, b_src = _gemm_sources(p, s)
     lines = [] if s.get("clear_accum") else [f"T.clear({s['dst']})"]
     lines += [f"for k in T.Pipelined({-(-p.K // p.bk)}, num_stages={s['stages']}):",
               f"    T.copy({a_src}, {s['a']})",
@@ -566,13 +584,7 @@ def _emit_gemm(p, s):
     if s.get("a_frag"):
         lines.append(f"    T.copy({s['a']}, {s['a_frag']})")
         a_operand = s["a_frag"]
-    extra = f", transpose_A={ta}" if ta else ""
-    extra += f", transpose_B={tb}" if tb else ""
-    if s["policy"] != "Square":
-        extra += f", policy=T.GemmWarpPolicy.{s['policy']}"
-    if s.get("clear_accum"):  # each step starts over: C holds the last K tile's product
-        extra += ", clear_accum=True"
-    lines.append(f"    T.gemm({a_operand}, {s['b']}, {s['dst']}{extra})")
+    lines.append(f"    T.gemm({a_operand}, {s['b']}, {s['dst']}{_gemm_keywords(s)})")
     return lines
 
 
@@ -593,9 +605,8 @@ def _emit_wsgemm(p, s):
     fills `p.slots` slots of A and B by T.tma_copy, the consumer role multiplies, the
     mbarriers `bars[slot]` (full) and `bars[slots + slot]` (empty) hand them over; the
     consumer scales and stores its accumulator."""
-    ta, tb, n = s["transpose_A"], s["transpose_B"], p.slots
-    a_src = f"{s['A']}[k * {p.bk}, by * {p.bm}]" if ta else f"{s['A']}[by * {p.bm}, k * {p.bk}]"
-    b_src = f"{s['B']}[bx * {p.bn}, k * {p.bk}]" if tb else f"{s['B']}[k * {p.bk}, bx * {p.bn}]"
+    n = p.slots
+    a_src, b_src = _gemm_sources(p, s)
     producer, consumer = f"T.ws({s['producer']})", \
         f"T.ws({', '.join(str(g) for g in s['consumer'])})"
     slot = f"k % {n}"
@@ -614,13 +625,8 @@ def _emit_wsgemm(p, s):
     if s.get("a_frag"):
         lines.append(f"        T.copy({a_operand}, {s['a_frag']})")
         a_operand = s["a_frag"]
-    extra = f", transpose_A={ta}" if ta else ""
-    extra += f", transpose_B={tb}" if tb else ""
-    if s["policy"] != "Square":
-        extra += f", policy=T.GemmWarpPolicy.{s['policy']}"
-    if s.get("clear_accum"):
-        extra += ", clear_accum=True"
-    lines += [f"        T.gemm({a_operand}, {s['b']}[{slot}, :, :], {s['dst']}{extra})",
+    lines += [f"        T.gemm({a_operand}, {s['b']}[{slot}, :, :], {s['dst']}"
+              f"{_gemm_keywords(s)})",
               f"        T.barrier_arrive(bars[{slot} + {n}])",
               f"with {consumer}:"]
     if s.get("scale"):
