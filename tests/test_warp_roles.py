@@ -246,8 +246,20 @@ def _hopper():
         pytest.skip("needs a Hopper GPU (sm_90a)")
 
 
+@needs_nvcc
+def test_a_tile_tma_cannot_copy_is_copied_by_the_producers_threads():
+    """K = 330: A's rows are 660 bytes apart, not a multiple of 16 as TMA asks, so the
+    producer's threads copy A; B's (272 bytes) go by TMA, into the same barrier's phase."""
+    source = tilelab.compile(ws_gemm(200, 136, 330), target="cuda:sm_90a").get_kernel_source()
+    loop = source[source.index("for (int ko"):]
+    producer = loop[:loop.index("if (((int)threadIdx.x) < 128)")]
+    assert producer.count("tl::mbar_expect_tx") == 1 and producer.count("tl::tma_load") == 2
+    assert "A_ptr +" in producer  # A, by the threads
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("sizes", [(200, 136, 192), (1024, 1024, 1024), (64, 512, 1000)])
+@pytest.mark.parametrize("sizes", [(200, 136, 192), (1024, 1024, 1024), (64, 512, 1000),
+                                   (200, 136, 330)])  # the last: A by threads, B by TMA
 def test_hand_split_gemms_on_the_gpu(sizes):
     """With TMA where the tiles allow it (the default) and with the roles' own copies."""
     _hopper()
