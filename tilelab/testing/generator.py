@@ -1016,20 +1016,12 @@ def _gemm_program(rng, seed, index, hopper: bool = False) -> Program:
     p = Program(seed, index, M=size(bm), N=size(bn), K=size(bk), bm=bm, bn=bn, bk=bk,
                 threads=threads, family="hopper" if hopper else "")
     g = _Gen(rng, p, dtype)
-    ta, tb = rng.random() < 0.3, rng.random() < 0.3
-    a_name = g.tensor("at" if ta else "a", dtype)
-    b_name = g.tensor("bt" if tb else "b", dtype)
-    a = g.buffer("shared", "km" if ta else "mk", dtype)
-    b = g.buffer("shared", "nk" if tb else "kn", dtype)
-    c = g.buffer("fragment", "mn", "float32")
-    step = {"op": "gemm", "dst": c["name"], "A": a_name, "B": b_name, "a": a["name"],
-            "b": b["name"], "transpose_A": ta, "transpose_B": tb,
-            "policy": rng.choice(policies), "stages": rng.randint(2 if hopper else 1, 4),
-            "clear_accum": rng.random() < 0.2}
-    if not ta and rng.random() < 0.2:  # the A operand from registers
+    step = {"op": "gemm", **_gemm_operands(g, dtype), "policy": rng.choice(policies),
+            "stages": rng.randint(2 if hopper else 1, 4), "clear_accum": rng.random() < 0.2}
+    if not step["transpose_A"] and rng.random() < 0.2:  # the A operand from registers
         step["a_frag"] = g.buffer("fragment", "mk", dtype)["name"]
     g.step(**step)
-    g.exact.discard(c["name"])
+    g.exact.discard(step["dst"])
     if rng.random() < 0.4:  # an epilogue: bias and scale, in a second buffer
         bias = g.tensor("vn", dtype)
         # in shared memory: a fragment vector cannot follow the accumulator's layout along
@@ -1037,11 +1029,24 @@ def _gemm_program(rng, seed, index, hopper: bool = False) -> Program:
         vec = g.buffer("shared", "n", dtype)
         g.step(op="load", dst=vec["name"], src=bias, shift=[0])
         dst = g.buffer(g.scope(), "mn", rng.choice(("float32", dtype)))
-        g.step(op="ew", dst=dst["name"], expr=["bin", "+", ["bin", "*", ["ld", c["name"], "ij"],
-                                                          ["c", 0.5]],
-                                               ["ld", vec["name"], "j"]])
+        scaled = ["bin", "*", ["ld", step["dst"], "ij"], ["c", 0.5]]
+        g.step(op="ew", dst=dst["name"], expr=["bin", "+", scaled, ["ld", vec["name"], "j"]])
     _outputs(g, dtype, "float32")
     return p
+
+
+def _gemm_operands(g: _Gen, dtype: str, slotted: bool = False) -> dict:
+    """A GEMM step's tensors and tiles: A and B (each transposed with probability 0.3),
+    their shared tiles (`slotted`: with a leading slot dimension) and the accumulator."""
+    ta, tb = g.rng.random() < 0.3, g.rng.random() < 0.3
+    a_name = g.tensor("at" if ta else "a", dtype)
+    b_name = g.tensor("bt" if tb else "b", dtype)
+    slot = "s" if slotted else ""
+    a = g.buffer("shared", slot + ("km" if ta else "mk"), dtype)
+    b = g.buffer("shared", slot + ("nk" if tb else "kn"), dtype)
+    c = g.buffer("fragment", "mn", "float32")
+    return {"dst": c["name"], "A": a_name, "B": b_name, "a": a["name"], "b": b["name"],
+            "transpose_A": ta, "transpose_B": tb}
 
 
 def _roles_program(rng, seed, index) -> Program:
@@ -1066,18 +1071,12 @@ def _roles_program(rng, seed, index) -> Program:
     p = Program(seed, index, M=size(bm), N=size(bn), K=size(bk), bm=bm, bn=bn, bk=bk,
                 threads=128 * (consumers + 1), family="roles", slots=rng.randint(1, 4))
     g = _Gen(rng, p, dtype)
-    ta, tb = rng.random() < 0.3, rng.random() < 0.3
-    a_name = g.tensor("at" if ta else "a", dtype)
-    b_name = g.tensor("bt" if tb else "b", dtype)
-    a = g.buffer("shared", "skm" if ta else "smk", dtype)
-    b = g.buffer("shared", "snk" if tb else "skn", dtype)
-    c = g.buffer("fragment", "mn", "float32")
+    operands = _gemm_operands(g, dtype, slotted=True)
     out = g.tensor("mn", rng.choice(("float32", dtype)), output=True)
-    step = {"op": "wsgemm", "dst": c["name"], "A": a_name, "B": b_name, "a": a["name"],
-            "b": b["name"], "out": out, "transpose_A": ta, "transpose_B": tb,
-            "policy": rng.choice(policies), "producer": producer, "consumer": consumer,
-            "clear_accum": rng.random() < 0.2, "scale": rng.choice((None, 0.5, -2.0))}
-    if not ta and rng.random() < 0.2:  # the A operand from the consumer's registers
+    step = {"op": "wsgemm", **operands, "out": out, "policy": rng.choice(policies),
+            "producer": producer, "consumer": consumer, "clear_accum": rng.random() < 0.2,
+            "scale": rng.choice((None, 0.5, -2.0))}
+    if not step["transpose_A"] and rng.random() < 0.2:  # A from the consumer's registers
         step["a_frag"] = g.buffer("fragment", "mk", dtype)["name"]
     g.step(**step)
     return p
