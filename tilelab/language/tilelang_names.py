@@ -176,10 +176,12 @@ def assume(condition):
 # ---------------------------------------------------------------- what tilelab does not have
 
 _THREADS = ("threads addressed by index", "a tile-level loop: `for i, j in T.Parallel(M, N)` "
-            "(layout inference gives each thread its elements)")
+            "(layout inference gives each thread its elements); for a branch per warpgroup "
+            "(`if tx < 128:`), a warp role: `with T.ws(0):`")
 _HARDWARE = ("explicit Hopper/Blackwell programming (barriers, TMA, wgmma, tcgen05, warp "
              "specialization)", "T.copy, T.gemm and T.Pipelined: tilelab picks TMA, wgmma, "
-             "barriers, async copies and a producer warp for them itself")
+             "barriers, async copies and a producer warp for them itself; or write the roles "
+             "with T.ws, T.alloc_barrier, T.barrier_wait/T.barrier_arrive and T.tma_copy")
 _SYNC = ("an explicit barrier", "nothing: tilelab inserts the barriers that shared memory needs")
 _VIEWS = ("a tensor view (reshape/reinterpret of a buffer)",
           "a separate kernel parameter with the shape you need, or index arithmetic")
