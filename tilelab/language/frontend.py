@@ -331,6 +331,12 @@ class Interpreter:
         if not isinstance(ctx, (Kernel, ws)):
             raise TileLabSyntaxError("only `with T.Kernel(...)` and `with T.ws(...)` are "
                                      "supported in a kernel")
+        if isinstance(ctx, ws):  # a role: the same context manager a Python helper enters
+            if item.optional_vars is not None:
+                raise TileLabSyntaxError("`with T.ws(...)` binds no names; drop the `as ...`")
+            with ctx:
+                self.run(node.body)
+            return
         names = _target_names(item.optional_vars) if item.optional_vars is not None else []
 
         def body(block_vars):

@@ -212,15 +212,6 @@ class ws:  # noqa: N801 - TileLang's spelling
                                    "be consecutive", hint="write one `with T.ws(k)` per group")
         self.first, self.end = ids[0] * WARPGROUP, (ids[-1] + 1) * WARPGROUP
 
-    def build(self, names: list[str], body_fn):
-        if names:
-            raise TileLabSyntaxError("`with T.ws(...)` binds no names; drop the `as ...`")
-        self._traced = True  # the front end emits the role (a Python `with` emits itself)
-        with self:
-            body_fn(None)
-        return self._stmt
-
-    # also a plain context manager, for helpers that are ordinary Python functions
     def __enter__(self):
         builder = current("ws")
         if builder.role is not None:
@@ -240,10 +231,9 @@ class ws:  # noqa: N801 - TileLang's spelling
         builder = self._builder
         stmts = builder.blocks.pop()
         builder.role = None
-        self._stmt = tirx.AttrStmt(tirx.const(self.first, "int32"), WARP_ROLE,
-                                   tirx.const(self.end, "int32"), _seq(stmts))
-        if exc_type is None and not getattr(self, "_traced", False):
-            builder.emit(self._stmt)
+        if exc_type is None:
+            builder.emit(tirx.AttrStmt(tirx.const(self.first, "int32"), WARP_ROLE,
+                                       tirx.const(self.end, "int32"), _seq(stmts)))
         return False
 
 

@@ -13,6 +13,7 @@ from tvm import sym, tirx
 
 from ..ir.expr import to_expr
 from ..ir.tile_ops import Region, _const_int, is_buffer
+from ..ir.visit import rewrite
 
 _ANALYZER = sym.Analyzer()
 
@@ -182,6 +183,12 @@ def is_check(stmt) -> bool:
 def sync():
     """A barrier of the whole block (`__syncthreads`)."""
     return tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
+
+
+def narrow_barriers(stmt, barrier):
+    """`stmt` with each barrier of the whole block in it replaced by `barrier` (a barrier
+    of fewer threads: the consumers of a warp-specialized loop, the threads of a T.ws role)."""
+    return rewrite(stmt, tirx.Evaluate, lambda node: barrier if is_sync(node) else node)
 
 
 def is_sync(stmt) -> bool:

@@ -72,9 +72,9 @@ def barrier_arrive(mbarrier):
 def barrier_wait(mbarrier, parity):
     """Wait until the barrier's phase of this parity (0 or 1) has completed."""
     builder = current("barrier_wait")
-    element, counts = barrier_element(mbarrier, "barrier_wait", builder)
+    element, _ = barrier_element(mbarrier, "barrier_wait", builder)
     where = builder.location
-    builder.emit(tile_call("barrier_wait", element, to_expr(parity, "int32"), counts=counts,
+    builder.emit(tile_call("barrier_wait", element, to_expr(parity, "int32"),
                            where=f"{where.filename}|{where.line}|{where.col}" if where else ""))
 
 

@@ -123,6 +123,13 @@ def _describe(stmt) -> str:
 # ---------------------------------------------------------------- TMA
 
 
+def _tensor_map(maps: dict, key: str, name: str):
+    """The descriptor variable of a TMA spec (`key`, its JSON): one per distinct spec."""
+    if key not in maps:
+        maps[key] = tirx.Var(f"{name}_tma", tensor_map_type())
+    return maps[key]
+
+
 def tensor_map_type():
     """TVM's type of a CUtensorMap kernel parameter (`const __grid_constant__ CUtensorMap`)."""
     from tvm.script import tirx as T
@@ -320,7 +327,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         for spec in specs:
             key = json.dumps(spec, sort_keys=True)
             name = spec.get("view", spec["tensor"])  # a view's own name: its own descriptor
-            spec["map"] = maps.setdefault(key, tirx.Var(f"{name}_tma", tensor_map_type()))
+            spec["map"] = _tensor_map(maps, key, name)
         staging.tensor_maps = list(maps.values())
         # in the dynamic allocation with the tiles: static shared memory would come first
         # in the block's window and move the tiles off the alignment TMA and wgmma need
@@ -573,15 +580,13 @@ def _program_tma(kernel, shared_layouts, views, stagings):
         spec = tma_spec(call, shared_layouts(), views)
         if not isinstance(spec, dict):
             return call.replace(config={**call.config, "not_tma": spec})
-        name = spec.get("view", spec["tensor"])
         key = json.dumps(spec, sort_keys=True)
-        if key not in maps:
-            maps[key] = tirx.Var(f"{name}_tma", tensor_map_type())
-            staging.tensor_maps.append(maps[key])
-        return call.replace(config={**call.config, "tma": maps[key], "tma_spec": key})
+        tensor_map = _tensor_map(maps, key, spec.get("view", spec["tensor"]))
+        return call.replace(config={**call.config, "tma": tensor_map, "tma_spec": key})
 
     kernel = rewrite(kernel, TilePrimitiveCall, on_copy)
     if maps:
+        staging.tensor_maps = list(maps.values())
         stagings.append(staging)
     return kernel
 

@@ -40,7 +40,7 @@ from tvm import tirx
 from ..errors import TileLabCompileError
 from ..ir.keys import WARP_PRODUCER
 from ..ir.visit import rewrite, substitute, walk
-from ..ops._lowering import extern, is_sync
+from ..ops._lowering import extern, narrow_barriers
 
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg and warpgroup-wide rules act per warpgroup
 
@@ -49,15 +49,6 @@ def _flatten(stmt) -> list:
     if isinstance(stmt, tirx.SeqStmt):
         return [s for inner in stmt for s in _flatten(inner)]
     return [stmt]
-
-
-def _consumer_barriers(stmt, threads: int):
-    """Each block-wide barrier in `stmt` as a barrier of the `threads` consumers."""
-    def on_evaluate(node):
-        return extern("tl::consumer_sync", tirx.const(threads, "int32")) if is_sync(node) \
-            else node
-
-    return rewrite(stmt, tirx.Evaluate, on_evaluate)
 
 
 def _split(launch):
@@ -80,8 +71,8 @@ def _split(launch):
     roles = tirx.IfThenElse(
         tirx.GE(tx, threads),
         tirx.IfThenElse(tirx.EQ(tx, threads), producer, None),
-        _consumer_barriers(tirx.SeqStmt(stmts[at + 1:]) if len(stmts) > at + 2
-                           else stmts[at + 1], threads))
+        narrow_barriers(tirx.SeqStmt(stmts[at + 1:]) if len(stmts) > at + 2 else stmts[at + 1],
+                        extern("tl::consumer_sync", tirx.const(threads, "int32"))))
     total = threads + PRODUCER_THREADS
     iv = launch.node
     wider = tirx.IterVar(tvm.ir.Range(0, total), iv.var, iv.iter_type, iv.thread_tag)

@@ -27,20 +27,10 @@ from tvm import tirx
 
 from ..ir.keys import WARP_ROLE
 from ..ir.visit import rewrite, walk
-from ..ops._lowering import extern, is_sync
+from ..ops._lowering import extern, narrow_barriers
 
 WARPGROUP = 128
 FIRST_ROLE_BARRIER = 2  # named barriers 0 (__syncthreads) and 1 (specialize_warps) are taken
-
-
-def _role_barriers(body, barrier: int, threads: int):
-    def on_evaluate(stmt):
-        if is_sync(stmt):
-            return extern("tl::role_sync", tirx.const(barrier, "int32"),
-                          tirx.const(threads, "int32"))
-        return stmt
-
-    return rewrite(body, tirx.Evaluate, on_evaluate)
 
 
 def _split(attr):
@@ -48,7 +38,9 @@ def _split(attr):
         return attr
     first, end = int(attr.node.value), int(attr.value.value)
     rtx = attr.body[0].value  # the role's first statement: rtx = threadIdx.x - first
-    body = _role_barriers(attr.body, FIRST_ROLE_BARRIER + first // WARPGROUP, end - first)
+    body = narrow_barriers(attr.body, extern(
+        "tl::role_sync", tirx.const(FIRST_ROLE_BARRIER + first // WARPGROUP, "int32"),
+        tirx.const(end - first, "int32")))
     inside = tirx.And(tirx.GE(rtx, 0), tirx.LT(rtx, end - first))
     return tirx.IfThenElse(inside, body, None)
 
