@@ -68,7 +68,7 @@ def test_every_key_is_tested_here():
     tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
               "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP",
               "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED",
-              "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST", "TL_DISABLE_TMA_MULTICAST"}
+              "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -211,26 +211,6 @@ def test_force_warp_specialized_splits_where_it_was_not_measured_to_pay():
         PassConfigKey.TL_FORCE_WARP_SPECIALIZED: True})
     assert (default.launch["block"][0], forced.launch["block"][0]) == (128, 256)
     assert "warp_specialized" in forced.trace.pipelines[0]
-
-
-@needs_nvcc
-def test_disable_tma_multicast_gives_each_block_its_own_copies():
-    """Split between roles (128x64 tiles in 4 stages), the course GEMM's blocks by and by + 1
-    (even by; 3 x 4 blocks) read the same B tiles: they run as a cluster of two along
-    blockIdx.y, and each asks TMA for one of B's two boxes, for both. With the key, every
-    block copies its own tiles and no cluster is launched."""
-    from examples.gemm import gemm_kernel
-
-    a = torch.empty(512, 256).half()
-    b = torch.empty(256, 384).half()
-    paired = gemm_kernel.compile(a, b, block_k=64, num_stages=4, target="cuda:sm_90a")
-    alone = gemm_kernel.compile(a, b, block_k=64, num_stages=4, target="cuda:sm_90a",
-                                pass_configs={PassConfigKey.TL_DISABLE_TMA_MULTICAST: True})
-    assert paired.launch["cluster"] == [1, 2, 1]
-    assert "tl::tma_load_multicast" in paired.get_kernel_source()
-    assert "cluster" not in alone.launch
-    assert "multicast" not in alone.get_kernel_source().split("gemm_kernel_kernel(")[-1]
-    assert "warp_specialized" in alone.trace.pipelines[0]
 
 
 @needs_nvcc

@@ -72,12 +72,8 @@ def test_tma_boxes_follow_the_wgmma_panels():
     assert by_tensor[0]["box"] == [64, 128] and by_tensor[0]["panels"] == 1
     assert by_tensor[1]["box"] == [64, 64] and by_tensor[1]["panels"] == 2
     assert by_tensor[0]["shape"] == [1000, 520] and by_tensor[1]["shape"] == [520, 776]
-    # a producer warp issues every copy from one loop; without it, the prologue and the loop.
-    # Blocks by and by + 1 (even by) read the same B tiles (7 x 8 blocks): a cluster of two
-    # along y, each asking for one of B's two boxes, for both
-    source = kernel.get_kernel_source()
-    assert source.count("tl::tma_load(") == 1 and source.count("tl::tma_load_multicast(") == 2
-    assert kernel.launch["cluster"] == [1, 2, 1] and "__cluster_dims__(1, 2, 1)" in source
+    # a producer warp issues every copy from one loop; without it, the prologue and the loop
+    assert kernel.get_kernel_source().count("tl::tma_load(") == 1 + 2
     shared = _compile({"block_k": 64, "stages": 4}, pass_configs=ONE_ROLE)
     assert shared.get_kernel_source().count("tl::tma_load(") == (2 + 1) * (1 + 2)
 

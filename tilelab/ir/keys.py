@@ -20,7 +20,6 @@ PIPELINED = "tilelab.pipelined"  # a loop PipelineLoops has already rewritten
 PIPELINE_PLAN = "tilelab.pipeline_plan"  # on it: the schedule it was given (a fact, below)
 REFILL = "tilelab.pipeline_refill"  # around a pipelined loop's refill copies (its own barriers)
 WARP_PRODUCER = "tilelab.warp_producer"  # a warp-specialized loop's producer (value: consumers)
-CLUSTER = "tilelab.cluster"  # AttrStmt around a cluster's first barrier: value = its dims (JSON)
 WARP_ROLE = "tilelab.warp_role"  # AttrStmt of `with T.ws(...)`: node = first thread, value = end
 SWIZZLE = "tilelab.swizzle"  # a T.Kernel loop: T.use_swizzle's [panel, order, enable]
 LAYOUT_PLAN = "tilelab.layout_plan"  # a T.Kernel loop: InferLayouts' LayoutPlan (a fact)
@@ -117,10 +116,6 @@ class PassConfigKey(str, enum.Enum):
     # sm_90a: split every TMA loop that keeps its MMAs in flight and allows a producer
     # warp, also where it was not measured to pay (to try it, and to test the split)
     TL_FORCE_WARP_SPECIALIZED = "tl.force_warp_specialized"
-    # sm_90a: warp-specialized loops whose neighbouring blocks copy the same tiles of an
-    # operand keep a copy per block, instead of running the two blocks as a cluster in
-    # which each asks TMA for half of those tiles for both (multicast)
-    TL_DISABLE_TMA_MULTICAST = "tl.disable_tma_multicast"
     # CUDA: number blocks as written, instead of the ones with the most loop trips first
     # (passes/heavy_blocks_first.py: causal attention)
     TL_DISABLE_HEAVY_FIRST = "tl.disable_heavy_first"

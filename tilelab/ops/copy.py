@@ -189,32 +189,13 @@ def tma_load(ctx, call):
     # a pipeline's own barrier counts the issuing thread's arrival; a T.tma_copy's
     # barrier counts the arrivals the program makes itself: only the bytes are announced
     announce = "tl::mbar_expect_tx" if cfg.get("by_barrier") else "tl::mbar_arrive_expect_tx"
-    blocks = int(cfg.get("multicast", 1))  # a cluster's blocks that share this tile
-
-    def boxes(panels):
-        loads = []
-        for panel in panels:
-            at = list(dst.starts[:-1]) + [dst.starts[-1] + panel * width]
-            column = simplify(src.starts[-1] + panel * width)
-            where = [ctx.address(dst.buffer, at, rw_mask=2), cfg["tma"], bar]
-            if blocks > 1:  # the box lands in every block of the cluster
-                where = [*where, tirx.const((1 << blocks) - 1, "uint16")]
-            loads.append(extern("tl::tma_load_multicast" if blocks > 1 else "tl::tma_load",
-                                *where, tirx.Cast("int32", column),
-                                tirx.Cast("int32", src.starts[-2]), *outer))
-        return seq(loads)
-
-    # the whole tile's bytes land in this block's slot, also where it asks for only some
     stmts = [extern(announce, bar, tirx.const(spec["bytes"], "uint32"))]
-    if blocks == 1:
-        stmts.append(boxes(range(spec["panels"])))
-    else:  # the block of rank r in its cluster asks for boxes r, r + blocks, ...
-        rank = tirx.call_extern("int32", "tl::cluster_rank")
-        mine = [boxes(range(r, spec["panels"], blocks)) for r in range(blocks)]
-        choice = mine[-1]
-        for r in reversed(range(blocks - 1)):
-            choice = tirx.IfThenElse(tirx.EQ(rank, r), mine[r], choice)
-        stmts.append(choice)
+    for panel in range(spec["panels"]):
+        at = list(dst.starts[:-1]) + [dst.starts[-1] + panel * width]
+        column = simplify(src.starts[-1] + panel * width)
+        stmts.append(extern("tl::tma_load", ctx.address(dst.buffer, at, rw_mask=2), cfg["tma"],
+                            bar, tirx.Cast("int32", column), tirx.Cast("int32", src.starts[-2]),
+                            *outer))
     issue = tirx.IfThenElse(tirx.EQ(ctx.tx, 0), seq(stmts), None)
     return tirx.AttrStmt(cfg["tma"], TENSOR_MAP, tvm.ir.StringImm(cfg["tma_spec"]), issue)
 
@@ -309,10 +290,7 @@ def describe(call, ctx) -> None:
             "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
             "dst": dst.buffer.name, "kind": "tma", "vector": 0,
             "instruction": f"TMA: thread 0, {spec['panels']} box(es) of {spec['box'][0]}x"
-                           f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle, mbarrier" + (
-                               f"; multicast: each of a cluster's {config(call)['multicast']} "
-                               "blocks asks for its share of the boxes, for all"
-                               if config(call).get("multicast") else ""),
+                           f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle, mbarrier",
             "why": ("a T.tma_copy into a tile that warpgroup MMA reads: the role's first "
                     "thread announces its bytes to the program's mbarrier and asks the Tensor "
                     "Memory Accelerator for it, already swizzled"

@@ -68,19 +68,16 @@ import json
 import math
 from dataclasses import dataclass
 
-import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.builder import seq
 from ..ir.dtypes import itemsize
 from ..ir.keys import (
-    CLUSTER,
     KERNEL,
     PIPELINE_PLAN,
     PIPELINED,
     REFILL,
-    SWIZZLE,
     THREADS,
     WARP_PRODUCER,
     block_threads,
@@ -321,12 +318,10 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     if not tma:
         no_tma = next(spec for spec in specs if isinstance(spec, str))
     threads = None  # the consumers' threads, where a producer warp issues the copies
-    cluster = None  # where a pair of blocks shares tiles of an operand
     if tma and overlap and specialize is not None and \
             _may_hoist(loop, producers, [k, *specialize.allowed], specialize.written) and \
             specialize.pays(staging):
         threads = specialize.threads
-        cluster = specialize.pair(producers, specs)
     if tma:
         maps: dict = {}  # one descriptor per tensor and box
         for spec in specs:
@@ -361,8 +356,6 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
                 spec = specs[i]
                 where.update(tma=spec["map"], barrier=barrier_of(slot), tma_spec=json.dumps(
                     {key: value for key, value in spec.items() if key != "map"}))
-                if cluster is not None and cluster.shared[i]:
-                    where.update(multicast=CLUSTER_BLOCKS)
             else:  # for the instruction record (`--source`)
                 where.update(not_tma=no_tma)
             stmts.append(tile_call("copy", src, staging.region(dst, slot), asynchronous=True,
@@ -378,7 +371,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         front, new, staging = _specialized(
             loop, producers, consumers, staging, issue, barrier_of, full, empty, threads,
             [_describe(s) for s in body], [any(s.same_as(p) for p in producers) for s in body],
-            timeline, block, cluster)
+            timeline, block)
         return allocs + front, new, staging  # (the producer, at the top, writes them too)
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
@@ -450,9 +443,6 @@ class Roles:
     written: set  # names of the tensors the kernel writes (a producer must not read them)
     shared_bytes: int  # the block's shared tiles, one slot each
     always: bool = False  # split wherever the loop allows (tl.force_warp_specialized)
-    blocks: tuple = ()  # the kernel's block loops (blockIdx.x first)
-    swizzle: int = 0  # T.use_swizzle's panel (0: blocks numbered as written)
-    multicast: bool = True  # pairs of blocks may share tiles (not tl.disable_tma_multicast)
 
     def pays(self, staging) -> bool:
         """Where a split was measured to pay (H200, GEMM 8192^3 float16, two runs): one
@@ -465,62 +455,6 @@ class Roles:
                     itemsize(str(old.dtype)) for old, _ in staging.buffers.values())
         return self.always or \
             self.threads == 128 and 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
-
-
-    def pair(self, producers, specs) -> Cluster | None:
-        """Two neighbouring blocks (2c and 2c+1 along one block axis, in launch order) that
-        copy the same tiles of some operand at every iteration: they may run as a cluster
-        and each ask TMA for half of those tiles, for both. `None` where no block axis of
-        an even, static extent has such an operand (with an even number of TMA boxes)."""
-        from tvm import sym
-
-        if not self.multicast or not self.blocks:
-            return None
-        launch = {}  # the program's block indices in terms of the launched ones
-        if self.swizzle and len(self.blocks) >= 2:
-            from .lower_tile_ops_to_threads import rasterize
-
-            launch = rasterize(self.blocks, self.swizzle)
-        for block in self.blocks:
-            tag = str(block.thread_binding.thread_tag) if block.thread_binding is not None else ""
-            if not tag.startswith("blockIdx.") or not isinstance(block.extent, tirx.IntImm) \
-                    or int(block.extent) % CLUSTER_BLOCKS:
-                continue
-            axis = "xyz".index(tag[-1])
-            analyzer = sym.Analyzer()
-            for other in self.blocks:
-                analyzer.bind(other.loop_var, tvm.ir.Range(0, other.extent))
-            c = tirx.Var("c", block.loop_var.ty)
-            analyzer.bind(c, tvm.ir.Range(0, int(block.extent) // CLUSTER_BLOCKS))
-
-            def at(expr, rank, block=block, c=c):
-                expr = substitute(expr, launch) if launch else expr
-                return substitute(expr, {block.loop_var: c * CLUSTER_BLOCKS + rank})
-
-            shared = [spec["panels"] % CLUSTER_BLOCKS == 0 and all(
-                analyzer.can_prove_equal(at(s, 0), at(s, r)) for s in regions(p)[0].starts
-                if not isinstance(s, int) for r in range(1, CLUSTER_BLOCKS))
-                for p, spec in zip(producers, specs)]
-            if any(shared):
-                return Cluster(axis, shared)
-        return None
-
-
-CLUSTER_BLOCKS = 2  # blocks that share tiles: a pair
-
-
-@dataclass
-class Cluster:
-    """Blocks 2c and 2c+1 along block axis `axis` run as one cluster. For producer i
-    with `shared[i]`, each asks TMA for every other box of the tile (`multicast`): the
-    box lands in both blocks' slots and completes both blocks' `full` mbarriers. Each
-    block's producer refills a slot only when the consumers of both have released it."""
-
-    axis: int  # 0: blockIdx.x
-    shared: list
-
-    def dims(self) -> list:
-        return [CLUSTER_BLOCKS if d == self.axis else 1 for d in range(3)]
 
 
 def _may_hoist(loop, producers, allowed, written) -> bool:
@@ -565,26 +499,15 @@ def _written_tensors(kernel) -> set:
 
 
 def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
-                 threads: int, texts: list, is_copy: list, timeline=None, block=None,
-                 cluster: Cluster | None = None):
+                 threads: int, texts: list, is_copy: list, timeline=None, block=None):
     """The loop, which only multiplies and keeps its MMAs in flight, split between a
     producer warp and the consumer warpgroups (module doc). Returns (front, consumer loop
     + drain, staging). Instrumented (`timeline`), the consumers stamp events 0, 1 and 3 of
     each iteration (waiting, tiles there, compute done) and the producer event 2, when it
-    issued that iteration's copies (instrument.py).
-
-    In a `cluster`, a producer's copies also write the other block's slot, so each
-    consumer warp releases a slot at both blocks' `empty` mbarriers (which count the
-    warps of both), and both blocks start only once both have initialized their
-    mbarriers. Before a block reuses its mbarriers' memory, its consumers wait until the
-    other block's consumers have released every slot: no arrival from there comes later."""
+    issued that iteration's copies (instrument.py)."""
     stages = staging.stages
     k, n = loop.loop_var, loop.extent
     slot, phase = tirx.floormod(k, stages), tirx.floormod(tirx.floordiv(k, stages), 2)
-    blocks = CLUSTER_BLOCKS if cluster else 1
-    together = [tirx.AttrStmt(tirx.const(0, "int32"), CLUSTER,
-                              tvm.ir.StringImm(json.dumps(cluster.dims())),
-                              extern("tl::cluster_sync"))] if cluster else []
     # producer: before refilling slot s, wait until every consumer warp released it (the
     # phase of `empty` that the consumers of iteration k - stages completed)
     j = tirx.Var(f"{k.name}_load", k.ty)
@@ -597,9 +520,9 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
                         seq([refill_wait, issue(j, tirx.floormod(j, stages))] + stamped))
     front = [tirx.AllocBuffer(full), tirx.AllocBuffer(empty)] + \
         [extern("tl::mbar_init", barrier_of(s, 2), len(producers)) for s in range(stages)] + \
-        [extern("tl::mbar_init", barrier_of(s, 2, empty), threads // 32 * blocks)
+        [extern("tl::mbar_init", barrier_of(s, 2, empty), threads // 32)
          for s in range(stages)] + \
-        [extern("tl::mbar_init_fence"), sync()] + together + [
+        [extern("tl::mbar_init_fence"), sync(),
          # hidden from TVM's barrier pass like a refill: the mbarriers order its copies
          tirx.AttrStmt(tirx.const(0, "int32"), REFILL, tirx.const(1, "int32"),
                        tirx.AttrStmt(tirx.const(0, "int32"), WARP_PRODUCER,
@@ -607,23 +530,13 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     # consumers: wait for the slot's bytes; multiply, leaving the MMAs in flight; release
     # the previous iteration's slot, whose MMAs wgmma.wait_group 1 has just waited for
     computed = [_in_flight(staging.retarget(c, slot)) for c in consumers]
-
-    def release(i):
-        bar = barrier_of(tirx.floormod(i, stages), 1, empty)
-        return extern("tl::mbar_arrive_warp_cluster", bar, blocks) if cluster else \
-            extern("tl::mbar_arrive_warp", bar)
-
+    release = tirx.IfThenElse(tirx.GE(k, 1), extern(
+        "tl::mbar_arrive_warp", barrier_of(tirx.floormod(k - 1, stages), 1, empty)), None)
     wait = extern("tl::mbar_wait", barrier_of(slot, 1), phase)
     accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
-    drain = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
-    if cluster:  # release the last slot; wait for both blocks' releases of the last slots
-        i = tirx.Var(f"{k.name}_last", k.ty)
-        drain += [tirx.IfThenElse(tirx.GE(n, 1), release(n - 1), None),
-                  tirx.For(i, tirx.max(n - stages, 0), tirx.min(n, stages), tirx.ForKind.SERIAL,
-                           extern("tl::mbar_wait", barrier_of(tirx.floormod(i, stages), 1, empty),
-                                  tirx.floormod(tirx.floordiv(i, stages), 2)))]
-    drain += [sync()] + [extern("tl::mbar_inval", barrier_of(s, 2, b))
-                         for b in (full, empty) for s in range(stages)]
+    drain = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()] + \
+        [sync()] + [extern("tl::mbar_inval", barrier_of(s, 2, b))
+                        for b in (full, empty) for s in range(stages)]
     plan = {
         "loop": str(k.name), "num_stages": stages,
         "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
@@ -637,16 +550,9 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
         "ahead": stages - 2,
         "tma": True,
         "warp_specialized": {"consumer_threads": threads, "producer_threads": 128},
-        "cluster": cluster.dims() if cluster else None,
         "copies": f"TMA, issued by a producer warp (an extra warpgroup, threads {threads}.."
                   f"{threads + 127}; one thread issues), completion counted by a `full` "
-                  "mbarrier per slot" + (
-                      f"; blocks run in clusters of {CLUSTER_BLOCKS} along blockIdx."
-                      f"{'xyz'[cluster.axis]}, which copy the same tiles of " +
-                      ", ".join(regions(p)[0].buffer.name
-                                for p, s in zip(producers, cluster.shared) if s) +
-                      ": each block asks for every other box of those, for both (multicast)"
-                      if cluster else ""),
+                  "mbarrier per slot",
         "waits": "mbarriers only: consumers wait for the slot's `full` phase (parity (k / "
                  f"{stages}) % 2); each consumer warp arrives at the slot's `empty` mbarrier "
                  "when its reads are done (after the next iteration's wgmma.wait_group 1); "
@@ -656,8 +562,7 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     stamps = [[]] * 3 if timeline is None else \
         [[_stamp(timeline, block, k, event)] for event in (0, 1, 3)]
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
-                        seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] +
-                            [tirx.IfThenElse(tirx.GE(k, 1), release(k - 1), None)]),
+                        seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] + [release]),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
     return front, seq([new_loop] + drain), staging
@@ -709,15 +614,8 @@ def _linear_block(body):
     return linear
 
 
-def _swizzle_panel(kernel) -> int:
-    """T.use_swizzle's panel on this kernel (0: none; the renumbering happens at lowering)."""
-    swizzle = kernel.annotations.get(SWIZZLE)
-    return int(swizzle[0]) if swizzle is not None and bool(swizzle[2]) else 0
-
-
 def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
-                    always: bool = False, timeline=None, block=None, views=None,
-                    multicast: bool = True):
+                    always: bool = False, timeline=None, block=None, views=None):
     """Pipeline the loops of the block's own statement list (not inside another loop or
     branch), warp-specializing the first that copies with TMA, keeps its MMAs in flight,
     whose copies a producer warp may issue from the start and where the split pays
@@ -737,7 +635,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
          if a.buffer.scope().startswith("shared") else None)
     roles = Roles(threads[0], allowed, _written_tensors(kernel),
                   sum(math.prod(int(s) for s in b.shape) * itemsize(str(b.dtype)) for b in tiles),
-                  always, tuple(blocks), _swizzle_panel(kernel), multicast)
+                  always)
     before, after, front = [], [], []  # the statements before the split loop, and after
     for stmt in stmts:
         if not (isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and
@@ -764,7 +662,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
 
 def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                   overlap_gemms: bool = False, tma: bool = False, annotated: dict | None = None,
-                  specialize: str = "off", multicast: bool = True):
+                  specialize: str = "off"):
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
     Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace.
     `wgmma_off`: why T.gemm is not warpgroup MMA here (None: it is, sm_90a). With wgmma,
@@ -803,8 +701,7 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
             if specialize != "off" and tma:
                 kernel = _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts,
                                          stagings, always=specialize == "always",
-                                         timeline=timeline, block=block, views=views,
-                                         multicast=multicast)
+                                         timeline=timeline, block=block, views=views)
 
             def pipelined(stmt) -> list:
                 """The statements that replace `stmt` (itself, if it is no pipelined loop)."""

@@ -14,13 +14,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import re
 import threading
 
 from tvm import tirx
 
 from ...errors import TileLabCompileError, TileLabError
-from ...ir.keys import CLUSTER, KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
+from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
 from ...ops.copy import TENSOR_MAP
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
@@ -48,16 +47,14 @@ PIPELINE_NAME = "tilelab_cuda"
 
 def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
            coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
-           specialize: str = "measured", heavy_first: bool = True,
-           multicast: bool = True) -> list:
+           specialize: str = "measured", heavy_first: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
     `overlap_gemms`: with wgmma, pipelined T.gemms keep one iteration's MMAs in flight;
     `tma`: and their tiles are copied by TMA; `specialize`: by a producer warp ("off",
-    "measured": where it was measured to pay, "always"), and `multicast`: pairs of blocks
-    that copy the same tiles share them; `heavy_first`: blocks whose loops run longest are
-    launched first."""
+    "measured": where it was measured to pay, "always"); `heavy_first`: blocks whose loops
+    run longest are launched first."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -71,7 +68,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         StageOperands(),                       # operands where the ops' lowerings take them
         # T.Pipelined: load ahead with cp.async (or TMA)
         PipelineLoops(wgmma_off, overlap_gemms=overlap_gemms, tma=tma,
-                      annotated=program.layouts, specialize=specialize, multicast=multicast),
+                      annotated=program.layouts, specialize=specialize),
         InsertBarriers(),                      # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
         LowerTileOpsToThreads(),               # tile ops -> per-thread code
@@ -226,36 +223,16 @@ def _kernel_config(gv, func) -> dict:
 
     walk(func.body, tirx.Stmt, visit)  # after merging: one dynamic allocation
     specs = {}  # TMA descriptors: parameter name -> what the launcher encodes
-    cluster = [1, 1, 1]  # blocks launched together (pipeline_loops.Cluster)
 
-    def attribute(node):
-        nonlocal cluster
+    def tensor_map(node):
         if node.attr_key == TENSOR_MAP:
             specs[str(node.node.name)] = json.loads(str(node.value.value))
-        elif node.attr_key == CLUSTER:
-            cluster = json.loads(str(node.value.value))
 
-    walk(func.body, tirx.AttrStmt, attribute)
+    walk(func.body, tirx.AttrStmt, tensor_map)
     params = [str(p.name) for p in func.params if not is_buffer(p)]
     return {"kernel_name": str(gv.name_hint), "dynamic_smem": smem["shared.dyn"], "grid": grid,
             "threads": threads, "static_smem": smem["shared"], "param_names": params,
-            "tensor_maps": specs, "cluster": cluster}
-
-
-def with_cluster_dims(source: str, config: dict) -> str:
-    """The kernel declared with its cluster shape (`__cluster_dims__`), where its blocks
-    run in clusters: a plain launch then starts them so (TVM's code generator has no
-    attribute for it)."""
-    if config["cluster"] == [1, 1, 1]:
-        return source
-    dims = ", ".join(str(d) for d in config["cluster"])
-    name = re.escape(config["kernel_name"])
-    declared, count = re.subn(rf"(__global__ void )(__launch_bounds__\(\d+\) )?({name}\()",
-                              rf"\1__cluster_dims__({dims}) \2\3", source)
-    if not count:
-        raise TileLabCompileError(f"internal: kernel {config['kernel_name']} runs in clusters "
-                                  "but its declaration was not found in the CUDA source")
-    return declared
+            "tensor_maps": specs}
 
 
 def global_scratch(program) -> list[dict]:
@@ -378,8 +355,6 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
     check_shared_memory(program, max(c["dynamic_smem"] + c["static_smem"]
                                      for c in configs_of_kernels), arch)
     source = cuda_source(executable)
-    for config in configs_of_kernels:
-        source = with_cluster_dims(source, config)
     fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
     compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
     occupancy = None
@@ -430,8 +405,6 @@ def _launch_of(program, config: dict, names: list) -> dict:
     launch = {"kernel_name": config["kernel_name"], "grid": config["grid"],
               "block": [config["threads"], 1, 1], "dynamic_smem": config["dynamic_smem"],
               "arg_order": order}
-    if config["cluster"] != [1, 1, 1]:  # (the cubin's own launch attribute; for readers)
-        launch["cluster"] = config["cluster"]
     if tensor_maps:
         launch["tensor_maps"] = tensor_maps
     return launch
@@ -508,9 +481,8 @@ class CUDABackend(Backend):
             else "always" if configs.get(PassConfigKey.TL_FORCE_WARP_SPECIALIZED.value) \
             else "measured"
         heavy_first = not configs.get(PassConfigKey.TL_DISABLE_HEAVY_FIRST.value, False)
-        multicast = not configs.get(PassConfigKey.TL_DISABLE_TMA_MULTICAST.value, False)
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
-                           overlap, tma, specialize, heavy_first, multicast)
+                           overlap, tma, specialize, heavy_first)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 

@@ -192,63 +192,6 @@ __device__ __forceinline__ void tma_load(void* smem, const CUtensorMap& map, uin
          "r"(c3) : "memory");
 }
 
-// ---- clusters: blocks launched together on neighbouring SMs (`__cluster_dims__`), which
-// may write into one another's shared memory. A TMA copy with `.multicast::cluster` lands
-// at the same shared address in every block of `mask` and completes `bytes` on the
-// mbarrier at the same address in each of them.
-__device__ __forceinline__ int cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return (int)rank;
-}
-// every thread of every block of the cluster: what each block did before (its mbarriers
-// initialized) is visible to all before any goes on
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n"
-               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-// one arrival per warp at the mbarrier of this address in each of the cluster's
-// `blocks` blocks (a consumer warp releasing a slot that every block's producer refills)
-__device__ __forceinline__ void mbar_arrive_warp_cluster(uint64_t* bar, int blocks) {
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0) {
-    for (int rank = 0; rank < blocks; ++rank) {
-      uint32_t remote;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-                   : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
-      asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n"
-                   :: "r"(remote) : "memory");
-    }
-  }
-}
-__device__ __forceinline__ void tma_load_multicast(void* smem, const CUtensorMap& map,
-                                                   uint64_t* bar, uint16_t mask,
-                                                   int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%4, %5}], [%2], %3;\n"
-      :: "r"(smem_addr(smem)), "l"(&map), "r"(smem_addr(bar)), "h"(mask), "r"(c0), "r"(c1)
-      : "memory");
-}
-__device__ __forceinline__ void tma_load_multicast(void* smem, const CUtensorMap& map,
-                                                   uint64_t* bar, uint16_t mask,
-                                                   int c0, int c1, int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;\n"
-      :: "r"(smem_addr(smem)), "l"(&map), "r"(smem_addr(bar)), "h"(mask), "r"(c0), "r"(c1),
-         "r"(c2) : "memory");
-}
-__device__ __forceinline__ void tma_load_multicast(void* smem, const CUtensorMap& map,
-                                                   uint64_t* bar, uint16_t mask,
-                                                   int c0, int c1, int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%4, %5, %6, %7}], [%2], %3;\n"
-      :: "r"(smem_addr(smem)), "l"(&map), "r"(smem_addr(bar)), "h"(mask), "r"(c0), "r"(c1),
-         "r"(c2), "r"(c3) : "memory");
-}
-
 // ---- integer negation that ptxas keeps (passes/keep_negations.py): ptxas of CUDA
 // 12.9 to 13.3 folds a negation into sm_90's three-input min/max and drops it for
 // the second operand; the identity byte permute after the negation stops the fold
