@@ -274,6 +274,18 @@ def test_cuda_compile_phase_builds_cubins_in_workers_without_a_gpu():
     assert "built" not in third and "cannot be split among 4 warps" in third["reason"]
 
 
+def test_the_largest_candidates_are_compiled_first():
+    """A long compile handed out last would run alone at the end of the compile phase: jobs
+    go to the workers largest knobs first (their product; flags and strings aside)."""
+    from tilelab.autotuner import heaviest_first
+
+    configs = [{"block_m": 64, "num_stages": 2, "threads": 128},
+               {"block_m": 128, "num_stages": 4, "threads": 256, "fast": True},
+               {"block_m": 64, "num_stages": 3, "threads": 128, "policy": "FullRow"},
+               {"block_m": 128, "num_stages": 2, "threads": 256}]
+    assert heaviest_first([(None, (), c, "cpu") for c in configs]) == [1, 3, 2, 0]
+
+
 @pytest.mark.gpu
 def test_gpu_tune_exports_the_winner_with_its_config(tmp_path):
     from examples.gemm import gemm_kernel, reference

@@ -40,6 +40,7 @@ import inspect
 import itertools
 import json
 import linecache
+import math
 import os
 import pickle
 import platform
@@ -286,6 +287,19 @@ def _visible_gpus() -> list[str]:
     return listed[:count] if listed else [str(i) for i in range(count)]
 
 
+def heaviest_first(jobs: list) -> list[int]:
+    """The order in which compile jobs go to the workers: those likely to compile longest
+    first. A pool hands out jobs in order, so a long compile handed out last runs alone at
+    the end of the phase while the other workers idle (longest-processing-time-first
+    scheduling). Bigger tiles, more stages and threads unroll more code; a candidate's
+    estimate is the product of its integer knobs (`jobs[i][2]`: its keyword arguments)."""
+    def size(job) -> int:
+        return math.prod(v for v in job[2].values()
+                         if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+
+    return sorted(range(len(jobs)), key=lambda i: -size(jobs[i]))
+
+
 class LocalBackend:
     """This machine: compiles in forked processes on every core; benchmarks in one process per
     visible GPU (spawned, `CUDA_VISIBLE_DEVICES` set), or here on the CPU target."""
@@ -314,7 +328,7 @@ class LocalBackend:
         try:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) \
                     as pool:
-                futures = {pool.submit(_compile_forked, i): i for i in range(len(jobs))}
+                futures = {pool.submit(_compile_forked, i): i for i in heaviest_first(jobs)}
                 from concurrent.futures import as_completed
 
                 for future in as_completed(futures):
@@ -397,7 +411,7 @@ class RayBackend:
         ray = self.ray
         task = ray.remote(num_cpus=1)(compile_candidate)
         spec = ray.put(jobs[0][0]) if jobs else None  # the kernel's function, shipped once
-        refs = {task.remote(spec, *job[1:]): i for i, job in enumerate(jobs)}
+        refs = {task.remote(spec, *jobs[i][1:]): i for i in heaviest_first(jobs)}
         results: list = [None] * len(jobs)
         pending = list(refs)
         while pending:
