@@ -186,6 +186,12 @@ BENCH = [
                                                        "num_stages": 4, "threads": 256,
                                                        "panel": 8}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    # the same, split between a producer warpgroup and the two consumer warpgroups
+    ("gemm_fp16_128x256_t256_s4_split", "gemm",
+     {"M": 8192, "N": 8192, "K": 8192,
+      "options": {"block_n": 256, "block_k": 64, "num_stages": 4, "threads": 256, "panel": 8,
+                  "pass_configs": {"tl.force_warp_specialized": True}}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     # the same two with their tiles copied by every thread's cp.async instead of TMA
     ("gemm_fp16_bk64_s4_cp_async", "gemm", {"M": 8192, "N": 8192, "K": 8192,
                                             "options": {"block_k": 64, "num_stages": 4,

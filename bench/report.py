@@ -82,6 +82,8 @@ VARIANTS = {
     "_one_role": "; one role: every thread waits for the copies and multiplies "
                  "(`tl.disable_warp_specialized`)",
     "_fullrow": "; each warpgroup a 64×256 half of the tile (`GemmWarpPolicy.FullRow`)",
+    "_split": "; split between a producer warpgroup (TMA) and the consumers "
+              "(`tl.force_warp_specialized`)",
     "_as_written": "; blocks started in the order written, the shortest first "
                    "(`tl.disable_heavy_first`)",
 }

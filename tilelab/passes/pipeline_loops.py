@@ -106,9 +106,16 @@ def _only_multiplies(consumers) -> bool:
         all(r.dtype in ("float16", "bfloat16") for r in regions(c)[:2]) for c in consumers)
 
 
-def _in_flight(call):
-    """The T.gemm `call`, told to leave its MMAs in flight (a `gemm_wait` follows the loop)."""
-    return TilePrimitiveCall(*call.args, op=call.op, config={**call.config, "in_flight": True})
+def _in_flight(call, staging=None):
+    """The T.gemm `call`, told to leave its MMAs in flight (a `gemm_wait` follows the loop).
+    `staging`: the loop's tiles come by TMA; where the T.gemm reads only those, it is told
+    so: TMA writes through the async proxy, the one the tensor cores read through, so no
+    proxy fence is needed before the MMAs."""
+    cfg = {**call.config, "in_flight": True}
+    if staging is not None and all(r.buffer.name in staging.buffers for r in regions(call)[:2]
+                                   if r.scope.startswith("shared")):
+        cfg["operands_by_tma"] = True
+    return TilePrimitiveCall(*call.args, op=call.op, config=cfg)
 
 
 def _describe(stmt) -> str:
@@ -394,7 +401,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     drain = []
     if overlap:  # after the loop, wait for the last iteration's MMAs - before the barrier:
         # past it the tiles they read may hold other tiles (the merge of shared memory)
-        computed = [_in_flight(c) for c in computed]
+        computed = [_in_flight(c, staging if tma else None) for c in computed]
         accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
         drain = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
     if tma:  # every thread is past its last wait: the barriers' memory may be reused
@@ -529,7 +536,7 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
                                      tirx.const(threads, "int32"), producer))]
     # consumers: wait for the slot's bytes; multiply, leaving the MMAs in flight; release
     # the previous iteration's slot, whose MMAs wgmma.wait_group 1 has just waited for
-    computed = [_in_flight(staging.retarget(c, slot)) for c in consumers]
+    computed = [_in_flight(staging.retarget(c, slot), staging) for c in consumers]
     release = tirx.IfThenElse(tirx.GE(k, 1), extern(
         "tl::mbar_arrive_warp", barrier_of(tirx.floormod(k - 1, stages), 1, empty)), None)
     wait = extern("tl::mbar_wait", barrier_of(slot, 1), phase)
