@@ -124,6 +124,13 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_thirteenth.json",
+     "no proxy fence before the MMAs of tiles that TMA wrote; the 128×256 GEMM also split "
+     "between a producer warpgroup and its two consumer warpgroups (2026-12-02, thirteenth "
+     "session, a subset; the checks cover the suite)",
+     "`python bench/gpu_suite.py build --only gemm_fp16_bk64_s4,gemm_fp16_128x256_t256_s4,"
+     "gemm_fp16_128x256_t256_s4_split,gemm_fp16_4096_128x256_t256_s4,"
+     "gemm_bf16_128x256_t256_s4`"),
     ("gpu_suite_h200_twelfth.json",
      "warp roles written by hand (`T.ws`, mbarriers, `T.tma_copy` by TMA; "
      "`examples/ws_gemm.py`) beside the automatic producer/consumer split of the same tile "
