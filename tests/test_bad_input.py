@@ -362,6 +362,24 @@ def test_shared_tiles_that_add_up_past_a_block_are_judged_by_the_cuda_compile(to
         tilelab.compile(program, target="cuda:sm_90a")
 
 
+def test_pipeline_slots_past_a_block_are_refused_before_the_lowering():
+    """The slots of a pipelined loop are in use together: 128x256x64 tiles in 5 stages need
+    240 KB, more than an sm_90a block has. Said right after pipelining, at the line of the
+    largest tile, in a fraction of a whole compile (an autotuner sweep has many such); the
+    check after the lowering would not speak of slots."""
+    from examples.gemm import gemm_kernel
+    from tilelab.backends.cuda import nvcc
+
+    if not nvcc.find_nvcc():
+        pytest.skip("needs nvcc")
+    a = torch.empty(1024, 1024, dtype=torch.float16, device="meta")
+    with pytest.raises(TileLabError, match="at least 240.0 KB of shared memory per block for "
+                                           "the slots of its pipelined loop") as info:
+        gemm_kernel.compile(a, a, block_n=256, block_k=64, num_stages=5, threads=256,
+                            target="cuda:sm_90a")
+    assert "alloc_shared" in info.value.location.source_line
+
+
 # ---------------------------------------------------------------- nothing silently ignored or stale
 
 SCALE = 2.0  # a module global the kernel below reads

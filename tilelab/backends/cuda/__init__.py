@@ -47,14 +47,16 @@ PIPELINE_NAME = "tilelab_cuda"
 
 def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
            coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
-           specialize: str = "measured", heavy_first: bool = True) -> list:
+           specialize: str = "measured", heavy_first: bool = True,
+           arch: str | None = None) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
     `overlap_gemms`: with wgmma, pipelined T.gemms keep one iteration's MMAs in flight;
     `tma`: and their tiles are copied by TMA; `specialize`: by a producer warp ("off",
     "measured": where it was measured to pay, "always"); `heavy_first`: blocks whose loops
-    run longest are launched first."""
+    run longest are launched first; `arch`: a pipelined loop whose slots alone need more
+    shared memory than its block has is refused at once."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -69,6 +71,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         # T.Pipelined: load ahead with cp.async (or TMA)
         PipelineLoops(wgmma_off, overlap_gemms=overlap_gemms, tma=tma,
                       annotated=program.layouts, specialize=specialize),
+        *([SlotsFit(program, arch)] if arch else []),  # refused now, not after the lowering
         InsertBarriers(),                      # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
         LowerTileOpsToThreads(),               # tile ops -> per-thread code
@@ -258,9 +261,38 @@ def shared_memory_limit(arch: str) -> int | None:
     return None if kb is None else kb * 1024
 
 
-def check_shared_memory(program, nbytes: int, arch: str) -> None:
+def SlotsFit(program, arch: str):  # noqa: N802 - a pass, named like TVM's
+    """The slots of a pipelined loop are in use together for the whole loop, so their bytes
+    are a lower bound of the block's shared memory: where they alone exceed what `arch`
+    gives a block, the kernel is refused right after pipelining, not at the end of the
+    lowering (an autotuner's sweep has many such candidates)."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SlotsFit")
+    def _pass(func, _mod, _ctx):
+        from ...ir.dtypes import itemsize
+        from ...ir.visit import walk
+
+        def check(kernel):
+            if KERNEL not in kernel.annotations:
+                return
+            sizes: dict = {}  # this kernel's shared tiles (another may reuse a name)
+            walk(kernel, tirx.AllocBuffer, lambda a: sizes.setdefault(
+                str(a.buffer.name), math.prod(int(s) for s in a.buffer.shape) *
+                itemsize(str(a.buffer.dtype))) if a.buffer.scope().startswith("shared") else None)
+            for plan in facts_in(kernel).get(PIPELINE_PLAN, []):
+                check_shared_memory(program, sum(sizes.get(name, 0) for name in plan["slots"]),
+                                    arch, at_least=True)
+
+        walk(func.body, tirx.For, check)
+        return func
+
+    return _pass
+
+
+def check_shared_memory(program, nbytes: int, arch: str, at_least: bool = False) -> None:
     """A block that needs more shared memory than `arch` has would fail at launch: say so
-    now, before nvcc, at the line of the kernel's largest shared tile."""
+    now, before nvcc, at the line of the kernel's largest shared tile (`at_least`: `nbytes`
+    is a lower bound)."""
     from ...ir.dtypes import itemsize
     from ...ir.visit import walk
 
@@ -273,9 +305,11 @@ def check_shared_memory(program, nbytes: int, arch: str) -> None:
     largest = max(tiles, key=lambda b: math.prod(int(s) for s in b.shape) *
                   itemsize(str(b.dtype)), default=None)
     where = program.buffer_locations.get(str(largest.name)) if largest is not None else None
+    need = f"at least {nbytes / 1024:.1f} KB of shared memory per block for the slots of " \
+        "its pipelined loop" if at_least else \
+        f"{nbytes / 1024:.1f} KB of shared memory per block"
     raise TileLabCompileError(
-        f"{program.name} needs {nbytes / 1024:.1f} KB of shared memory per block; an {arch} "
-        f"block has at most {limit // 1024} KB",
+        f"{program.name} needs {need}; an {arch} block has at most {limit // 1024} KB",
         where or program.source.location(program.source.node),
         hint="use smaller tiles or fewer pipeline stages (num_stages), or compile for a GPU "
              "with more shared memory")
@@ -482,7 +516,7 @@ class CUDABackend(Backend):
             else "measured"
         heavy_first = not configs.get(PassConfigKey.TL_DISABLE_HEAVY_FIRST.value, False)
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
-                           overlap, tma, specialize, heavy_first)
+                           overlap, tma, specialize, heavy_first, arch)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
