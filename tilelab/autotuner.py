@@ -291,8 +291,10 @@ def heaviest_first(jobs: list) -> list[int]:
     """The order in which compile jobs go to the workers: those likely to compile longest
     first. A pool hands out jobs in order, so a long compile handed out last runs alone at
     the end of the phase while the other workers idle (longest-processing-time-first
-    scheduling). Bigger tiles, more stages and threads unroll more code; a candidate's
-    estimate is the product of its integer knobs (`jobs[i][2]`: its keyword arguments)."""
+    scheduling). Bigger tiles and more stages unroll more code; the estimate is the product
+    of a candidate's integer knobs (`jobs[i][2]`: its keyword arguments). It is crude (more
+    threads give each thread less code), but it hands out a sweep's big configurations
+    first, and with them those refused at once for their shared memory."""
     def size(job) -> int:
         return math.prod(v for v in job[2].values()
                          if isinstance(v, int) and not isinstance(v, bool) and v > 0)
