@@ -100,6 +100,13 @@ def torch_dtype(dtype: DType):
     return getattr(torch, str(dtype))
 
 
+def buffer_bytes(buffer) -> int:
+    """Bytes of a buffer of static shape (a shared tile, a merged allocation)."""
+    import math
+
+    return math.prod(int(s) for s in buffer.shape) * itemsize(str(buffer.dtype))
+
+
 def itemsize(dtype: str) -> int:
     """Bytes of one value; a vector type such as `int32x2` (TVM may give a merged shared
     allocation one) counts all its lanes."""

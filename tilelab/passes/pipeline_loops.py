@@ -72,7 +72,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.builder import seq
-from ..ir.dtypes import itemsize
+from ..ir.dtypes import buffer_bytes, itemsize
 from ..ir.keys import (
     KERNEL,
     PIPELINE_PLAN,
@@ -458,8 +458,7 @@ class Roles:
         block off the SM - otherwise the producer's registers cost blocks (128x128x32 in 3
         stages, room for four blocks: 296 split, 469 not). With two consumer warpgroups
         (128x256x64) the split measured 3-5% slower; they keep one role."""
-        slots = sum((staging.stages - 1) * math.prod(int(s) for s in old.shape) *
-                    itemsize(str(old.dtype)) for old, _ in staging.buffers.values())
+        slots = sum((staging.stages - 1) * buffer_bytes(old) for old, _ in staging.buffers.values())
         return self.always or \
             self.threads == 128 and 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
 
@@ -641,7 +640,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
     walk(body, tirx.AllocBuffer, lambda a: tiles.append(a.buffer)
          if a.buffer.scope().startswith("shared") else None)
     roles = Roles(threads[0], allowed, _written_tensors(kernel),
-                  sum(math.prod(int(s) for s in b.shape) * itemsize(str(b.dtype)) for b in tiles),
+                  sum(buffer_bytes(b) for b in tiles),
                   always)
     before, after, front = [], [], []  # the statements before the split loop, and after
     for stmt in stmts:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import threading
 
 from tvm import tirx
@@ -203,7 +202,7 @@ def launch_config(device_mod) -> list[dict]:
 
 
 def _kernel_config(gv, func) -> dict:
-    from ...ir.dtypes import itemsize
+    from ...ir.dtypes import buffer_bytes
     from ...ir.tile_ops import is_buffer
     from ...ir.visit import walk
 
@@ -213,10 +212,8 @@ def _kernel_config(gv, func) -> dict:
     def visit(node):
         nonlocal threads
         if isinstance(node, tirx.AllocBuffer) and node.buffer.scope() in smem:
-            # a lone tile may have been given a vector type (float32x4) by StorageRewrite
-            base, _, lanes = str(node.buffer.dtype).partition("x")
-            smem[node.buffer.scope()] += math.prod(int(s) for s in node.buffer.shape) * \
-                itemsize(base) * int(lanes or 1)
+            # (a lone tile may have been given a vector type, float32x4, by StorageRewrite)
+            smem[node.buffer.scope()] += buffer_bytes(node.buffer)
         elif isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
             tag = str(node.node.thread_tag)
             if tag.startswith("blockIdx."):
@@ -269,7 +266,7 @@ def SlotsFit(program, arch: str):  # noqa: N802 - a pass, named like TVM's
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SlotsFit")
     def _pass(func, _mod, _ctx):
-        from ...ir.dtypes import itemsize
+        from ...ir.dtypes import buffer_bytes
         from ...ir.visit import walk
 
         def check(kernel):
@@ -277,8 +274,8 @@ def SlotsFit(program, arch: str):  # noqa: N802 - a pass, named like TVM's
                 return
             sizes: dict = {}  # this kernel's shared tiles (another may reuse a name)
             walk(kernel, tirx.AllocBuffer, lambda a: sizes.setdefault(
-                str(a.buffer.name), math.prod(int(s) for s in a.buffer.shape) *
-                itemsize(str(a.buffer.dtype))) if a.buffer.scope().startswith("shared") else None)
+                str(a.buffer.name), buffer_bytes(a.buffer))
+                if a.buffer.scope().startswith("shared") else None)
             for plan in facts_in(kernel).get(PIPELINE_PLAN, []):
                 check_shared_memory(program, sum(sizes.get(name, 0) for name in plan["slots"]),
                                     arch, at_least=True)
@@ -293,7 +290,7 @@ def check_shared_memory(program, nbytes: int, arch: str, at_least: bool = False)
     """A block that needs more shared memory than `arch` has would fail at launch: say so
     now, before nvcc, at the line of the kernel's largest shared tile (`at_least`: `nbytes`
     is a lower bound)."""
-    from ...ir.dtypes import itemsize
+    from ...ir.dtypes import buffer_bytes
     from ...ir.visit import walk
 
     limit = shared_memory_limit(arch)
@@ -302,8 +299,7 @@ def check_shared_memory(program, nbytes: int, arch: str, at_least: bool = False)
     tiles = []
     walk(program.func.body, tirx.AllocBuffer, lambda node: tiles.append(node.buffer)
          if node.buffer.scope().startswith("shared") else None)
-    largest = max(tiles, key=lambda b: math.prod(int(s) for s in b.shape) *
-                  itemsize(str(b.dtype)), default=None)
+    largest = max(tiles, key=buffer_bytes, default=None)
     where = program.buffer_locations.get(str(largest.name)) if largest is not None else None
     need = f"at least {nbytes / 1024:.1f} KB of shared memory per block for the slots of " \
         "its pipelined loop" if at_least else \
