@@ -76,6 +76,18 @@ CHECKS = [
      {"M": 1000, "N": 1000, "K": 136,
       "options": {"block_n": 256, "block_k": 32, "num_stages": 5, "threads": 256}},
      [("randn", (1000, 136), "float16"), ("randn", (136, 1000), "float16")], "matmul", 2e-2),
+    # persistent blocks, each walking several tiles (edge tiles included) with its producer
+    # warp running ahead across them
+    ("persistent_gemm", "persistent_gemm", {"M": 1000, "N": 1000, "K": 1000,
+                                            "options": {"blocks": 7}},
+     [("randn", (1000, 1000), "float16")] * 2, "matmul", 2e-2),
+    ("persistent_gemm_128x128_groups", "persistent_gemm",
+     {"M": 1000, "N": 1800, "K": 520,
+      "options": {"blocks": 132, "block_n": 128, "threads": 128, "group": 3}},
+     [("randn", (1000, 520), "float16"), ("randn", (520, 1800), "float16")], "matmul", 2e-2),
+    ("persistent_gemm_bf16", "persistent_gemm_bf16", {"M": 520, "N": 264, "K": 1008,
+                                                      "options": {"blocks": 2}},
+     [("randn", (520, 1008), "bfloat16"), ("randn", (1008, 264), "bfloat16")], "matmul", 3e-2),
     ("ws_gemm", "ws_gemm", {"M": 1000, "N": 1000, "K": 1000},  # warp roles written by hand
      [("randn", (1000, 1000), "float16")] * 2, "matmul", 2e-2),
     ("gemm_bf16", "gemm_bf16", {"M": 520, "N": 264, "K": 1008},
@@ -223,6 +235,25 @@ BENCH = [
                                                             "num_stages": 4, "threads": 256,
                                                             "panel": 8}},
      [("randn", (8192, 8192), "bfloat16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    # one block per multiprocessor walking the tiles (examples/persistent_gemm.py):
+    # 128x256x64 tiles in 4 stages on two consumer warpgroups and a producer warp
+    ("persistent_gemm_fp16", "persistent_gemm", {"M": 8192, "N": 8192, "K": 8192},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("persistent_gemm_fp16_4096", "persistent_gemm", {"M": 4096, "N": 4096, "K": 4096},
+     [("randn", (4096, 4096), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 4096 ** 3}),
+    ("persistent_gemm_bf16", "persistent_gemm_bf16", {"M": 8192, "N": 8192, "K": 8192},
+     [("randn", (8192, 8192), "bfloat16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("persistent_gemm_bf16_4096", "persistent_gemm_bf16", {"M": 4096, "N": 4096, "K": 4096},
+     [("randn", (4096, 4096), "bfloat16")] * 2, "matmul", 5e-2, {"flops": 2 * 4096 ** 3}),
+    ("persistent_gemm_fp16_group16", "persistent_gemm",
+     {"M": 8192, "N": 8192, "K": 8192, "options": {"group": 16}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("persistent_gemm_fp16_128x128", "persistent_gemm",
+     {"M": 8192, "N": 8192, "K": 8192, "options": {"block_n": 128, "threads": 128}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("persistent_gemm_fp16_s3", "persistent_gemm",
+     {"M": 8192, "N": 8192, "K": 8192, "options": {"num_stages": 3}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     ("flash_attention", "flash_attention", {"shape": (4, 32, 4096, 128)},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
      {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
@@ -398,6 +429,12 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
         sizes = dict(sizes)
         options = dict(sizes.pop("options", {}), **options)
         return k.compile(**sizes, input_dtype=T.bfloat16, target="cuda", **options)
+    elif kind in ("persistent_gemm", "persistent_gemm_bf16"):
+        import tilelab.language as T
+        from examples.persistent_gemm import persistent_gemm_kernel as k
+
+        if kind.endswith("bf16"):
+            options = {**options, "input_dtype": T.bfloat16}
     elif kind == "atomic_column_sum":
         return tilelab.compile(atomic_column_sum(**sizes), target="cuda")
     elif kind == "relayout":

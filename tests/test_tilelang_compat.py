@@ -550,8 +550,9 @@ def test_two_kernels_run_on_the_cpu_and_compile_for_cuda():
         assert len(kernel.launch["next_kernels"]) == 1
 
 
-def persistent_gemm(M, N, K, block_M=32, block_N=32, block_K=32, waves_of=3):
-    """TileLang's persistent GEMM: `waves_of` blocks walk all the output tiles."""
+def persistent_gemm(M, N, K, block_M=32, block_N=32, block_K=32, waves_of=3, group_size=8):
+    """TileLang's persistent GEMM: `waves_of` blocks walk all the output tiles, numbered in
+    groups of `group_size` columns."""
 
     @T.prim_func
     def gemm(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16),
@@ -561,7 +562,7 @@ def persistent_gemm(M, N, K, block_M=32, block_N=32, block_K=32, waves_of=3):
             B_shared = T.alloc_shared((block_K, block_N), T.float16)
             C_local = T.alloc_fragment((block_M, block_N), T.float32)
             for bx, by in T.Persistent([T.ceildiv(M, block_M), T.ceildiv(N, block_N)],
-                                       waves_of, block_id):
+                                       waves_of, block_id, group_size):
                 T.clear(C_local)
                 for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
                     T.copy(A[bx * block_M, k * block_K], A_shared)
@@ -572,11 +573,15 @@ def persistent_gemm(M, N, K, block_M=32, block_N=32, block_K=32, waves_of=3):
     return gemm
 
 
-@pytest.mark.parametrize("M, N, K, waves_of", [(96, 64, 64, 3), (70, 90, 40, 4), (32, 32, 32, 5)])
-def test_persistent_blocks_cover_every_tile_once(M, N, K, waves_of):
-    """Tiles (3x2, 3x3, 1x1) that the wave size does not divide, tails in every dimension,
-    more blocks than tiles: the result is that of one block per tile."""
-    kernel = tilelab.compile(persistent_gemm(M, N, K, waves_of=waves_of), target="cpu")
+@pytest.mark.parametrize("M, N, K, waves_of, group_size",
+                         [(96, 64, 64, 3, 8), (70, 90, 40, 4, 8), (32, 32, 32, 5, 8),
+                          (96, 160, 32, 4, 2), (96, 160, 32, 2, 3), (64, 160, 32, 3, 1)])
+def test_persistent_blocks_cover_every_tile_once(M, N, K, waves_of, group_size):
+    """Tiles (3x2, 3x3, 1x1, 3x5, 2x5) that the wave size does not divide, tails in every
+    dimension, more blocks than tiles, groups of columns that do and do not divide the
+    columns (the last group sticks out): the result is that of one block per tile."""
+    kernel = tilelab.compile(persistent_gemm(M, N, K, waves_of=waves_of,
+                                             group_size=group_size), target="cpu")
     a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
     c = torch.full((M, N), float("nan"))
     kernel(a, b, c)

@@ -420,6 +420,34 @@ def test_a_persistent_tma_gemm_compiles_for_cuda(threads):
     assert "wait_group_sync_aligned_0();" in after_loop.split("__syncthreads")[0]
 
 
+@needs_nvcc
+@pytest.mark.parametrize("threads", [128, 256])
+def test_a_persistent_pipeline_runs_ahead_across_tiles(threads):
+    """Split between roles (the default for a pipeline in a walk over tiles), the producer
+    walks the tiles too: slots and phases count the iterations of every tile so far (a
+    counter in each role), the consumers release a tile's last slot once its MMAs are done
+    and before its epilogue, and the epilogue's tile keeps memory of its own (the
+    producer refills slots while the consumers store)."""
+    kernel = persistent_gemm.compile(torch.empty(1000, 512, dtype=torch.float16, device="meta"),
+                                     torch.empty(512, 776, dtype=torch.float16, device="meta"),
+                                     target="cuda:sm_90a", waves_of=3,
+                                     bn=256 if threads == 256 else 128, threads=threads)
+    plan = kernel.trace.pipelines[0]
+    assert plan["warp_specialized"]["consumer_threads"] == threads and "across_tiles" in plan
+    assert kernel.trace.resources["block"][0] == threads + 128
+    source = kernel.get_kernel_source()
+    assert source.count("pipeline_done_ptr[0] = (pipeline_done_ptr[0] + 8)") == 2
+    producer, consumers = source.split("} else {", 1)
+    assert "for (int bx_wave_load = 0; bx_wave_load <" in producer
+    tile_end = consumers.split("wait_group_sync_aligned_0();", 1)[1]
+    assert tile_end.index("mbar_arrive_warp") < tile_end.index("pipeline_done_ptr[0] =") < \
+        tile_end.index("tl::consumer_sync")  # the last slot released before the epilogue
+    shared = kernel.trace.resources["dynamic_smem_bytes"]
+    slots, out = 3 * (128 * 64 + 64 * (256 if threads == 256 else 128)) * 2, \
+        128 * (256 if threads == 256 else 128) * 2
+    assert shared >= slots + out
+
+
 @pytest.mark.gpu
 def test_a_persistent_tma_gemm_on_the_gpu():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
@@ -429,5 +457,7 @@ def test_a_persistent_tma_gemm_on_the_gpu():
     b = torch.randn(512, 776, dtype=torch.float16, device="cuda")
     for waves_of in (3, 132):
         for wide in ({}, {"bn": 256, "threads": 256}):
-            torch.testing.assert_close(persistent_gemm(a, b, waves_of, **wide).float(),
-                                       a.float() @ b.float(), rtol=2e-2, atol=5e-2)
+            for roles in ({}, {"tl.disable_warp_specialized": True}):  # split, one role
+                torch.testing.assert_close(
+                    persistent_gemm(a, b, waves_of, **wide, pass_configs=roles).float(),
+                    a.float() @ b.float(), rtol=2e-2, atol=5e-2)

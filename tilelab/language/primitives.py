@@ -325,13 +325,15 @@ class serial(Loop):  # noqa: N801 - TileLang's spelling
 
 
 class Persistent(Loop):
-    """`for bx, by in T.Persistent([tiles_m, tiles_n], wave_size, block_id)`: a persistent
-    block (TileLang's spelling). A grid of `wave_size` blocks covers a larger domain of
-    tiles: block `b` takes tiles b, b + wave_size, b + 2 * wave_size, ... in row-major
-    order, one per trip, until they run out. Each tile is taken exactly once, so the
-    result is that of one block per tile; only the order of the work differs.
-    (`group_size`, TileLang's grouped tile order for the L2 cache, is accepted and
-    does not change the order here.)"""
+    """`for bx, by in T.Persistent([tiles_m, tiles_n], wave_size, block_id, group_size=8)`:
+    a persistent block (TileLang's spelling and order). A grid of `wave_size` blocks
+    covers a larger domain of tiles, one tile per trip: on trip `w` block `b` takes tile
+    number t = w * wave_size + b. Tiles are numbered in groups of `group_size` columns
+    (the last dimension): within a group, the columns of one row, then the next row, so
+    the blocks of a wave share rows of A and columns of B in the L2 cache. Each tile is
+    taken exactly once, so the result is that of one block per tile; only the order of
+    the work differs. On sm_90a the pipelined loop inside may run ahead across tiles
+    (passes/pipeline_loops.py, `TileWalk`)."""
 
     def __init__(self, domain, wave_size, index, group_size=8):
         domain = list(domain) if isinstance(domain, (list, tuple)) else [domain]
@@ -340,8 +342,17 @@ class Persistent(Loop):
         self.index = _loop_bound(index, "Persistent")
         from .expr import binary, ceildiv
 
-        self.total = self.domain[0]
-        for extent in self.domain[1:]:
+        last = self.domain[-1]
+        group = _loop_bound(group_size, "Persistent")
+        if is_expr(group) or is_expr(last):
+            group = tirx.Max(tirx.Min(to_expr(group), to_expr(last)), to_expr(1))
+        else:
+            group = max(1, min(group, last))
+        self.group = group
+        # the numbering's dimensions: groups, every dimension but the last, a group's columns
+        self.grouped = [ceildiv(last, group), *self.domain[:-1], group]
+        self.total = self.grouped[0]
+        for extent in self.grouped[1:]:
             self.total = binary("*", self.total, extent)
         super().__init__(ceildiv(self.total, self.wave_size))
 
@@ -354,15 +365,19 @@ class Persistent(Loop):
                 f"statement names {len(names)}")
         wave = tirx.Var(f"{names[0]}_wave", "int32")
         tile = binary("+", binary("*", wave, self.wave_size), self.index)
-        coords, rest = [], tile
-        for extent in reversed(self.domain[1:]):  # row-major: the last dimension is fastest
-            coords.append(binary("%", rest, extent))
+        digits, rest = [], tile  # tile's digits in the grouped numbering, last one first
+        for extent in reversed(self.grouped[1:]):
+            digits.append(binary("%", rest, extent))
             rest = binary("//", rest, extent)
-        coords = [rest] + coords[::-1]
+        digits = [rest] + digits[::-1]
+        last = binary("+", binary("*", digits[0], self.group), digits[-1])
+        coords = digits[1:-1] + [last]
         builder = current("Persistent", need_kernel=False)
         with builder.block() as stmts:
             body_fn(coords[0] if len(coords) == 1 else tuple(coords))
-        guarded = tirx.IfThenElse(to_expr(binary("<", tile, self.total)), _seq(stmts), None)
+        inside = binary("&", binary("<", tile, self.total),
+                        binary("<", last, self.domain[-1]))  # (a group may stick out)
+        guarded = tirx.IfThenElse(to_expr(inside), _seq(stmts), None)
         return tirx.For(wave, to_expr(0), to_expr(self.extents[0]), self.kind, guarded)
 
 

@@ -58,6 +58,14 @@ SM, and where the block is one warpgroup - the cases the H200 measured it to
 pay (`Roles.pays`); `tl.disable_warp_specialized` (TileLang's key) keeps every
 loop one-role, `tl.force_warp_specialized` splits every loop that allows it.
 
+A persistent block (`T.Persistent`: a loop over output tiles around the
+pipelined loop, a `TileWalk`) is always split where the loop allows: the
+producer walks the same tiles and refills slots across the end of a tile, so
+the next tile's first operands load while the consumers store this one's
+result. Both roles count the iterations of the tiles done so far, and slots
+and phases go by that count. The slots are read inside the walk, as is the
+epilogue's tile, so the merge of shared memory keeps them apart.
+
 The plan (which statement runs in which stage, the slots) goes into the Trace
 so that the notebook can replay the schedule.
 """
@@ -286,13 +294,15 @@ def buffer_uses(node) -> dict:
 
 def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=False,
                   shared_layouts=None, no_tma="no TMA on this target", specialize=None,
-                  views=None):
+                  views=None, tiles=None):
     """`uses`: buffer use counts of the whole kernel. A tile also used outside the loop keeps
     its single slot (its copy stays synchronous): other code may expect its last contents.
     `overlap_gemms`: the target's T.gemm can stay in flight (sm_90a's warpgroup MMA).
     `shared_layouts`: a function giving the predicted layouts of the kernel's shared tiles
     where TMA may copy them (None: cp.async only, because of `no_tma`).
     `specialize`: a `Roles` where a TMA loop may be warp-specialized.
+    `tiles`: the `TileWalk` around the loop, whose producer may then run ahead across
+    tiles; the loop is split there or left alone, and what replaces it replaces the walk.
     Returns (front, new, staging): what replaces the loop, its staged tiles (None: the loop
     is left as it was), and, where the loop is warp-specialized, the statements for the top
     of the block, the producer among them (otherwise none)."""
@@ -325,10 +335,15 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     if not tma:
         no_tma = next(spec for spec in specs if isinstance(spec, str))
     threads = None  # the consumers' threads, where a producer warp issues the copies
+    allowed = [k] + ([] if specialize is None else specialize.allowed) + \
+        ([] if tiles is None else [tiles.loop.loop_var])
     if tma and overlap and specialize is not None and \
-            _may_hoist(loop, producers, [k, *specialize.allowed], specialize.written) and \
-            specialize.pays(staging):
+            _may_hoist([loop.min, loop.extent] + ([] if tiles is None else tiles.guards),
+                       producers, allowed, specialize.written) and \
+            (tiles is not None or specialize.pays(staging)):
         threads = specialize.threads
+    elif tiles is not None:
+        return [], written, None
     if tma:
         maps: dict = {}  # one descriptor per tensor and box
         for spec in specs:
@@ -378,7 +393,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         front, new, staging = _specialized(
             loop, producers, consumers, staging, issue, barrier_of, full, empty, threads,
             [_describe(s) for s in body], [any(s.same_as(p) for p in producers) for s in body],
-            timeline, block)
+            timeline, block, tiles)
         return allocs + front, new, staging  # (the producer, at the top, writes them too)
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
@@ -463,11 +478,11 @@ class Roles:
             self.threads == 128 and 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
 
 
-def _may_hoist(loop, producers, allowed, written) -> bool:
+def _may_hoist(bounds, producers, allowed, written) -> bool:
     """May a producer warp run this loop's copies from the start of the block? Their
-    bounds and places may use only the loop's counter, block indices and the kernel's
-    parameters (`allowed`) and read tensors the kernel does not write (`written`):
-    nothing the block computes first."""
+    places, and the `bounds` that decide which run (the loop's, a tile walk's guards), may
+    use only the loop's counter, block indices and the kernel's parameters (`allowed`) and
+    read tensors the kernel does not write (`written`): nothing the block computes first."""
     import tvm
 
     ok = all(regions(p)[0].buffer.name not in written for p in producers)
@@ -481,8 +496,8 @@ def _may_hoist(loop, producers, allowed, written) -> bool:
                 (node.source.scope() != "global" or node.source.name in written):
             ok = False
 
-    for expr in [loop.min, loop.extent] + [s for p in producers for s in regions(p)[0].starts
-                                            if not isinstance(s, int)]:
+    for expr in list(bounds) + [s for p in producers for s in regions(p)[0].starts
+                                if not isinstance(s, int)]:
         walk(expr, object, visit)
     return ok
 
@@ -504,27 +519,92 @@ def _written_tensors(kernel) -> set:
     return names
 
 
+@dataclass
+class TileWalk:
+    """A loop over output tiles whose body, inside `if`s without `else` (its `guards`), lists
+    one pipelined loop among other statements (`stmts`, the loop at `at`): T.Persistent
+    writes one. Split between roles, its producer walks the same tiles and runs ahead
+    across them - it fills the next tile's slots while the consumers finish this one."""
+
+    loop: tirx.For
+    guards: list
+    stmts: list
+    at: int
+
+    @property
+    def inner(self):
+        return self.stmts[self.at]
+
+    @staticmethod
+    def find(stmt):
+        """The walk `stmt` is, or None."""
+        if not (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.SERIAL and
+                "num_stages" not in stmt.annotations):
+            return None
+        guards, node = [], stmt.body
+        while isinstance(node, tirx.IfThenElse) and node.else_case is None:
+            guards.append(node.condition)
+            node = node.then_case
+        stmts = list(node) if isinstance(node, tirx.SeqStmt) else [node]
+        at = [i for i, s in enumerate(stmts) if isinstance(s, tirx.For) and
+              "num_stages" in s.annotations and PIPELINED not in s.annotations]
+        return TileWalk(stmt, guards, stmts, at[0]) if len(at) == 1 else None
+
+    def around(self, stmts: list, loop_var=None):
+        """`stmts` in the walk's loop and guards (over `loop_var`, a fresh name for it)."""
+        var = self.loop.loop_var
+        body = seq(stmts)
+        for cond in reversed(self.guards):
+            body = tirx.IfThenElse(cond, body, None)
+        if loop_var is not None:
+            body = substitute(body, {var: loop_var})
+            var = loop_var
+        return tirx.For(var, self.loop.min, self.loop.extent, self.loop.kind, body,
+                        annotations=self.loop.annotations)
+
+    def replacing(self, stmts: list):
+        """The walk with its pipelined loop replaced by `stmts`."""
+        return self.around(self.stmts[:self.at] + stmts + self.stmts[self.at + 1:])
+
+
 def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
-                 threads: int, texts: list, is_copy: list, timeline=None, block=None):
+                 threads: int, texts: list, is_copy: list, timeline=None, block=None,
+                 tiles=None):
     """The loop, which only multiplies and keeps its MMAs in flight, split between a
     producer warp and the consumer warpgroups (module doc). Returns (front, consumer loop
     + drain, staging). Instrumented (`timeline`), the consumers stamp events 0, 1 and 3 of
     each iteration (waiting, tiles there, compute done) and the producer event 2, when it
-    issued that iteration's copies (instrument.py)."""
+    issued that iteration's copies (instrument.py).
+    In a `TileWalk` (`tiles`) both roles walk the tiles and count the iterations done in
+    earlier tiles (`done`, a register of each thread): slots and phases go by the count,
+    so the producer refills across the end of a tile as within one. The consumers wait
+    for a tile's last MMAs and release its last slot before the statements after the
+    loop (the tile's epilogue) run; the barriers are dropped after the walk."""
     stages = staging.stages
     k, n = loop.loop_var, loop.extent
-    slot, phase = tirx.floormod(k, stages), tirx.floormod(tirx.floordiv(k, stages), 2)
+    done = None if tiles is None else \
+        tirx.decl_buffer((1,), "int32", name="pipeline_done", scope="local")
+    before = 0 if done is None else tirx.BufferLoad(done, [0])  # iterations of earlier tiles
+    count_tile = [] if done is None else [tirx.BufferStore(done, before + n, [0])]
+    at = k + before
+    slot, phase = tirx.floormod(at, stages), tirx.floormod(tirx.floordiv(at, stages), 2)
     # producer: before refilling slot s, wait until every consumer warp released it (the
     # phase of `empty` that the consumers of iteration k - stages completed)
     j = tirx.Var(f"{k.name}_load", k.ty)
+    g = j + before
     refill_wait = tirx.IfThenElse(
-        tirx.GE(j, stages), extern("tl::mbar_wait", barrier_of(
-            tirx.floormod(j, stages), which=empty),
-            1 - tirx.floormod(tirx.floordiv(j, stages), 2)), None)
+        tirx.GE(g, stages), extern("tl::mbar_wait", barrier_of(
+            tirx.floormod(g, stages), which=empty),
+            1 - tirx.floormod(tirx.floordiv(g, stages), 2)), None)
     stamped = [] if timeline is None else [_stamp(timeline, block, j, 2)]
     producer = tirx.For(j, loop.min, loop.extent, tirx.ForKind.SERIAL,
-                        seq([refill_wait, issue(j, tirx.floormod(j, stages))] + stamped))
-    front = [tirx.AllocBuffer(full), tirx.AllocBuffer(empty)] + \
+                        seq([refill_wait, issue(j, tirx.floormod(g, stages))] + stamped))
+    if tiles is not None:  # the same walk, under a name of its own
+        walk_var = tiles.loop.loop_var
+        producer = tiles.around([producer] + count_tile,
+                                tirx.Var(f"{walk_var.name}_load", walk_var.ty))
+    counter = [] if done is None else [tirx.AllocBuffer(done), tirx.BufferStore(done, 0, [0])]
+    front = [tirx.AllocBuffer(full), tirx.AllocBuffer(empty)] + counter + \
         [extern("tl::mbar_init", barrier_of(s, 2), len(producers)) for s in range(stages)] + \
         [extern("tl::mbar_init", barrier_of(s, 2, empty), threads // 32)
          for s in range(stages)] + \
@@ -536,12 +616,15 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     # consumers: wait for the slot's bytes; multiply, leaving the MMAs in flight; release
     # the previous iteration's slot, whose MMAs wgmma.wait_group 1 has just waited for
     computed = [_in_flight(staging.retarget(c, slot), staging) for c in consumers]
-    release = tirx.IfThenElse(tirx.GE(k, 1), extern(
-        "tl::mbar_arrive_warp", barrier_of(tirx.floormod(k - 1, stages), 1, empty)), None)
+
+    def release(iteration):
+        return extern("tl::mbar_arrive_warp",
+                      barrier_of(tirx.floormod(iteration, stages), 1, empty))
+
     wait = extern("tl::mbar_wait", barrier_of(slot, 1), phase)
     accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
-    drain = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()] + \
-        [sync()] + [extern("tl::mbar_inval", barrier_of(s, 2, b))
+    waited = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
+    drain = [sync()] + [extern("tl::mbar_inval", barrier_of(s, 2, b))
                         for b in (full, empty) for s in range(stages)]
     plan = {
         "loop": str(k.name), "num_stages": stages,
@@ -565,13 +648,24 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
                  "the producer waits for `empty` before refilling; no block-wide barrier in "
                  "the loop",
     }
+    if tiles is not None:
+        plan["across_tiles"] = (
+            f"the loop over {tiles.loop.loop_var.name} walks tiles: the producer walks them "
+            "too and refills slots for the next tile while the consumers finish this one; "
+            "slots and phases count the iterations of all tiles so far")
     stamps = [[]] * 3 if timeline is None else \
         [[_stamp(timeline, block, k, event)] for event in (0, 1, 3)]
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
-                        seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] + [release]),
+                        seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] +
+                            [tirx.IfThenElse(tirx.GE(k, 1), release(at - 1), None)]),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
-    return front, seq([new_loop] + drain), staging
+    if tiles is None:
+        return front, seq([new_loop] + waited + drain), staging
+    # the tile's last slot is released once its MMAs are done; the epilogue follows
+    last = tirx.IfThenElse(tirx.GE(n, 1), release(before + n - 1), None)
+    return front, seq([tiles.replacing([new_loop] + waited + [last] + count_tile)] + drain), \
+        staging
 
 
 def _program_tma(kernel, shared_layouts, views, stagings):
@@ -626,7 +720,9 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
     branch), warp-specializing the first that copies with TMA, keeps its MMAs in flight,
     whose copies a producer warp may issue from the start and where the split pays
     (`Roles.pays`): its `front` goes to the top of the block, after the block's
-    allocations. The block's threads must be whole warpgroups (a 1-D block)."""
+    allocations. A pipelined loop in a walk over tiles (`TileWalk`, a loop of the block's
+    list) is split wherever it may be: that is what a persistent block is for. The
+    block's threads must be whole warpgroups (a 1-D block)."""
     threads = [int(t) for t in kernel.annotations[THREADS]]
     if len(threads) != 1 or threads[0] % 128 or threads[0] + 128 > 1024:
         return kernel
@@ -644,14 +740,21 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
                   always)
     before, after, front = [], [], []  # the statements before the split loop, and after
     for stmt in stmts:
-        if not (isinstance(stmt, tirx.For) and "num_stages" in stmt.annotations and
-                PIPELINED not in stmt.annotations):
+        # a walk over tiles (not in an instrumented build: its timeline counts one tile)
+        tiles = TileWalk.find(stmt) if not front and timeline is None else None
+        if tiles is None and not (isinstance(stmt, tirx.For) and
+                                  "num_stages" in stmt.annotations and
+                                  PIPELINED not in stmt.annotations):
             (after if front else before).append(stmt)
             continue
-        loop_front, new, staging = pipeline_loop(stmt, timeline, block, uses, overlap_gemms,
+        loop_front, new, staging = pipeline_loop(stmt if tiles is None else tiles.inner,
+                                                 timeline, block, uses, overlap_gemms,
                                                  shared_layouts,
                                                  specialize=None if front else roles,
-                                                 views=views)
+                                                 views=views, tiles=tiles)
+        if tiles is not None and staging is None:  # not split: pipelined on its own later
+            before.append(stmt)
+            continue
         if staging is not None:
             stagings.append(staging)
         front = front or loop_front

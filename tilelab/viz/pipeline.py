@@ -230,9 +230,9 @@ class PipelineView(View):
                          f"units ({waits:g} waiting); "
                          + ", ".join(f"{PHASE_NAMES[k]} {a:g}-{b:g}" for k, (a, b) in
                                      spans.items() if b > a))
-            for what in ("copies", "waits"):
+            for what in ("copies", "waits", "across_tiles"):
                 if plan.get(what):
-                    lines.append(f"  {what}: {plan[what]}")
+                    lines.append(f"  {what.replace('_', ' ')}: {plan[what]}")
         return "\n".join(lines)
 
     def chrome_trace(self) -> dict:
@@ -505,6 +505,7 @@ def _plan_tables(panels) -> str:
                    '<table class="tl-table"><tr><th>order</th><th>statement</th><th>role</th>'
                    f'<th>stage</th></tr>{rows}</table><p class="tl-note">slots: {slots}<br>'
                    f'async group: {groups}<br>copies: {escape(plan.get("copies", ""))}<br>'
-                   f'waits: {escape(plan.get("waits", ""))}</p>'
-                   "</details>")
+                   f'waits: {escape(plan.get("waits", ""))}'
+                   + (f'<br>across tiles: {escape(plan["across_tiles"])}'
+                      if plan.get("across_tiles") else "") + "</p></details>")
     return "".join(out)
