@@ -171,7 +171,9 @@ def test_pass_configs_reach_the_cuda_compiles(capsys, monkeypatch):
 def test_the_hopper_family_reaches_tma_and_the_split(capsys, monkeypatch):
     """`--family hopper` draws GEMMs that sm_90a feeds to wgmma by TMA (most of them; the
     other programs almost never); with `tl.force_warp_specialized` many loops are split.
-    A few of them compiled for sm_90a and run on the CPU against torch, as in CI."""
+    Some walk the tiles with persistent blocks (T.Persistent), their producer running
+    across tiles. A few of them compiled for sm_90a and run on the CPU against torch, as
+    in CI."""
     import warnings
 
     import tilelab
@@ -183,7 +185,8 @@ def test_the_hopper_family_reaches_tma_and_the_split(capsys, monkeypatch):
                for p in programs)
     assert programs[3].source() == generate(0, 3, "hopper").source()
     assert Program.from_json(programs[3].to_json()).source() == programs[3].source()
-    tma = split = 0
+    assert "T.Persistent(" in programs[0].source() and programs[0].walk
+    tma = split = across = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for p in programs[:6]:
@@ -191,7 +194,8 @@ def test_the_hopper_family_reaches_tma_and_the_split(capsys, monkeypatch):
                                      pass_configs={"tl.force_warp_specialized": True})
             tma += sum(bool(plan.get("tma")) for plan in kernel.trace.pipelines)
             split += sum("warp_specialized" in plan for plan in kernel.trace.pipelines)
-    assert tma >= 4 and split >= 1, (tma, split)
+            across += sum("across_tiles" in plan for plan in kernel.trace.pipelines)
+    assert tma >= 4 and split >= 1 and across >= 1, (tma, split, across)
     monkeypatch.setenv(difftest.CONFIGS_VARIABLE, "")
     code = difftest.main(["--family", "hopper", "--count", "6", "--jobs", "2",
                           "--shrink-seconds", "0", "--pass-configs",

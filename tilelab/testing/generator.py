@@ -64,6 +64,9 @@ class Program:
     steps: list = field(default_factory=list)
     family: str = ""  # "" (every kind of program), "hopper" or "roles" (see `generate`)
     slots: int = 1  # the leading dimension of slotted tiles (buffer kinds "s...")
+    # [blocks, group]: a persistent kernel of `blocks` blocks walking the grid's tiles
+    # (T.Persistent, groups of `group` columns); empty: one block per tile
+    walk: list = field(default_factory=list)
     # set by `reference`: per output, each element's size (below); the comparison's
     # tolerance scales with it. Not part of the program.
     output_sizes: ClassVar[dict] = {}
@@ -139,7 +142,9 @@ class Program:
             "def make():",
             "    @T.prim_func",
             f"    def {self.name}({params}):",
-            f"        with T.Kernel({gx}, {gy}, threads={self.threads}) as (bx, by):",
+            f"        with T.Kernel({gx}, {gy}, threads={self.threads}) as (bx, by):"
+            if not self.walk else
+            f"        with T.Kernel({self.walk[0]}, threads={self.threads}) as block:",
         ]
         body = []
         for b in self.buffers:
@@ -149,8 +154,12 @@ class Program:
                      "local": "alloc_local"}[b["scope"]]
             body.append(f"{b['name']} = T.{alloc}({self.buffer_shape(b['kind'])}, "
                         f"T.{b['dtype']})")
-        for step in self.steps:
-            body.extend(_EMIT[step["op"]](self, step))
+        steps = [line for step in self.steps for line in _EMIT[step["op"]](self, step)]
+        if self.walk:  # the same steps, once per tile of the walk
+            body.append(f"for by, bx in T.Persistent([{gy}, {gx}], {self.walk[0]}, block, "
+                        f"{self.walk[1]}):")
+            steps = ["    " + line for line in steps or ["pass"]]
+        body.extend(steps)
         if not body:
             body = ["pass"]
         lines.extend("            " + line for line in body)
@@ -1032,6 +1041,8 @@ def _gemm_program(rng, seed, index, hopper: bool = False) -> Program:
         scaled = ["bin", "*", ["ld", step["dst"], "ij"], ["c", 0.5]]
         g.step(op="ew", dst=dst["name"], expr=["bin", "+", scaled, ["ld", vec["name"], "j"]])
     _outputs(g, dtype, "float32")
+    if hopper and rng.random() < 0.3:  # persistent blocks, the pipeline running across tiles
+        p.walk = [rng.choice((1, 2, 3, 132)), rng.choice((1, 2, 3, 8))]
     return p
 
 
