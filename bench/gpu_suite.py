@@ -236,7 +236,8 @@ BENCH = [
                                                             "panel": 8}},
      [("randn", (8192, 8192), "bfloat16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     # one block per multiprocessor walking the tiles (examples/persistent_gemm.py):
-    # 128x256x64 tiles in 4 stages on two consumer warpgroups and a producer warp
+    # 128x256x64 tiles in 4 stages on two consumer warpgroups and a producer warp, C stored
+    # through a shared tile in two halves
     ("persistent_gemm_fp16", "persistent_gemm", {"M": 8192, "N": 8192, "K": 8192},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     ("persistent_gemm_fp16_4096", "persistent_gemm", {"M": 4096, "N": 4096, "K": 4096},
@@ -251,8 +252,12 @@ BENCH = [
     ("persistent_gemm_fp16_128x128", "persistent_gemm",
      {"M": 8192, "N": 8192, "K": 8192, "options": {"block_n": 128, "threads": 128}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
-    ("persistent_gemm_fp16_s3", "persistent_gemm",
-     {"M": 8192, "N": 8192, "K": 8192, "options": {"num_stages": 3}},
+    # three slots leave room to store all of C at once
+    ("persistent_gemm_fp16_s3_whole", "persistent_gemm",
+     {"M": 8192, "N": 8192, "K": 8192, "options": {"num_stages": 3, "parts": 1}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("persistent_gemm_fp16_quarters", "persistent_gemm",
+     {"M": 8192, "N": 8192, "K": 8192, "options": {"parts": 4}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     ("flash_attention", "flash_attention", {"shape": (4, 32, 4096, 128)},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,

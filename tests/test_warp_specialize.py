@@ -114,7 +114,7 @@ BIG = {"bm": 128, "bn": 128, "bk": 64, "stages": 4, "threads": 128}  # alone on 
 @tilelab.jit
 def two_halves(A, B, bm: int = 64, bn: int = 64, bk: int = 64, stages: int = 3,
                threads: int = 128):
-    """A pipelined loop inside another loop: the producer could not start it at the top."""
+    """A pipelined loop inside another loop of the block: split, the producer walks both."""
     M, N, K = T.const("M, N, K")
     A: T.Tensor((M, K), T.float16)
     B: T.Tensor((K, N), T.float16)
@@ -159,13 +159,11 @@ def counted(A, B, Count, bm: int = 64, bn: int = 64, bk: int = 64, stages: int =
 
 
 @needs_nvcc
-@pytest.mark.parametrize("which", ["nested", "counted", "key"])
+@pytest.mark.parametrize("which", ["counted", "key"])
 def test_loops_the_producer_cannot_run_keep_one_role(which):
     """Each with 128 KB of tiles and one warpgroup: split but for the reason named."""
     a, b = _meta(256, 512), _meta(512, 512)
-    if which == "nested":
-        kernel = two_halves.compile(a, b, target="cuda:sm_90a", **BIG)
-    elif which == "counted":
+    if which == "counted":
         kernel = counted.compile(a, b, _meta(1, dtype=torch.int32), target="cuda:sm_90a",
                                  **BIG)
     else:
@@ -175,6 +173,17 @@ def test_loops_the_producer_cannot_run_keep_one_role(which):
     assert plan["tma"] and "warp_specialized" not in plan
     assert kernel.launch["block"] == [128, 1, 1]
     assert "consumer_sync" not in kernel.get_kernel_source()
+
+
+@needs_nvcc
+def test_a_pipelined_loop_in_a_loop_of_the_block_is_split_and_walked():
+    """The outer loop is a walk (pipeline_loops.TileWalk): the producer walks it too and
+    its copies run ahead from the first half of K into the second."""
+    kernel = two_halves.compile(_meta(256, 512), _meta(512, 512), target="cuda:sm_90a", **BIG)
+    plan = kernel.trace.pipelines[0]
+    assert plan["warp_specialized"] and "loop over h around it" in plan["across_tiles"]
+    assert kernel.launch["block"] == [256, 1, 1]
+    assert "for (int h_load = 0; h_load < 2; ++h_load)" in kernel.get_kernel_source()
 
 
 @needs_nvcc

@@ -650,9 +650,9 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     }
     if tiles is not None:
         plan["across_tiles"] = (
-            f"the loop over {tiles.loop.loop_var.name} walks tiles: the producer walks them "
-            "too and refills slots for the next tile while the consumers finish this one; "
-            "slots and phases count the iterations of all tiles so far")
+            f"the loop over {tiles.loop.loop_var.name} around it (a walk over tiles): the "
+            "producer walks it too and refills slots for the next trip while the consumers "
+            "finish this one; slots and phases count the iterations of all trips so far")
     stamps = [[]] * 3 if timeline is None else \
         [[_stamp(timeline, block, k, event)] for event in (0, 1, 3)]
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
