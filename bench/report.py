@@ -64,6 +64,19 @@ SHAPES = {
     "gemm_fp16_4096_128x256_t256_s4": "4096³ fp16; 128×256×64 tiles, 8 warps, 4 stages, "
                                       "panels of 8",
     "gemm_bf16_128x256_t256_s4": "8192³ bf16; 128×256×64 tiles, 8 warps, 4 stages, panels of 8",
+    "persistent_gemm_fp16": "8192³ fp16; persistent (examples/persistent_gemm.py): 132 blocks "
+                            "walk the tiles in groups of 8 columns, 128×256×64 tiles, 8 warps "
+                            "and a producer warpgroup, 4 stages, C through a shared tile in "
+                            "two halves",
+    "persistent_gemm_fp16_4096": "4096³ fp16; persistent, as above",
+    "persistent_gemm_bf16": "8192³ bf16; persistent, as above",
+    "persistent_gemm_bf16_4096": "4096³ bf16; persistent, as above",
+    "persistent_gemm_fp16_group16": "8192³ fp16; persistent, groups of 16 columns",
+    "persistent_gemm_fp16_128x128": "8192³ fp16; persistent, 128×128×64 tiles on one consumer "
+                                    "warpgroup",
+    "persistent_gemm_fp16_s3_whole": "8192³ fp16; persistent, 3 stages, C through a shared tile "
+                                     "at once",
+    "persistent_gemm_fp16_quarters": "8192³ fp16; persistent, C in four parts",
     "flash_attention_causal": "batch 4, heads 32, seq 4096, dim 128, fp16, causal (each query "
                               "block's key loop stops at its diagonal); block 64×64, 4 warps, "
                               "2 stages",
@@ -117,6 +130,11 @@ BASELINES = {
     "gemm_fp16_4096_128x256_t256_s4": "`torch.matmul`",
     "gemm_bf16_128x256_t256_s4": "`torch.matmul`",
     "ws_gemm_s2": "`torch.matmul`", "ws_gemm_s4": "`torch.matmul`",
+    **{name: "`torch.matmul`" for name in (
+        "persistent_gemm_fp16", "persistent_gemm_fp16_4096", "persistent_gemm_bf16",
+        "persistent_gemm_bf16_4096", "persistent_gemm_fp16_group16",
+        "persistent_gemm_fp16_128x128", "persistent_gemm_fp16_s3_whole",
+        "persistent_gemm_fp16_quarters")},
     "flash_attention_causal": "`F.scaled_dot_product_attention(is_causal=True)`",
     "flash_attention_causal_bm128_w8": "`F.scaled_dot_product_attention(is_causal=True)`",
     "flash_attention_causal_b2h16_bm128_w8": "`F.scaled_dot_product_attention(is_causal=True)`",
@@ -124,6 +142,15 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_fourteenth.json",
+     "persistent blocks: the producer warp walks the tiles with the consumers and runs ahead "
+     "across them; C stored through a shared tile (2026-12-02, fourteenth session, a subset "
+     "beside the one-block-per-tile GEMMs; the checks cover the suite)",
+     "`python bench/gpu_suite.py build --only persistent_gemm_fp16,persistent_gemm_fp16_4096,"
+     "persistent_gemm_bf16,persistent_gemm_bf16_4096,persistent_gemm_fp16_group16,"
+     "persistent_gemm_fp16_128x128,persistent_gemm_fp16_s3_whole,"
+     "persistent_gemm_fp16_quarters,gemm_fp16_128x256_t256_s4,"
+     "gemm_fp16_4096_128x256_t256_s4,gemm_bf16_128x256_t256_s4`"),
     ("gpu_suite_h200_thirteenth.json",
      "no proxy fence before the MMAs of tiles that TMA wrote; the 128×256 GEMM also split "
      "between a producer warpgroup and its two consumer warpgroups (2026-12-02, thirteenth "
