@@ -64,6 +64,11 @@ def persistent(A, B, F, epilogue: str = "direct", parts: int = 2, blocks: int = 
     return C
 
 
+def launcher(kernel, *args):
+    """A call of `kernel` on `args`, for do_bench."""
+    return lambda: kernel(*args)
+
+
 def main() -> None:
     results = {"command": "python bench/gemm_epilogue.py " + " ".join(sys.argv[1:]),
                "device": torch.cuda.get_device_name(), "rows": {}}
@@ -72,15 +77,15 @@ def main() -> None:
         b = torch.randn(size, size, device="cuda", dtype=torch.float16)
         never = torch.zeros(1, dtype=torch.int32, device="cuda")
         expected = a @ b
-        runs = {f"persistent_{how}": (lambda k=persistent.compile(a, b, never, epilogue=how,
-                                                                  parts=parts):
-                                      k(a, b, never))
-                for how, parts in (("direct", 2), ("skipped", 2), ("staged", 2))}
-        runs["persistent_staged_quarters"] = (
-            lambda k=persistent.compile(a, b, never, epilogue="staged", parts=4): k(a, b, never))
-        one = gemm_kernel.compile(a, b, block_n=256, block_k=64, num_stages=4, threads=256,
-                                  panel=8)
-        runs["one_block_per_tile"] = lambda: one(a, b)
+        runs = {f"persistent_{how}": launcher(persistent.compile(a, b, never, epilogue=how),
+                                              a, b, never)
+                for how in ("direct", "skipped", "staged")}
+        runs["persistent_staged_quarters"] = launcher(
+            persistent.compile(a, b, never, epilogue="staged", parts=4), a, b, never)
+        runs["one_block_per_tile"] = launcher(
+            gemm_kernel.compile(a, b, block_n=256, block_k=64, num_stages=4, threads=256,
+                                panel=8), a, b)
+        matmul = launcher(torch.matmul, a, b)
         for name, run in runs.items():
             if "skipped" not in name:
                 torch.testing.assert_close(run(), expected, rtol=2e-2, atol=2e-1)
@@ -88,7 +93,7 @@ def main() -> None:
         for _ in range(3):
             for name, run in runs.items():
                 times[name].append(do_bench(run, warmup=10, rep=50))
-                times["torch"].append(do_bench(lambda: a @ b, warmup=10, rep=50))
+                times["torch"].append(do_bench(matmul, warmup=10, rep=50))
         torch_ms = statistics.median(times["torch"])
         for name, samples in times.items():
             ms = statistics.median(samples)
