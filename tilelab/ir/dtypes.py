@@ -66,7 +66,7 @@ _BITS = {name: (8 if name == "bool" else int("".join(c for c in name.split("_")[
 # own types (`dtype=float`). Each maps to one of the types above.
 ALIASES = {"float": "float32", "half": "float16", "double": "float64", "int": "int32",
            "uint": "uint32", "long": "int64", "short": "int16", "ulong": "uint64",
-           "float8_e4m3": "float8_e4m3fn", "<class 'float'>": "float32",
+           "float8_e4m3": "float8_e4m3fn", "tfloat32": "float32", "<class 'float'>": "float32",
            "<class 'int'>": "int32", "<class 'bool'>": "bool"}
 
 

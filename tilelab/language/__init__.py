@@ -91,6 +91,7 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     shift_right,
     short,
     symbolic,
+    tfloat32,
     truncdiv,
     truncmod,
     uint,

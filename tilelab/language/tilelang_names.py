@@ -34,6 +34,9 @@ int = dtypes.int32  # noqa: A001
 uint = dtypes.uint32
 long = dtypes.int64
 short = dtypes.int16
+# TileLang's tf32: float32 storage whose GEMMs may round their inputs to tf32's 10-bit
+# mantissa. tilelab keeps all of float32's bits: results at least as accurate.
+tfloat32 = dtypes.float32
 
 
 def cast(value, dtype):  # noqa: A002 - TileLang's argument order: T.cast(x, T.float32)
@@ -220,7 +223,6 @@ MISSING: dict[str, tuple[str, str]] = {
     "rng_init": ("random numbers on the device", "random tensors made with torch and passed in"),
     "rng_rand": ("random numbers on the device", "random tensors made with torch and passed in"),
     "gemm_sp": ("sparse tensor-core GEMM", "T.gemm on dense tiles"),
-    "tfloat32": ("the tf32 data type", "T.float32 (tensor cores use tf32 for float32 GEMMs)"),
 }
 
 
