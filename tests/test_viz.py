@@ -127,6 +127,26 @@ def test_the_bank_view_replays_what_the_compiler_recorded(gemm_traces):
             if r["op"] == "copy"} == copies  # the CPU trace shows what the CUDA compile records
 
 
+def test_a_store_from_registers_says_how_wide_it_is():
+    """The course GEMM stores its accumulators 4 bytes per thread: the record says so and
+    how a shared tile widens the stores; the persistent GEMM, which stages them, stores 16."""
+    import torch
+
+    from examples.gemm import gemm_kernel
+    from examples.persistent_gemm import persistent_gemm_kernel
+    from tilelab.notebook.views import tile_op_rows
+
+    a = torch.empty(256, 256, dtype=torch.float16, device="meta")
+    direct = gemm_kernel.compile(a, a, target="cpu")
+    (store,) = [r for r in direct.trace.instructions if r.get("dst") == "C"]
+    assert store["instruction"] == "st.global 4 B per lane" and "shared tile" in store["why"]
+    assert any(row["instruction"] == "st.global 4 B per lane"
+               for row in tile_op_rows(direct.trace))
+    staged = persistent_gemm_kernel.compile(a, a, target="cpu", blocks=4)
+    (store,) = [r for r in staged.trace.instructions if r.get("dst") == "C"]
+    assert store["instruction"] == "ld.shared 16 B per lane"
+
+
 def test_fragment_to_shared_copy_conflicts():
     # Each thread stores its accumulator registers in pairs (4 bytes of fp16): lane l writes
     # row l >> 2, columns 2 * (l % 4). Rows are 128 bytes apart, so all 8 rows hit the same

@@ -242,9 +242,9 @@ SOURCE_LANGUAGES = ("cuda", "ptx", "sass", "llvm")
 
 
 def tile_op_rows(trace) -> list[dict]:
-    """What each T.gemm and T.copy through shared memory became, and why, from the
-    compiler's instruction records: one row per op and instruction (a pipeline's prologue
-    and loop issue the same copy)."""
+    """What each T.gemm and each T.copy through shared memory or between registers and
+    global memory became, and why, from the compiler's instruction records: one row per op
+    and instruction (a pipeline's prologue and loop issue the same copy)."""
     rows, seen = [], set()
     for record in getattr(trace, "instructions", None) or []:
         if record.get("op") == "gemm":
