@@ -1011,3 +1011,59 @@ def test_a_swizzled_grid_with_a_block_index_in_a_fragment_loop_on_the_gpu():
     a, b, s, expected = _row_scaled_inputs("cuda")
     torch.testing.assert_close(row_scaled_gemm(a, b, s).float(), expected, rtol=2e-2,
                                atol=5e-2)
+
+
+@tilelab.jit
+def partial_rows(K, rows: int = 20, block: int = 32, out_rows: int = 32):
+    """A copy of `rows` rows of K into a tile of `block` rows, then of the tile into
+    `out_rows` rows of Out (TileLang's examples cut a key block to the split's length)."""
+    N, D = T.const("N, D")
+    K: T.Tensor((N, D), T.float32)
+    Out = T.empty((N, D), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=64) as b:
+        tile = T.alloc_shared((block, D), T.float32)
+        T.fill(tile, -1.0)
+        T.copy(K[b * block:b * block + rows, :], tile)
+        T.copy(tile, Out[b * block:b * block + out_rows, :])
+    return Out
+
+
+def test_a_copy_between_regions_of_different_sizes_covers_the_tile_as_in_tilelang():
+    """TileLang's rule: the copy covers the region nearer the threads (the shared tile),
+    reading the tensor past the 20-row slice (zeros past its end) and writing Out past a
+    10-row slice; a warning at the copy's line says so."""
+    k = _rand(70, 16)
+    with pytest.warns(TileLabWarning, match=r"test_tilelang_compat.py:\d+:\d+: T.copy between "
+                                            r"regions of different sizes.*K is read over "
+                                            r"\(32, 16\)"):
+        out = partial_rows(k, target="cpu")
+    torch.testing.assert_close(out, k)  # every row: the tile was filled wholly each time
+    with pytest.warns(TileLabWarning, match=r"Out is written over \(32, 16\)"):
+        out = partial_rows(k, rows=32, out_rows=10, target="cpu")
+    torch.testing.assert_close(out, k)
+
+
+@needs_nvcc
+def test_a_copy_grown_as_in_tilelang_compiles_for_cuda():
+    with pytest.warns(TileLabWarning):
+        kernel = partial_rows.compile(torch.empty(70, 16, device="meta"), target="cuda:sm_90a")
+    assert kernel.launch["grid"][0] == 3
+
+
+def test_a_copy_that_would_grow_past_a_tile_is_still_refused():
+    """Growing the far region must stay inside its tile (a global tensor clips instead);
+    regions at the same level of memory never grow."""
+    with pytest.raises(TileLabError, match="small \\(16, 16\\) and destination frag"):
+        @T.prim_func
+        def past_the_tile(X: T.Tensor((32, 16), T.float32)):
+            with T.Kernel(1, threads=64):
+                small = T.alloc_shared((20, 16), T.float32)
+                frag = T.alloc_fragment((32, 16), T.float32)
+                T.copy(X[0:20, :], small)
+                T.copy(small[0:16, :], frag)
+
+    with pytest.raises(TileLabError, match="different extents"):
+        @T.prim_func
+        def same_level(X: T.Tensor((32, 16), T.float32), Y: T.Tensor((32, 16), T.float32)):
+            with T.Kernel(1, threads=64):
+                T.copy(X[0:20, :], Y[0:32, :])

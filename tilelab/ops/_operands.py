@@ -58,6 +58,43 @@ def resolve_pair(src, dst, primitive: str) -> tuple[Region, Region]:
     return src, dst
 
 
+def _level(region: Region) -> int:
+    """How far from the threads a region's memory is: registers 0, shared 1, global 2."""
+    scope = region.scope
+    return 2 if scope == "global" else 1 if scope.startswith("shared") else 0
+
+
+def tilelang_extents(src, dst) -> tuple:
+    """TileLang's rule for a copy between two regions of different sizes: the copy covers
+    the region nearer the threads (registers, then shared memory), and the other region
+    grows from its start to the same size. In a global tensor that reaches past the
+    region written (read: zeros past the tensor's edge; written: nothing past it); a
+    tile must hold the grown region. A region larger than the one nearer the threads
+    is not cut down (TileLang would copy part of it): that stays an error. Returns
+    (src, dst, the region grown or None); only regions that cannot match otherwise are
+    changed."""
+    if not (isinstance(src, Region) and isinstance(dst, Region)) or \
+            _level(src) == _level(dst):
+        return src, dst, None
+    a, b = src.squeezed_extents(), dst.squeezed_extents()
+    sizes = [_const_int(e) for e in a + b]
+    if len(a) != len(b) or None in sizes or a == b or \
+            all(_const_int(x) == _const_int(y) for x, y in zip(a, b)):
+        return src, dst, None
+    near, far = (src, dst) if _level(src) < _level(dst) else (dst, src)
+    if any(_const_int(f) > _const_int(n)
+           for f, n in zip(far.squeezed_extents(), near.squeezed_extents())):
+        return src, dst, None
+    wanted = iter(near.squeezed_extents())
+    extents = tuple(next(wanted) if _const_int(e) != 1 else e for e in far.extents)
+    grown = Region(far.buffer, far.starts, extents)
+    if far.scope != "global" and any(
+            _const_int(st) is None or _const_int(st) + int(_const_int(e)) > int(_const_int(n))
+            for st, e, n in zip(far.starts, extents, far.buffer.shape)):
+        return src, dst, None  # past the end of a tile: refused as different extents
+    return (src, grown, grown) if far is dst else (grown, dst, grown)
+
+
 def tile_2d(value, primitive) -> tuple[Region, tuple]:
     """A 2-d tile operand: a whole 2-d buffer, or one 2-d tile of a buffer with more
     dimensions (`A_s[stage, :, :]`: leading indices of extent 1, the last two whole).

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import tvm
 from tvm import tirx
 
-from ..errors import TileLabCompileError, TileLabTypeError
+from ..errors import TileLabCompileError, TileLabTypeError, TileLabWarning
 from ..ir.builder import current
 from ..ir.dtypes import as_dtype, itemsize
 from ..ir.expr import to_expr
@@ -49,7 +50,7 @@ from ._lowering import (
     unravel,
     vector_width,
 )
-from ._operands import resolve_pair
+from ._operands import operand, resolve_pair, tilelang_extents
 
 
 def copy(src, dst, disable_tma: bool = False):
@@ -65,6 +66,14 @@ def copy(src, dst, disable_tma: bool = False):
         raise TileLabTypeError(f"T.copy(disable_tma=...) takes True or False, got "
                                f"{disable_tma!r}")
     builder = current("copy")
+    src, dst, grown = tilelang_extents(operand(src, "copy"), operand(dst, "copy"))
+    if grown is not None:
+        where = f"{builder.location}: " if builder.location is not None else ""
+        warnings.warn(f"{where}T.copy between regions of different sizes: as in TileLang, it "
+                      f"covers the region nearer the threads, so {grown.buffer.name} is "
+                      f"{'read' if grown is src else 'written'} over "
+                      f"({', '.join(str(e) for e in grown.extents)}) from the region's start",
+                      TileLabWarning, stacklevel=2)
     src, dst = resolve_pair(src, dst, "copy")
     builder.emit(tile_call("copy", src, dst, **({"disable_tma": True} if disable_tma else {})))
 
