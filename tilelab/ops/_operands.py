@@ -67,12 +67,12 @@ def _level(region: Region) -> int:
 def tilelang_extents(src, dst) -> tuple:
     """TileLang's rule for a copy between two regions of different sizes: the copy covers
     the region nearer the threads (registers, then shared memory), and the other region
-    grows from its start to the same size. In a global tensor that reaches past the
-    region written (read: zeros past the tensor's edge; written: nothing past it); a
-    tile must hold the grown region. A region larger than the one nearer the threads
-    is not cut down (TileLang would copy part of it): that stays an error. Returns
-    (src, dst, the region grown or None); only regions that cannot match otherwise are
-    changed."""
+    grows from its start to the same size. tilelab follows it where the grown region is
+    the source: a global tensor is read past the region named (zeros past the tensor's
+    edge); a tile must hold the grown region. A copy never writes past the region it
+    names, and a region larger than the one nearer the threads is not cut down (TileLang
+    would copy part of it): those stay errors. Returns (src, dst, the region grown or
+    None); only regions that cannot match otherwise are changed."""
     if not (isinstance(src, Region) and isinstance(dst, Region)) or \
             _level(src) == _level(dst):
         return src, dst, None
@@ -82,7 +82,7 @@ def tilelang_extents(src, dst) -> tuple:
             all(_const_int(x) == _const_int(y) for x, y in zip(a, b)):
         return src, dst, None
     near, far = (src, dst) if _level(src) < _level(dst) else (dst, src)
-    if any(_const_int(f) > _const_int(n)
+    if far is dst or any(_const_int(f) > _const_int(n)
            for f, n in zip(far.squeezed_extents(), near.squeezed_extents())):
         return src, dst, None
     wanted = iter(near.squeezed_extents())
@@ -92,7 +92,7 @@ def tilelang_extents(src, dst) -> tuple:
             _const_int(st) is None or _const_int(st) + int(_const_int(e)) > int(_const_int(n))
             for st, e, n in zip(far.starts, extents, far.buffer.shape)):
         return src, dst, None  # past the end of a tile: refused as different extents
-    return (src, grown, grown) if far is dst else (grown, dst, grown)
+    return grown, dst, grown
 
 
 def tile_2d(value, primitive) -> tuple[Region, tuple]:

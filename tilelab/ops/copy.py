@@ -70,10 +70,9 @@ def copy(src, dst, disable_tma: bool = False):
     if grown is not None:
         where = f"{builder.location}: " if builder.location is not None else ""
         warnings.warn(f"{where}T.copy between regions of different sizes: as in TileLang, it "
-                      f"covers the region nearer the threads, so {grown.buffer.name} is "
-                      f"{'read' if grown is src else 'written'} over "
-                      f"({', '.join(str(e) for e in grown.extents)}) from the region's start",
-                      TileLabWarning, stacklevel=2)
+                      f"covers the region nearer the threads, so {grown.buffer.name} is read "
+                      f"over ({', '.join(str(e) for e in grown.extents)}) from the region's "
+                      "start", TileLabWarning, stacklevel=2)
     src, dst = resolve_pair(src, dst, "copy")
     builder.emit(tile_call("copy", src, dst, **({"disable_tma": True} if disable_tma else {})))
 
