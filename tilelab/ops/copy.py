@@ -58,7 +58,10 @@ def copy(src, dst, disable_tma: bool = False):
 
     Either side may be a whole buffer, a region `A[0:64, k:k + 32]`, or a start
     point `A[by * 64, k * 32]` whose extents are taken from the other side.
-    Elements outside a global tensor are read as zero and never written.
+    Elements outside a global tensor are read as zero and never written. A source
+    region smaller than a destination nearer the threads grows from its start to the
+    destination's size, as TileLang copies (with a warning: the source is read past
+    the region named); a copy never writes past the region it names.
     `disable_tma` (TileLang's name): a pipelined loop with this copy does not use TMA
     (where it would on sm_90a; see passes/pipeline_loops.py).
     """
