@@ -159,13 +159,41 @@ def counted(A, B, Count, bm: int = 64, bn: int = 64, bk: int = 64, stages: int =
 
 
 @needs_nvcc
-@pytest.mark.parametrize("which", ["counted", "key"])
+@tilelab.jit
+def counted_walk(A, B, Count, bm: int = 128, bn: int = 128, bk: int = 64, stages: int = 4):
+    """A walk over row tiles whose count is read into a register first: a producer at the
+    top of the block would walk before the count is there."""
+    M, N, K = T.const("M, N, K")
+    A: T.Tensor((M, K), T.float16)
+    B: T.Tensor((K, N), T.float16)
+    Count: T.Tensor((1,), T.int32)
+    C = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, bn), threads=128) as bx:
+        a = T.alloc_shared((bm, bk), T.float16)
+        b = T.alloc_shared((bk, bn), T.float16)
+        acc = T.alloc_fragment((bm, bn), T.float32)
+        rows = T.alloc_var(T.int32)
+        rows = T.min(Count[0], T.ceildiv(M, bm))
+        for by in T.serial(rows):
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], a)
+                T.copy(B[ko * bk, bx * bn], b)
+                T.gemm(a, b, acc)
+            T.copy(acc, C[by * bm, bx * bn])
+    return C
+
+
+@pytest.mark.parametrize("which", ["counted", "counted_walk", "key"])
 def test_loops_the_producer_cannot_run_keep_one_role(which):
     """Each with 128 KB of tiles and one warpgroup: split but for the reason named."""
     a, b = _meta(256, 512), _meta(512, 512)
     if which == "counted":
         kernel = counted.compile(a, b, _meta(1, dtype=torch.int32), target="cuda:sm_90a",
                                  **BIG)
+    elif which == "counted_walk":
+        kernel = counted_walk.compile(a, b, _meta(1, dtype=torch.int32),
+                                      target="cuda:sm_90a")
     else:
         kernel = matmul.compile(a, b, target="cuda:sm_90a", pass_configs=ONE_ROLE,
                                 block_k=64, stages=4)
@@ -304,6 +332,9 @@ def test_the_fallback_kernels_are_right_on_the_cpu():
     count = torch.tensor([2], dtype=torch.int32)
     torch.testing.assert_close(counted(a, b, count, target="cpu"),
                                a[:, :128].float() @ b[:128].float(), rtol=1e-2, atol=1e-2)
+    a2 = torch.randn(300, 260).half()  # three row tiles; the count lets two run
+    out = counted_walk(a2, b, count, target="cpu")
+    torch.testing.assert_close(out[:256], a2[:256].float() @ b.float(), rtol=1e-2, atol=1e-2)
 
 
 @tilelab.jit

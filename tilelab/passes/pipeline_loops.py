@@ -338,7 +338,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     allowed = [k] + ([] if specialize is None else specialize.allowed) + \
         ([] if tiles is None else [tiles.loop.loop_var])
     if tma and overlap and specialize is not None and \
-            _may_hoist([loop.min, loop.extent] + ([] if tiles is None else tiles.guards),
+            _may_hoist([loop.min, loop.extent] + ([] if tiles is None else tiles.bounds),
                        producers, allowed, specialize.written) and \
             (tiles is not None or specialize.pays(staging)):
         threads = specialize.threads
@@ -534,6 +534,11 @@ class TileWalk:
     @property
     def inner(self):
         return self.stmts[self.at]
+
+    @property
+    def bounds(self) -> list:
+        """What decides the tiles walked: the loop's range and the guards."""
+        return [self.loop.min, self.loop.extent, *self.guards]
 
     @staticmethod
     def find(stmt):
