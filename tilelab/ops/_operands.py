@@ -64,35 +64,30 @@ def _level(region: Region) -> int:
     return 2 if scope == "global" else 1 if scope.startswith("shared") else 0
 
 
-def tilelang_extents(src, dst) -> tuple:
+def grown_source(src, dst) -> Region | None:
     """TileLang's rule for a copy between two regions of different sizes: the copy covers
     the region nearer the threads (registers, then shared memory), and the other region
     grows from its start to the same size. tilelab follows it where the grown region is
     the source: a global tensor is read past the region named (zeros past the tensor's
     edge); a tile must hold the grown region. A copy never writes past the region it
     names, and a region larger than the one nearer the threads is not cut down (TileLang
-    would copy part of it): those stay errors. Returns (src, dst, the region grown or
-    None); only regions that cannot match otherwise are changed."""
+    would copy part of it): those stay errors. Returns the grown source, or None where
+    the rule does not apply (the regions then match, or are refused as they stand)."""
     if not (isinstance(src, Region) and isinstance(dst, Region)) or \
-            _level(src) == _level(dst):
-        return src, dst, None
-    a, b = src.squeezed_extents(), dst.squeezed_extents()
-    sizes = [_const_int(e) for e in a + b]
-    if len(a) != len(b) or None in sizes or a == b or \
-            all(_const_int(x) == _const_int(y) for x, y in zip(a, b)):
-        return src, dst, None
-    near, far = (src, dst) if _level(src) < _level(dst) else (dst, src)
-    if far is dst or any(_const_int(f) > _const_int(n)
-           for f, n in zip(far.squeezed_extents(), near.squeezed_extents())):
-        return src, dst, None
-    wanted = iter(near.squeezed_extents())
-    extents = tuple(next(wanted) if _const_int(e) != 1 else e for e in far.extents)
-    grown = Region(far.buffer, far.starts, extents)
-    if far.scope != "global" and any(
+            _level(src) <= _level(dst):
+        return None
+    have = [_const_int(e) for e in src.squeezed_extents()]
+    want = [_const_int(e) for e in dst.squeezed_extents()]
+    if len(have) != len(want) or None in have + want or have == want or \
+            any(h > w for h, w in zip(have, want)):
+        return None
+    wanted = iter(want)
+    extents = tuple(next(wanted) if _const_int(e) != 1 else e for e in src.extents)
+    if src.scope != "global" and any(
             _const_int(st) is None or _const_int(st) + int(_const_int(e)) > int(_const_int(n))
-            for st, e, n in zip(far.starts, extents, far.buffer.shape)):
-        return src, dst, None  # past the end of a tile: refused as different extents
-    return grown, dst, grown
+            for st, e, n in zip(src.starts, extents, src.buffer.shape)):
+        return None  # past the end of a tile: refused as different extents
+    return Region(src.buffer, src.starts, extents)
 
 
 def tile_2d(value, primitive) -> tuple[Region, tuple]:

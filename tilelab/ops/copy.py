@@ -50,7 +50,7 @@ from ._lowering import (
     unravel,
     vector_width,
 )
-from ._operands import operand, resolve_pair, tilelang_extents
+from ._operands import grown_source, operand, resolve_pair
 
 
 def copy(src, dst, disable_tma: bool = False):
@@ -69,13 +69,15 @@ def copy(src, dst, disable_tma: bool = False):
         raise TileLabTypeError(f"T.copy(disable_tma=...) takes True or False, got "
                                f"{disable_tma!r}")
     builder = current("copy")
-    src, dst, grown = tilelang_extents(operand(src, "copy"), operand(dst, "copy"))
+    src, dst = operand(src, "copy"), operand(dst, "copy")
+    grown = grown_source(src, dst)
     if grown is not None:
         where = f"{builder.location}: " if builder.location is not None else ""
         warnings.warn(f"{where}T.copy between regions of different sizes: as in TileLang, it "
                       f"covers the region nearer the threads, so {grown.buffer.name} is read "
                       f"over ({', '.join(str(e) for e in grown.extents)}) from the region's "
                       "start", TileLabWarning, stacklevel=2)
+        src = grown
     src, dst = resolve_pair(src, dst, "copy")
     builder.emit(tile_call("copy", src, dst, **({"disable_tma": True} if disable_tma else {})))
 
@@ -301,18 +303,16 @@ def describe(call, ctx) -> None:
     asynchronous = bool(config(call).get("asynchronous"))
     if "tma" in config(call):
         spec = json.loads(config(call)["tma_spec"])
-        ctx.plan.instructions.append({
-            "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
-            "dst": dst.buffer.name, "kind": "tma", "vector": 0,
-            "instruction": f"TMA: thread 0, {spec['panels']} box(es) of {spec['box'][0]}x"
-                           f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle, mbarrier",
-            "why": ("a T.tma_copy into a tile that warpgroup MMA reads: the role's first "
-                    "thread announces its bytes to the program's mbarrier and asks the Tensor "
-                    "Memory Accelerator for it, already swizzled"
-                    if config(call).get("by_barrier") else
-                    "a pipelined tile that warpgroup MMA reads: one thread asks the Tensor "
-                    "Memory Accelerator for it, already swizzled; the threads wait on the "
-                    "slot's mbarrier")})
+        _record(ctx, call, "tma", 0,
+                f"TMA: thread 0, {spec['panels']} box(es) of {spec['box'][0]}x"
+                f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle, mbarrier",
+                "a T.tma_copy into a tile that warpgroup MMA reads: the role's first "
+                "thread announces its bytes to the program's mbarrier and asks the Tensor "
+                "Memory Accelerator for it, already swizzled"
+                if config(call).get("by_barrier") else
+                "a pipelined tile that warpgroup MMA reads: one thread asks the Tensor "
+                "Memory Accelerator for it, already swizzled; the threads wait on the "
+                "slot's mbarrier")
         return
     if fs or fd:
         v, kind = fragment_width(ctx.layouts[(src if fs else dst).buffer.name], src, dst), \
@@ -335,9 +335,15 @@ def describe(call, ctx) -> None:
                 ", then arrives at the program's mbarrier (a T.tma_copy without TMA: "
                 f"{config(call).get('not_tma', 'tl.disable_tma_lower')})"
                 if config(call).get("by_barrier") else ", then the block synchronizes"))
+    _record(ctx, call, kind, v, instruction, why)
+
+
+def _record(ctx, call, kind: str, vector: int, instruction: str, why: str) -> None:
+    """The copy's instruction record (the bank view, `--source`)."""
+    src, dst = regions(call)
     ctx.plan.instructions.append({
         "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
-        "dst": dst.buffer.name, "kind": kind, "vector": v, "instruction": instruction,
+        "dst": dst.buffer.name, "kind": kind, "vector": vector, "instruction": instruction,
         "why": why})
 
 
@@ -355,11 +361,8 @@ def _describe_global(call, ctx, src: Region, dst: Region, from_registers: bool) 
     lane_bytes = v * itemsize(dst.dtype)
     verb = "st" if from_registers else "ld"
     why = f"each thread moves the elements of its own registers, {lane_bytes} bytes at a time"
-    ctx.plan.instructions.append({
-        "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
-        "dst": dst.buffer.name, "kind": "registers", "vector": v,
-        "instruction": f"{verb}.global {lane_bytes} B per lane",
-        "why": why + (_STAGE_HINT if from_registers and lane_bytes < 16 else "")})
+    _record(ctx, call, "registers", v, f"{verb}.global {lane_bytes} B per lane",
+            why + (_STAGE_HINT if from_registers and lane_bytes < 16 else ""))
 
 
 def fragment_memory(ctx, src: Region, dst: Region):
