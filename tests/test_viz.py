@@ -147,6 +147,34 @@ def test_a_store_from_registers_says_how_wide_it_is():
     assert store["instruction"] == "ld.shared 16 B per lane"
 
 
+def test_a_load_into_registers_counts_the_bytes_of_global_memory():
+    """float16 read into float32 registers, four values a thread: 8 bytes of memory."""
+    import torch
+
+    import tilelab
+    import tilelab.language as T
+
+    @tilelab.jit
+    def widen(X):
+        M, N = T.const("M, N")
+        X: T.Tensor((M, N), T.float16)
+        Y = T.empty((M, N), T.float32)
+        with T.Kernel(T.ceildiv(M, 64), threads=128) as b:
+            f = T.alloc_fragment((64, N), T.float32)
+            T.copy(X[b * 64, 0], f)
+            T.copy(f, Y[b * 64, 0])
+        return Y
+
+    kernel = widen.compile(torch.empty(128, 64, dtype=torch.float16, device="meta"),
+                           target="cpu")
+    records = {(r["src"], r["dst"]): (r["vector"], r["instruction"])
+               for r in kernel.trace.instructions}
+    assert records[("X", "f")] == (4, "ld.global 8 B per lane")
+    assert records[("f", "Y")] == (4, "st.global 16 B per lane")
+    x = torch.randn(130, 64).half()
+    torch.testing.assert_close(widen(x, target="cpu"), x.float())
+
+
 def test_fragment_to_shared_copy_conflicts():
     # Each thread stores its accumulator registers in pairs (4 bytes of fp16): lane l writes
     # row l >> 2, columns 2 * (l % 4). Rows are 128 bytes apart, so all 8 rows hit the same

@@ -358,7 +358,7 @@ _STAGE_HINT = ("; a warp instruction spreads over several rows. Copied into a sh
 def _describe_global(call, ctx, src: Region, dst: Region, from_registers: bool) -> None:
     """The record of a copy between a fragment and global memory."""
     v = fragment_width(ctx.layouts[(src if from_registers else dst).buffer.name], src, dst)
-    lane_bytes = v * itemsize(dst.dtype)
+    lane_bytes = v * itemsize((dst if from_registers else src).dtype)  # of global memory
     verb = "st" if from_registers else "ld"
     why = f"each thread moves the elements of its own registers, {lane_bytes} bytes at a time"
     _record(ctx, call, "registers", v, f"{verb}.global {lane_bytes} B per lane",
