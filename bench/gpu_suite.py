@@ -72,6 +72,19 @@ CHECKS = [
     ("gemm_fp16_bk64_s4", "gemm",
      {"M": 1000, "N": 1000, "K": 1000, "options": {"block_k": 64, "num_stages": 4}},
      [("randn", (1000, 1000), "float16")] * 2, "matmul", 2e-2),
+    # C through a shared tile (passes/stage_stores.py) on the Ampere path, on a block split
+    # between roles, and the direct store from registers kept for comparison
+    ("gemm_fp16_mma_sync", "gemm", {"M": 1000, "N": 1000, "K": 1000,
+                                    "options": {"pass_configs": {"tl.disable_wgmma": True}}},
+     [("randn", (1000, 1000), "float16")] * 2, "matmul", 2e-2),
+    ("gemm_fp16_128x256_t256_s4_split", "gemm",
+     {"M": 1000, "N": 1000, "K": 1000,
+      "options": {"block_n": 256, "block_k": 64, "num_stages": 4, "threads": 256,
+                  "pass_configs": {"tl.force_warp_specialized": True}}},
+     [("randn", (1000, 1000), "float16")] * 2, "matmul", 2e-2),
+    ("gemm_fp16_direct", "gemm", {"M": 1000, "N": 1000, "K": 1000,
+                                  "options": {"pass_configs": {"tl.disable_stage_stores": True}}},
+     [("randn", (1000, 1000), "float16")] * 2, "matmul", 2e-2),
     ("gemm_fp16_t256_s5_short_k", "gemm",  # more slots than K tiles: a prologue cut short
      {"M": 1000, "N": 1000, "K": 136,
       "options": {"block_n": 256, "block_k": 32, "num_stages": 5, "threads": 256}},
@@ -235,6 +248,30 @@ BENCH = [
                                                             "num_stages": 4, "threads": 256,
                                                             "panel": 8}},
      [("randn", (8192, 8192), "bfloat16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    # C stored straight from the accumulator's registers (`tl.disable_stage_stores`)
+    *[(f"{name}_direct", kind, {**sizes, "options": {**sizes.get("options", {}),
+                                                      "pass_configs": {
+                                                          "tl.disable_stage_stores": True}}},
+       inputs, reference, tolerance, work)
+      for name, kind, sizes, inputs, reference, tolerance, work in [
+          ("gemm_fp16", "gemm", {"M": 8192, "N": 8192, "K": 8192},
+           [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+          ("gemm_fp16_128x256_t256_s4", "gemm",
+           {"M": 8192, "N": 8192, "K": 8192,
+            "options": {"block_n": 256, "block_k": 64, "num_stages": 4, "threads": 256,
+                        "panel": 8}},
+           [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+          ("gemm_fp16_4096_128x256_t256_s4", "gemm",
+           {"M": 4096, "N": 4096, "K": 4096,
+            "options": {"block_n": 256, "block_k": 64, "num_stages": 4, "threads": 256,
+                        "panel": 8}},
+           [("randn", (4096, 4096), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 4096 ** 3}),
+          ("gemm_bf16_128x256_t256_s4", "gemm_bf16",
+           {"M": 8192, "N": 8192, "K": 8192,
+            "options": {"block_n": 256, "block_k": 64, "num_stages": 4, "threads": 256,
+                        "panel": 8}},
+           [("randn", (8192, 8192), "bfloat16")] * 2, "matmul", 5e-2,
+           {"flops": 2 * 8192 ** 3})]],
     # one block per multiprocessor walking the tiles (examples/persistent_gemm.py):
     # 128x256x64 tiles in 4 stages on two consumer warpgroups and a producer warp, C stored
     # through a shared tile in two halves

@@ -99,6 +99,8 @@ VARIANTS = {
               "(`tl.force_warp_specialized`)",
     "_as_written": "; blocks started in the order written, the shortest first "
                    "(`tl.disable_heavy_first`)",
+    "_direct": "; C stored straight from the accumulator's registers "
+               "(`tl.disable_stage_stores`)",
 }
 
 
@@ -142,6 +144,11 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_fifteenth.json",
+     "GEMM sums leave through a shared tile by themselves (passes/stage_stores.py), in the "
+     "dead pipeline slots' place; `_direct` rows store from registers as before, in the same "
+     "run (2026-12-03, fifteenth session, the whole suite)",
+     "`python bench/gpu_suite.py build`"),
     ("gpu_suite_h200_fourteenth.json",
      "persistent blocks: the producer warp walks the tiles with the consumers and runs ahead "
      "across them; C stored through a shared tile (2026-12-02, fourteenth session, a subset "

@@ -68,7 +68,7 @@ def test_every_key_is_tested_here():
     tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
               "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP",
               "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED",
-              "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST"}
+              "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST", "TL_DISABLE_STAGE_STORES"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -80,6 +80,16 @@ def test_disable_heavy_first_starts_blocks_in_the_order_written():
     source = _attention(True, configs={PassConfigKey.TL_DISABLE_HEAVY_FIRST: True}) \
         .get_kernel_source()
     assert "tl::backwards" not in source
+
+
+@needs_nvcc
+def test_disable_stage_stores_stores_gemm_sums_from_registers():
+    from tests.test_stage_stores import _course, _staged_tiles
+
+    assert _staged_tiles(_course({}))
+    direct = _course({}, {PassConfigKey.TL_DISABLE_STAGE_STORES.value: True})
+    assert all(p.name != "tilelab.StageStores" for p in direct.trace.passes)
+    assert "acc_staged" not in direct.get_kernel_source()
 
 
 @needs_nvcc

@@ -340,16 +340,20 @@ def test_every_view_draws_a_tma_build(which):
 def test_the_source_view_says_what_each_tile_op_became_and_why():
     """`--source` beside the CUDA code: T.gemm -> wgmma, T.copy -> TMA (or cp.async, with the
     reason its loop could not use TMA), each once although the prologue issues copies too;
-    the store of the sums from registers, with its width."""
+    the store of the sums through a shared tile (or from registers), with its widths."""
     from tilelab.notebook.views import source_views
 
     ops = source_views(_compile({}))[0].ops
-    assert [row["op"] for row in ops] == ["T.gemm(a_tile, b_tile -> acc)", "T.copy(A -> a_tile)",
-                                          "T.copy(B -> b_tile)", "T.copy(acc -> C)"]
+    assert [row["op"] for row in ops] == [
+        "T.gemm(a_tile, b_tile -> acc)", "T.copy(A -> a_tile)", "T.copy(B -> b_tile)",
+        "T.copy(acc -> acc_staged)", "T.copy(acc_staged -> C)"]
     assert ops[0]["instruction"] == "wgmma.mma_async" and "in flight" in ops[0]["why"]
     assert all(row["instruction"].startswith("TMA") and "mbarrier" in row["why"]
                for row in ops[1:3])
-    assert ops[3]["instruction"] == "st.global 4 B per lane" and "shared tile" in ops[3]["why"]
+    assert [row["instruction"] for row in ops[3:]] == ["st.shared 4 B per lane",
+                                                       "ld.shared 16 B per lane"]
+    (store,) = source_views(_compile({}, pass_configs={"tl.disable_stage_stores": True}))[0].ops[3:]
+    assert store["instruction"] == "st.global 4 B per lane" and "shared tile" in store["why"]
     narrow = source_views(_compile({}, 256, 256, 100))
     assert "TMA strides are multiples of 16" in narrow[0].ops[1]["why"]
     assert "TMA strides" in narrow[0].text() and "TMA strides" in narrow[0].html()

@@ -119,3 +119,6 @@ class PassConfigKey(str, enum.Enum):
     # CUDA: number blocks as written, instead of the ones with the most loop trips first
     # (passes/heavy_blocks_first.py: causal attention)
     TL_DISABLE_HEAVY_FIRST = "tl.disable_heavy_first"
+    # CUDA: store T.gemm sums straight from registers to global memory instead of through
+    # a shared tile where one costs no block on the multiprocessor (passes/stage_stores.py)
+    TL_DISABLE_STAGE_STORES = "tl.disable_stage_stores"

@@ -352,7 +352,9 @@ def _record(ctx, call, kind: str, vector: int, instruction: str, why: str) -> No
 _STAGE_HINT = ("; a warp instruction spreads over several rows. Copied into a shared tile "
                "first (T.copy(fragment, tile); T.copy(tile, global)), rows leave 16 bytes "
                "per thread: on the H200 a 128x256 GEMM tile's store took about 7 us from "
-               "registers and 1 us through shared memory")
+               "registers and 1 us through shared memory. The compiler does this by itself "
+               "for T.gemm sums where the shared tile costs no block on the SM "
+               "(passes/stage_stores.py; tl.disable_stage_stores turns it off)")
 
 
 def _describe_global(call, ctx, src: Region, dst: Region, from_registers: bool) -> None:

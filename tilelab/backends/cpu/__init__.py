@@ -195,7 +195,8 @@ class CPUBackend(Backend):
         from ..cuda import plans_without_code
 
         # show what the GPU backend would choose, so CPU users see it too
-        trace.layouts, trace.pipelines, trace.instructions = plans_without_code(program)
+        trace.layouts, trace.pipelines, trace.instructions = plans_without_code(
+            program, stage_stores=not configs.get("tl.disable_stage_stores", False))
         trace.code["llvm"] = llvm_ir(executable)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "kernel.so"

@@ -35,6 +35,7 @@ from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSha
 from ...passes.specialize_warps import SpecializeWarps
 from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
+from ...passes.stage_stores import StageStores
 from ...passes.tensor_views import DropTensorViews
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
 from ...passes.warp_roles import WarpRoles
@@ -47,7 +48,7 @@ PIPELINE_NAME = "tilelab_cuda"
 def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
            coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
            specialize: str = "measured", heavy_first: bool = True,
-           arch: str | None = None) -> list:
+           arch: str | None = None, stage_stores: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -55,7 +56,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     `tma`: and their tiles are copied by TMA; `specialize`: by a producer warp ("off",
     "measured": where it was measured to pay, "always"); `heavy_first`: blocks whose loops
     run longest are launched first; `arch`: a pipelined loop whose slots alone need more
-    shared memory than its block has is refused at once."""
+    shared memory than its block has is refused at once; `stage_stores`: GEMM sums go to
+    global memory through a shared tile where one is free."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -71,6 +73,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         PipelineLoops(wgmma_off, overlap_gemms=overlap_gemms, tma=tma,
                       annotated=program.layouts, specialize=specialize),
         *([SlotsFit(program, arch)] if arch else []),  # refused now, not after the lowering
+        # T.gemm sums leave in rows of 16 bytes a thread
+        *([StageStores(shared_memory_limit(arch))] if arch and stage_stores else []),
         InsertBarriers(),                      # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
         LowerTileOpsToThreads(),               # tile ops -> per-thread code
@@ -460,9 +464,9 @@ def cuda_runner(program, launch: dict, cubin: bytes):
     return launcher_for(cubin, launch, [p.dtype for p in program.params])
 
 
-def plans_without_code(program) -> tuple[dict, list, list]:
-    """Layouts, pipeline plans and instruction records the CUDA backend would choose
-    (analyses only, no code)."""
+def plans_without_code(program, stage_stores: bool = True) -> tuple[dict, list, list]:
+    """Layouts, pipeline plans and instruction records the CUDA backend would choose for
+    an sm_80 GPU (analyses only, no code)."""
     import tvm
     from tvm import tirx
 
@@ -472,6 +476,8 @@ def plans_without_code(program) -> tuple[dict, list, list]:
 
     try:
         mod = PipelineLoops()(tvm.IRModule({program.name: program.func}))
+        if stage_stores:
+            mod = StageStores(shared_memory_limit("sm_80"))(mod)
         pipelines = facts_in(mod).get(PIPELINE_PLAN, [])
         layouts: dict = {}
         instructions: list = []
@@ -511,8 +517,9 @@ class CUDABackend(Backend):
             else "always" if configs.get(PassConfigKey.TL_FORCE_WARP_SPECIALIZED.value) \
             else "measured"
         heavy_first = not configs.get(PassConfigKey.TL_DISABLE_HEAVY_FIRST.value, False)
+        stage = not configs.get(PassConfigKey.TL_DISABLE_STAGE_STORES.value, False)
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
-                           overlap, tma, specialize, heavy_first, arch)
+                           overlap, tma, specialize, heavy_first, arch, stage)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
