@@ -46,6 +46,19 @@ def walk_gemm(A, B, blocks: int = 132, block_m: int = 128, block_n: int = 256,
     return C
 
 
+def test_the_merge_replay_reuses_the_places_of_finished_tiles():
+    from tilelab.passes.stage_stores import merged_bytes
+
+    slots = {"a": (0, 2, 24), "b": (0, 2, 24)}
+    assert merged_bytes(slots) == 48
+    assert merged_bytes({**slots, "c": (3, 3, 16)}) == 48  # in a's place
+    assert merged_bytes({**slots, "c": (3, 3, 32)}) == 80  # fits in neither
+    assert merged_bytes({**slots, "c": (2, 3, 16)}) == 64  # b is still in use at 2
+    # a tile the program uses after the loop takes a place first: the next needs another
+    assert merged_bytes({**slots, "d": (3, 4, 24), "c": (4, 4, 24)}) == 48
+    assert merged_bytes({**slots, "d": (3, 4, 24), "c": (4, 4, 24), "e": (4, 4, 8)}) == 56
+
+
 def _meta(*shape):
     return torch.empty(*shape, dtype=torch.float16, device="meta")
 
@@ -68,8 +81,8 @@ def _course(cfg, pass_configs=None):
 
 @needs_nvcc
 @pytest.mark.parametrize("name, shape", [
-    ("two_groups_cols", (128, 256)),  # the 64 KB tile fits where a 128 KB slot array was
-    ("course", (128, 64)),  # 32 KB would not fit in a 12 KB slot array: two 16 KB halves
+    ("two_groups_cols", (128, 256)),  # the 64 KB tile takes the place of A's 64 KB of slots
+    ("course", (128, 64)),  # 32 KB fits in neither 24 KB slot array: two 16 KB halves
 ])
 def test_the_staged_tile_reuses_the_dead_slots(name, shape):
     cfg = dict(CONFIGS[name], stages=4) if name == "two_groups_cols" else CONFIGS[name]

@@ -9,18 +9,20 @@ Through a shared tile the same data leaves in whole rows, 16 bytes per thread
 (about 1 us). This pass writes that detour for the program, as a user would:
 
     for part in T.unroll(parts):
-        T.copy(c_fragment[:, part * width:(part + 1) * width], c_staged[:, 0:width])
-        T.copy(c_staged[:, 0:width], C[..., part * width:(part + 1) * width])
+        T.copy(c_fragment[:, part * width:(part + 1) * width], c_staged)
+        T.copy(c_staged, C[..., part * width:(part + 1) * width])
 
 The staged tile costs shared memory, so the pass only stages where that costs
 no block on the multiprocessor. After a pipelined loop its slots are dead, and
-the shared-memory merge puts later tiles in their place: a part that fits in
-the largest tile no longer used costs nothing; otherwise it must fit beside the
-others without lowering how many blocks share a multiprocessor. The tile is
-`parts` times narrower than the store (1, 2, 4 or 8 parts, the fewest that
-fit). The tensor cores' fragment layouts turn each row's column groups by the
-row (an xor), so the eight rows a warp writes at once fall in different banks
-of the unpadded tile. The barrier pass then orders the copies.
+the shared-memory merge puts later tiles in their place. The pass replays that
+merge at the level of the kernel's statements (`merged_bytes`: a tile takes the
+place of one used only before it, else a new place) and keeps the staged tile
+only where the block's shared memory still lets as many blocks share a
+multiprocessor as before. The tile is `parts` times narrower than the store (1, 2, 4 or
+8 parts, the fewest that fit). The tensor cores' fragment layouts turn each
+row's column groups by the row (an xor), so the eight rows a warp writes at
+once fall in different banks of the unpadded tile. The barrier pass then orders
+the copies.
 
 Only the accumulators of T.gemm are staged (their layout is the one that
 scatters), only in kernels without `T.ws` roles (those synchronize as the program
@@ -69,45 +71,59 @@ def _buffers_in(stmt) -> set:
     return names
 
 
+def merged_bytes(spans: dict) -> int:
+    """Shared bytes of a block whose tiles (name -> (first, last, bytes): the statements
+    that first and last use them) share places as the shared-memory merge lets them: in
+    the order of first use, larger first, a tile takes the smallest place of one whose
+    last use came before its first, else a new place."""
+    places, total = [], 0  # places: [size, last use of the tile in it]
+    for first, last, size in sorted(spans.values(), key=lambda s: (s[0], -s[2])):
+        free = [place for place in places if place[1] < first and place[0] >= size]
+        if free:
+            min(free)[1] = last
+        else:
+            places.append([size, last])
+            total += size
+    return total
+
+
 class _Kernel:
-    """What the pass needs to know about one kernel: its shared tiles, its GEMM
-    accumulators and the room left on a multiprocessor."""
+    """What the pass needs to know about one kernel: its statements, when each shared tile
+    is in use, its GEMM accumulators and what shared memory a block may have."""
 
     def __init__(self, kernel, arch_limit: int):
         self.statements = _statements(_block_body(kernel))
-        self.shared = {}
-        walk(kernel, tirx.AllocBuffer, lambda a: self.shared.setdefault(
+        sizes = {}
+        walk(kernel, tirx.AllocBuffer, lambda a: sizes.setdefault(
             str(a.buffer.name), buffer_bytes(a.buffer))
             if a.buffer.scope().startswith("shared") else None)
+        self.spans = {}
+        for index, stmt in enumerate(self.statements):
+            if isinstance(stmt, tirx.AllocBuffer):
+                continue
+            for name in _buffers_in(stmt) & set(sizes):
+                first = self.spans.get(name, (index,))[0]
+                self.spans[name] = (first, index, sizes[name])
         self.accumulators = set()
         walk(kernel, tirx.Stmt, lambda s: self.accumulators.add(str(regions(s)[2].buffer.name))
              if is_tile_call(s, "gemm") else None)
         self.limit = arch_limit
-        self.total = sum(self.shared.values())
         self.roles = []
         walk(kernel, tirx.AttrStmt, lambda a: self.roles.append(a)
              if a.attr_key == WARP_ROLE else None)
-        self.names = set(self.shared) | {str(v) for v in _buffers_in(kernel)}
+        self.names = set(sizes) | {str(v) for v in _buffers_in(kernel)}
 
     def blocks(self, nbytes: int) -> int:
         """Blocks a multiprocessor holds by shared memory (an SM has 1 KB more than a block
         may use, and keeps 1 KB per block)."""
         return (self.limit + 1024) // (nbytes + 1024)
 
-    def dead_before(self, index: int) -> int:
-        """Bytes of the largest shared tile that no statement from `index` on touches."""
-        later = set()
-        for stmt in self.statements[index:]:
-            later |= _buffers_in(stmt)
-        return max((size for name, size in self.shared.items() if name not in later), default=0)
-
-    def free(self, nbytes: int, index: int) -> bool:
-        """Does a tile of `nbytes` used from statement `index` on cost no block on the
-        multiprocessor? Free if it fits in a dead tile's place, else beside the others."""
-        if nbytes <= self.dead_before(index):
-            return True
-        total = self.total + nbytes
-        return total <= self.limit and self.blocks(total) >= self.blocks(self.total)
+    def free(self, name: str, nbytes: int, index: int) -> bool:
+        """Would a tile of `nbytes` used in statement `index` cost no block on the
+        multiprocessor?"""
+        before = merged_bytes(self.spans)
+        after = merged_bytes({**self.spans, name: (index, index, nbytes)})
+        return after <= self.limit and self.blocks(after) >= self.blocks(before)
 
 
 def _stageable(call, kernel: _Kernel):
@@ -126,14 +142,16 @@ def _stageable(call, kernel: _Kernel):
     return src, dst
 
 
-def _staged_copy(call, src: Region, dst: Region, parts: int, names: set):
+def _fresh(name: str, names: set) -> str:
+    while name in names:
+        name += "_"
+    return name
+
+
+def _staged_copy(call, src: Region, dst: Region, parts: int, name: str):
     """The shared tile and the copies through it, `parts` column blocks one after another."""
     rows, columns = (int(e) for e in src.extents)
     width = columns // parts
-    name = f"{src.buffer.name}_staged"
-    while name in names:
-        name += "_"
-    names.add(name)
     tile = tirx.decl_buffer([rows, width], dst.dtype, name=name, scope="shared.dyn")
     staged = Region.whole(tile)
     inner = max(i for i, e in enumerate(dst.extents) if int(e) != 1)  # C's column axis
@@ -169,15 +187,16 @@ def stage_stores(kernel_loop, arch_limit: int):
             src, dst = found
             rows, columns = (int(e) for e in src.extents)
             size = itemsize(dst.dtype)
-            parts = next((parts for parts in PARTS
+            name = _fresh(f"{src.buffer.name}_staged", kernel.names)
+            parts = next((parts for parts in PARTS  # the fewest, in rows of 16-byte pieces
                           if columns % parts == 0 and columns // parts * size % 16 == 0
-                          and kernel.free(rows * columns // parts * size,
-                                          index)), None)
+                          and kernel.free(name, rows * columns // parts * size, index)), None)
             if parts is None:
                 return call
-            allocation, copies = _staged_copy(call, src, dst, parts, kernel.names)
+            kernel.names.add(name)
+            kernel.spans[name] = (index, index, rows * columns // parts * size)
+            allocation, copies = _staged_copy(call, src, dst, parts, name)
             allocations.append(allocation)
-            kernel.total += buffer_bytes(allocation.buffer)
             return copies
 
         statements[index] = rewrite(stmt, tirx.Stmt, lambda s, stage=stage:
