@@ -52,6 +52,31 @@ def walk(node, node_type, fn):
     tvm_ffi.structural_walk(node, (node_type, keep_user_errors(fn)), order="pre")
 
 
+def block_body(kernel_loop):
+    """The statements of a kernel inside its block-index loops."""
+    while isinstance(kernel_loop, tirx.For) and kernel_loop.kind == tirx.ForKind.THREAD_BINDING:
+        kernel_loop = kernel_loop.body
+    return kernel_loop
+
+
+def with_block_body(kernel_loop, fn):
+    """`kernel_loop` with the statements inside its block-index loops replaced by `fn` of
+    them."""
+    if isinstance(kernel_loop, tirx.For) and kernel_loop.kind == tirx.ForKind.THREAD_BINDING:
+        return tirx.For(kernel_loop.loop_var, kernel_loop.min, kernel_loop.extent,
+                        kernel_loop.kind, with_block_body(kernel_loop.body, fn),
+                        thread_binding=kernel_loop.thread_binding,
+                        annotations=kernel_loop.annotations)
+    return fn(kernel_loop)
+
+
+def statements(body) -> list:
+    """A statement list, nested sequences flattened."""
+    if isinstance(body, tirx.SeqStmt):
+        return [s for stmt in body.seq for s in statements(stmt)]
+    return [body]
+
+
 def uses(node, var) -> bool:
     """Does `node` mention the variable `var`?"""
     found = []

@@ -19,7 +19,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.keys import KERNEL, WARP_ROLE
 from ..ir.tile_ops import config, is_buffer, is_load
-from ..ir.visit import walk
+from ..ir.visit import rewrite_pre, walk, with_block_body
 from ..ops import effects
 from ..ops._lowering import is_sync, sync
 
@@ -153,21 +153,11 @@ def InsertBarriers():  # noqa: N802
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.InsertBarriers")
     def _pass(func, _mod, _ctx):
-        from ..ir.visit import rewrite_pre
-
         def on_kernel(loop):
             if KERNEL not in loop.annotations:
                 return loop
-            return _with_block_body(loop, insert_barriers)
+            return with_block_body(loop, insert_barriers)
 
         return func.with_body(rewrite_pre(func.body, tirx.For, on_kernel))
 
     return _pass
-
-
-def _with_block_body(loop, fn):
-    if isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.THREAD_BINDING:
-        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind,
-                        _with_block_body(loop.body, fn), thread_binding=loop.thread_binding,
-                        annotations=loop.annotations)
-    return fn(loop)

@@ -39,16 +39,10 @@ from tvm import tirx
 
 from ..errors import TileLabCompileError
 from ..ir.keys import WARP_PRODUCER
-from ..ir.visit import rewrite, substitute, walk
+from ..ir.visit import rewrite, statements, substitute, walk
 from ..ops._lowering import extern, narrow_barriers
 
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg and warpgroup-wide rules act per warpgroup
-
-
-def _flatten(stmt) -> list:
-    if isinstance(stmt, tirx.SeqStmt):
-        return [s for inner in stmt for s in _flatten(inner)]
-    return [stmt]
 
 
 def _split(launch):
@@ -60,7 +54,7 @@ def _split(launch):
         return launch
     marker = producers[0]
     threads, tx = int(marker.value), launch.node.var
-    stmts = _flatten(launch.body)
+    stmts = statements(launch.body)
     at = next((i for i, s in enumerate(stmts) if s.same_as(marker)), None)
     if len(producers) > 1 or at is None or int(launch.value) != threads:
         raise TileLabCompileError(

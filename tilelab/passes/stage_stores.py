@@ -36,32 +36,18 @@ from tvm import tirx
 from ..ir.dtypes import buffer_bytes, itemsize
 from ..ir.keys import KERNEL, WARP_ROLE
 from ..ir.tile_ops import Region, is_buffer, is_tile_call, regions, tile_call
-from ..ir.visit import keep_user_errors, rewrite, walk
+from ..ir.visit import (
+    block_body,
+    keep_user_errors,
+    rewrite,
+    rewrite_pre,
+    statements,
+    walk,
+    with_block_body,
+)
 from ..ops._lowering import is_fragment
 
 PARTS = (1, 2, 4, 8)
-
-
-def _block_body(loop):
-    """The statements of a kernel inside its block-index loops."""
-    while isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.THREAD_BINDING:
-        loop = loop.body
-    return loop
-
-
-def _with_block_body(loop, body):
-    if isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.THREAD_BINDING:
-        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind,
-                        _with_block_body(loop.body, body), thread_binding=loop.thread_binding,
-                        annotations=loop.annotations)
-    return body
-
-
-def _statements(body) -> list:
-    """A statement list, nested sequences flattened."""
-    if isinstance(body, tirx.SeqStmt):
-        return [s for stmt in body.seq for s in _statements(stmt)]
-    return [body]
 
 
 def _buffers_in(stmt) -> set:
@@ -92,7 +78,7 @@ class _Kernel:
     is in use, its GEMM accumulators and what shared memory a block may have."""
 
     def __init__(self, kernel, arch_limit: int):
-        self.statements = _statements(_block_body(kernel))
+        self.statements = statements(block_body(kernel))
         sizes = {}
         walk(kernel, tirx.AllocBuffer, lambda a: sizes.setdefault(
             str(a.buffer.name), buffer_bytes(a.buffer))
@@ -177,7 +163,7 @@ def stage_stores(kernel_loop, arch_limit: int):
     kernel = _Kernel(kernel_loop, arch_limit)
     if not kernel.accumulators or kernel.roles:
         return kernel_loop  # T.ws: the program's roles synchronize as they say
-    statements = list(kernel.statements)
+    body = list(kernel.statements)
     allocations = []
     for index, stmt in enumerate(kernel.statements):
         def stage(call, index=index):
@@ -199,26 +185,23 @@ def stage_stores(kernel_loop, arch_limit: int):
             allocations.append(allocation)
             return copies
 
-        statements[index] = rewrite(stmt, tirx.Stmt, lambda s, stage=stage:
+        body[index] = rewrite(stmt, tirx.Stmt, lambda s, stage=stage:
                                     stage(s) if is_tile_call(s, "copy") else s)
     if not allocations:
         return kernel_loop
-    return _with_block_body(kernel_loop, tirx.SeqStmt([*allocations, *statements]))
+    return with_block_body(kernel_loop, lambda _: tirx.SeqStmt([*allocations, *body]))
 
 
-def StageStores(arch_limit: int | None):  # noqa: N802 - a pass, named like TVM's
-    """Expects tile ops after pipelining; stages GEMM sums bound for global memory."""
+def StageStores(arch_limit: int):  # noqa: N802 - a pass, named like TVM's
+    """Expects tile ops after pipelining; stages GEMM sums bound for global memory
+    (`arch_limit`: the bytes of shared memory a block may have)."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.StageStores")
     @keep_user_errors
     def _pass(func, _mod, _ctx):
-        if not arch_limit:
-            return func
-
         def on_loop(loop):
             return stage_stores(loop, arch_limit) if KERNEL in loop.annotations else loop
 
-        from ..ir.visit import rewrite_pre
         return func.with_body(rewrite_pre(func.body, tirx.For, on_loop))
 
     return _pass
