@@ -29,6 +29,8 @@ ARTIFACTS = ROOT / "bench" / "artifacts" / "suite"
 sys.path.insert(0, str(ROOT))
 
 # name, kernel, compile-time sizes, inputs, reference, tolerance, work
+WS = {"pass_configs": {"tl.force_warp_specialized": True}}  # a producer warp, where it may
+
 CHECKS = [
     ("vector_add_coarsened", "vector_add", {"N": (1 << 23) + 3},
      [("randn", ((1 << 23) + 3,), "float32")] * 2, "add", 1e-5),
@@ -127,6 +129,27 @@ CHECKS = [
     ("flash_attention_d128_causal_heavy_first", "flash_attention",
      {"shape": (2, 8, 1000, 128), "options": {"causal": True}},
      [("randn", (2, 8, 1000, 128), "float16")] * 3, "sdpa_causal", 2e-2),
+    # split between a producer warpgroup and two consumer warpgroups that take turns at the
+    # tensor cores, with the producer's registers moved to them; the turns, then the
+    # registers, left out; 128-key tiles
+    ("flash_attention_d128_ws", "flash_attention",
+     {"shape": (1, 4, 777, 128), "options": {"block_m": 128, "threads": 256, **WS}},
+     [("randn", (1, 4, 777, 128), "float16")] * 3, "sdpa", 2e-2),
+    ("flash_attention_d128_causal_ws", "flash_attention",
+     {"shape": (2, 8, 1000, 128), "options": {"causal": True, "block_m": 128, "threads": 256,
+                                              **WS}},
+     [("randn", (2, 8, 1000, 128), "float16")] * 3, "sdpa_causal", 2e-2),
+    ("flash_attention_d64_ws", "flash_attention",
+     {"shape": (2, 4, 1000, 64), "options": {"block_m": 128, "threads": 256, **WS}},
+     [("randn", (2, 4, 1000, 64), "float16")] * 3, "sdpa", 2e-2),
+    ("flash_attention_d128_ws_no_turns", "flash_attention",
+     {"shape": (1, 4, 777, 128), "options": {"block_m": 128, "threads": 256, "pass_configs": {
+         **WS["pass_configs"], "tl.disable_warpgroup_turns": True}}},
+     [("randn", (1, 4, 777, 128), "float16")] * 3, "sdpa", 2e-2),
+    ("flash_attention_d128_ws_bn128", "flash_attention",
+     {"shape": (1, 4, 777, 128), "options": {"block_m": 128, "block_n": 128, "threads": 256,
+                                             **WS}},
+     [("randn", (1, 4, 777, 128), "float16")] * 3, "sdpa", 2e-2),
 ]
 
 BENCH = [
@@ -351,6 +374,35 @@ BENCH = [
                                                    "tl.disable_heavy_first": True}}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
      {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
+    # split between a producer warpgroup and two consumer warpgroups taking turns at the
+    # tensor cores (registers moved to them); without the turns; without the registers
+    *[(f"flash_attention{causal}_bm128{bn}_w8_ws{variant}", "flash_attention",
+       {"shape": (4, 32, 4096, 128), "options": {
+           "causal": bool(causal), "block_m": 128, "block_n": 128 if bn else 64, "threads": 256,
+           "pass_configs": {**WS["pass_configs"], **extra}}},
+       [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
+       2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
+      for causal, bn, variant, extra in (
+          ("", "", "", {}), ("_causal", "", "", {}), ("", "_bn128", "", {}),
+          ("", "", "_no_turns", {"tl.disable_warpgroup_turns": True}),
+          ("", "", "_no_setmaxnreg", {"tl.disable_setmaxnreg": True}),
+          ("", "_bn128", "_no_turns", {"tl.disable_warpgroup_turns": True}),
+          ("_causal", "", "_no_turns", {"tl.disable_warpgroup_turns": True}),
+          ("_causal", "_bn128", "", {}),
+          ("_causal", "_bn128", "_no_turns", {"tl.disable_warpgroup_turns": True}))],
+    ("flash_attention_d64_bm128_w8", "flash_attention",
+     {"shape": (4, 32, 4096, 64), "options": {"block_m": 128, "threads": 256}},
+     [("randn", (4, 32, 4096, 64), "float16")] * 3, "sdpa", 2e-2,
+     {"flops": 4 * 4 * 32 * 4096 * 4096 * 64}),
+    ("flash_attention_d64_bm128_w8_ws", "flash_attention",
+     {"shape": (4, 32, 4096, 64), "options": {"block_m": 128, "threads": 256, **WS}},
+     [("randn", (4, 32, 4096, 64), "float16")] * 3, "sdpa", 2e-2,
+     {"flops": 4 * 4 * 32 * 4096 * 4096 * 64}),
+    ("flash_attention_d64_bm128_bn128_w8_ws", "flash_attention",
+     {"shape": (4, 32, 4096, 64), "options": {"block_m": 128, "block_n": 128, "threads": 256,
+                                              **WS}},
+     [("randn", (4, 32, 4096, 64), "float16")] * 3, "sdpa", 2e-2,
+     {"flops": 4 * 4 * 32 * 4096 * 4096 * 64}),
 ]
 
 

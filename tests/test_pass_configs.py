@@ -68,7 +68,8 @@ def test_every_key_is_tested_here():
     tested = {"TL_ENABLE_FAST_MATH", "TL_DISABLE_VECTORIZE", "TL_INSTRUMENT_PIPELINE",
               "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP",
               "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED",
-              "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST", "TL_DISABLE_STAGE_STORES"}
+              "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST", "TL_DISABLE_STAGE_STORES",
+              "TL_DISABLE_SETMAXNREG", "TL_DISABLE_WARPGROUP_TURNS"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -90,6 +91,18 @@ def test_disable_stage_stores_stores_gemm_sums_from_registers():
     direct = _course({}, {PassConfigKey.TL_DISABLE_STAGE_STORES.value: True})
     assert all(p.name != "tilelab.StageStores" for p in direct.trace.passes)
     assert "acc_staged" not in direct.get_kernel_source()
+
+
+@needs_nvcc
+def test_disable_setmaxnreg_and_warpgroup_turns_each_drop_their_part():
+    from tests.test_warpgroup_turns import _attention
+
+    both = _attention().get_kernel_source()
+    assert "tl::registers_up" in both and "tl::turn_wait" in both
+    for key, part in [(PassConfigKey.TL_DISABLE_SETMAXNREG, "tl::registers_"),
+                      (PassConfigKey.TL_DISABLE_WARPGROUP_TURNS, "tl::turn_")]:
+        source = _attention(configs={key.value: True}).get_kernel_source()
+        assert part not in source
 
 
 @needs_nvcc

@@ -19,7 +19,9 @@ NUM_STAGES = "num_stages"  # a T.Pipelined loop's stages (TileLang's name)
 PIPELINED = "tilelab.pipelined"  # a loop PipelineLoops has already rewritten
 PIPELINE_PLAN = "tilelab.pipeline_plan"  # on it: the schedule it was given (a fact, below)
 REFILL = "tilelab.pipeline_refill"  # around a pipelined loop's refill copies (its own barriers)
-WARP_PRODUCER = "tilelab.warp_producer"  # a warp-specialized loop's producer (value: consumers)
+# a warp-specialized loop's producer (value: the consumers' threads; node: 1 where they take
+# the producer's registers, passes/specialize_warps.py)
+WARP_PRODUCER = "tilelab.warp_producer"
 WARP_ROLE = "tilelab.warp_role"  # AttrStmt of `with T.ws(...)`: node = first thread, value = end
 SWIZZLE = "tilelab.swizzle"  # a T.Kernel loop: T.use_swizzle's [panel, order, enable]
 LAYOUT_PLAN = "tilelab.layout_plan"  # a T.Kernel loop: InferLayouts' LayoutPlan (a fact)
@@ -122,3 +124,9 @@ class PassConfigKey(str, enum.Enum):
     # CUDA: store T.gemm sums straight from registers to global memory instead of through
     # a shared tile where one costs no block on the multiprocessor (passes/stage_stores.py)
     TL_DISABLE_STAGE_STORES = "tl.disable_stage_stores"
+    # sm_90a: a warp-specialized block keeps the registers its launch gives each thread
+    # instead of moving them from the producer warpgroup to the consumers (setmaxnreg)
+    TL_DISABLE_SETMAXNREG = "tl.disable_setmaxnreg"
+    # sm_90a: two consumer warpgroups of a warp-specialized loop that multiplies, computes
+    # and multiplies again run side by side instead of taking turns at the tensor cores
+    TL_DISABLE_WARPGROUP_TURNS = "tl.disable_warpgroup_turns"

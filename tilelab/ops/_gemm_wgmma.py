@@ -302,8 +302,10 @@ def lower(call, ctx, p: WgmmaPlan):
                 stmts.append(tirx.Evaluate(instr(*acc, *a_operand, b_desc.piece(col0, kk * 16),
                                                  accumulate, *imm)))
     stmts.append(tirx.Evaluate(ptx.wgmma.commit_group.sync.aligned()))
-    stmts.append(tirx.Evaluate(ptx.wgmma.wait_group.sync.aligned(1)) if in_flight
-                 else wait_all(c_local))
+    if in_flight:
+        stmts.append(tirx.Evaluate(ptx.wgmma.wait_group.sync.aligned(1)))
+    elif not cfg.get("wait_later"):  # (a `gemm_wait` follows: pipeline_loops._take_turns)
+        stmts.append(wait_all(c_local))
     return seq(stmts)
 
 

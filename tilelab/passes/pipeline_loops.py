@@ -337,10 +337,10 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     threads = None  # the consumers' threads, where a producer warp issues the copies
     allowed = [k] + ([] if specialize is None else specialize.allowed) + \
         ([] if tiles is None else [tiles.loop.loop_var])
-    if tma and overlap and specialize is not None and \
+    if tma and specialize is not None and \
             _may_hoist([loop.min, loop.extent] + ([] if tiles is None else tiles.bounds),
                        producers, allowed, specialize.written) and \
-            (tiles is not None or specialize.pays(staging)):
+            (tiles is not None and overlap or specialize.pays(staging, overlap)):
         threads = specialize.threads
     elif tiles is not None:
         return [], written, None
@@ -393,7 +393,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         front, new, staging = _specialized(
             loop, producers, consumers, staging, issue, barrier_of, full, empty, threads,
             [_describe(s) for s in body], [any(s.same_as(p) for p in producers) for s in body],
-            timeline, block, tiles)
+            overlap, specialize.turns, timeline, block, tiles)
         return allocs + front, new, staging  # (the producer, at the top, writes them too)
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
@@ -465,16 +465,19 @@ class Roles:
     written: set  # names of the tensors the kernel writes (a producer must not read them)
     shared_bytes: int  # the block's shared tiles, one slot each
     always: bool = False  # split wherever the loop allows (tl.force_warp_specialized)
+    turns: bool = True  # two consumer warpgroups take turns at the MMAs (_take_turns)
 
-    def pays(self, staging) -> bool:
+    def pays(self, staging, overlap: bool = True) -> bool:
         """Where a split was measured to pay (H200, GEMM 8192^3 float16, two runs): one
         consumer warpgroup (128 threads; 128x128x64 tiles in 4 stages: 588 TFLOP/s split,
         548-556 not) in a block whose shared memory, with the loop's slots, keeps a second
         block off the SM - otherwise the producer's registers cost blocks (128x128x32 in 3
         stages, room for four blocks: 296 split, 469 not). With two consumer warpgroups
-        (128x256x64) the split measured 3-5% slower; they keep one role."""
+        (128x256x64) the split measured 3-5% slower; they keep one role.
+        A loop that computes more than MMAs (`overlap` False: FlashAttention's softmax
+        between its two T.gemm) is split only where asked (tl.force_warp_specialized)."""
         slots = sum((staging.stages - 1) * buffer_bytes(old) for old, _ in staging.buffers.values())
-        return self.always or \
+        return self.always or overlap and \
             self.threads == 128 and 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
 
 
@@ -573,11 +576,13 @@ class TileWalk:
 
 
 def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
-                 threads: int, texts: list, is_copy: list, timeline=None, block=None,
-                 tiles=None):
-    """The loop, which only multiplies and keeps its MMAs in flight, split between a
-    producer warp and the consumer warpgroups (module doc). Returns (front, consumer loop
-    + drain, staging). Instrumented (`timeline`), the consumers stamp events 0, 1 and 3 of
+                 threads: int, texts: list, is_copy: list, overlap: bool, turns: bool,
+                 timeline=None, block=None, tiles=None):
+    """The loop split between a producer warp and the consumer warpgroups (module doc).
+    Where it only multiplies (`overlap`), its MMAs stay in flight and each iteration
+    releases the slot of the one before, whose MMAs wgmma.wait_group 1 has just waited
+    for; otherwise every T.gemm waits for its MMAs and an iteration releases its own slot
+    at its end, after all its reads. Returns (front, consumer loop + drain, staging). Instrumented (`timeline`), the consumers stamp events 0, 1 and 3 of
     each iteration (waiting, tiles there, compute done) and the producer event 2, when it
     issued that iteration's copies (instrument.py).
     In a `TileWalk` (`tiles`) both roles walk the tiles and count the iterations done in
@@ -586,6 +591,7 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     for a tile's last MMAs and release its last slot before the statements after the
     loop (the tile's epilogue) run; the barriers are dropped after the walk."""
     stages = staging.stages
+    ahead = stages - 2 if overlap else stages - 1  # iterations the producer runs ahead
     k, n = loop.loop_var, loop.extent
     done = None if tiles is None else \
         tirx.decl_buffer((1,), "int32", name="pipeline_done", scope="local")
@@ -615,33 +621,41 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
          for s in range(stages)] + \
         [extern("tl::mbar_init_fence"), sync(),
          # hidden from TVM's barrier pass like a refill: the mbarriers order its copies
+         # (a loop that computes between its MMAs gives the consumers the producer's
+         # registers: FlashAttention's fragments outgrow what 384 threads get at launch)
          tirx.AttrStmt(tirx.const(0, "int32"), REFILL, tirx.const(1, "int32"),
-                       tirx.AttrStmt(tirx.const(0, "int32"), WARP_PRODUCER,
+                       tirx.AttrStmt(tirx.const(0 if overlap else 1, "int32"), WARP_PRODUCER,
                                      tirx.const(threads, "int32"), producer))]
     # consumers: wait for the slot's bytes; multiply, leaving the MMAs in flight; release
     # the previous iteration's slot, whose MMAs wgmma.wait_group 1 has just waited for
-    computed = [_in_flight(staging.retarget(c, slot), staging) for c in consumers]
+    computed = [staging.retarget(c, slot) for c in consumers]
+    if overlap:
+        computed = [_in_flight(c, staging) for c in computed]
+    last_turn = []
+    if turns and not overlap and tiles is None and threads == 256:  # two warpgroups
+        computed, last_turn = _take_turns(computed, k)
 
     def release(iteration):
         return extern("tl::mbar_arrive_warp",
                       barrier_of(tirx.floormod(iteration, stages), 1, empty))
 
     wait = extern("tl::mbar_wait", barrier_of(slot, 1), phase)
-    accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
+    accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers} \
+        if overlap else {}  # (only multiplies: each consumer is a T.gemm)
     waited = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
     drain = [sync()] + [extern("tl::mbar_inval", barrier_of(s, 2, b))
                         for b in (full, empty) for s in range(stages)]
     plan = {
         "loop": str(k.name), "num_stages": stages,
         "extent": int(n.value) if isinstance(n, tirx.IntImm) else str(n),
-        "statements": [{"text": text, "stage": 0 if copy else stages - 2, "order": i,
+        "statements": [{"text": text, "stage": 0 if copy else ahead, "order": i,
                         "role": "copy" if copy else "compute"}
                        for i, (text, copy) in enumerate(zip(texts, is_copy))],
         "slots": {name: stages for name in staging.buffers},
         "async_groups": [[_describe(p) for p in producers]],
         # at the top of iteration k the slots released so far let the producer be this far
-        # ahead (iteration k - 1's slot is released during k)
-        "ahead": stages - 2,
+        # ahead (with MMAs in flight, iteration k - 1's slot is released during k)
+        "ahead": ahead,
         "tma": True,
         "warp_specialized": {"consumer_threads": threads, "producer_threads": 128},
         "copies": f"TMA, issued by a producer warp (an extra warpgroup, threads {threads}.."
@@ -649,8 +663,9 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
                   "mbarrier per slot",
         "waits": "mbarriers only: consumers wait for the slot's `full` phase (parity (k / "
                  f"{stages}) % 2); each consumer warp arrives at the slot's `empty` mbarrier "
-                 "when its reads are done (after the next iteration's wgmma.wait_group 1); "
-                 "the producer waits for `empty` before refilling; no block-wide barrier in "
+                 "when its reads are done (" + ("after the next iteration's wgmma.wait_group "
+                                                "1" if overlap else "at the iteration's end") +
+                 "); the producer waits for `empty` before refilling; no block-wide barrier in "
                  "the loop",
     }
     if tiles is not None:
@@ -660,17 +675,47 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
             "finish this one; slots and phases count the iterations of all trips so far")
     stamps = [[]] * 3 if timeline is None else \
         [[_stamp(timeline, block, k, event)] for event in (0, 1, 3)]
+    released = tirx.IfThenElse(tirx.GE(k, 1), release(at - 1), None) if overlap else release(at)
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
-                        seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] +
-                            [tirx.IfThenElse(tirx.GE(k, 1), release(at - 1), None)]),
+                        seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] + [released]),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
     if tiles is None:
-        return front, seq([new_loop] + waited + drain), staging
+        return front, seq([new_loop] + last_turn + waited + drain), staging
     # the tile's last slot is released once its MMAs are done; the epilogue follows
-    last = tirx.IfThenElse(tirx.GE(n, 1), release(before + n - 1), None)
-    return front, seq([tiles.replacing([new_loop] + waited + [last] + count_tile)] + drain), \
+    last = [tirx.IfThenElse(tirx.GE(n, 1), release(before + n - 1), None)] if overlap else []
+    return front, seq([tiles.replacing([new_loop] + waited + last + count_tile)] + drain), \
         staging
+
+
+def _take_turns(computed, k):
+    """Two consumer warpgroups that each multiply, compute in registers, then multiply
+    again (FlashAttention: S = Q Kᵀ, the softmax, O += P V) take turns at the tensor
+    cores, as in FlashAttention-3: a warpgroup's turn is its last T.gemm of one
+    iteration and its first of the next, and while one takes its turn the other computes
+    its softmax. Two named barriers order the turns (tilelab.cuh `turn_*`): a warpgroup
+    waits for its turn before its last T.gemm and hands the turn over once its first is
+    issued (it waits for that product after the hand-over, so that the other's MMAs
+    queue behind it and the tensor cores do not run dry at the turn);
+    in the first iteration (`k` 0) the second warpgroup first waits for the first's
+    first T.gemm, after the loop the first hands over once more, so each wait has its
+    hand-over. The barriers only order the warpgroups, they guard no memory; a loop whose
+    statements need a barrier of all consumers (passes/specialize_warps.py checks after
+    lowering) keeps no turns. Returns (loop statements, after the loop); unchanged where
+    the loop has fewer than two T.gemm."""
+    gemms = [i for i, c in enumerate(computed)
+             if isinstance(c, TilePrimitiveCall) and op_name(c) == "gemm"]
+    if len(gemms) < 2:
+        return computed, []
+    one, last = gemms[0], gemms[-1]
+    first = computed[one]
+    issued = TilePrimitiveCall(*first.args, op=first.op,
+                               config={**first.config, "wait_later": True})
+    stmts = [tirx.IfThenElse(tirx.EQ(k, 0), extern("tl::turn_first"), None)] + \
+        computed[:one] + [issued, extern("tl::turn_pass"),
+                          tile_call("gemm_wait", Region.whole(regions(first)[2].buffer))] + \
+        computed[one + 1:last] + [extern("tl::turn_wait")] + computed[last:]
+    return stmts, [extern("tl::turn_last")]
 
 
 def _program_tma(kernel, shared_layouts, views, stagings):
@@ -720,7 +765,8 @@ def _linear_block(body):
 
 
 def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
-                    always: bool = False, timeline=None, block=None, views=None):
+                    always: bool = False, turns: bool = True, timeline=None, block=None,
+                    views=None):
     """Pipeline the loops of the block's own statement list (not inside another loop or
     branch), warp-specializing the first that copies with TMA, keeps its MMAs in flight,
     whose copies a producer warp may issue from the start and where the split pays
@@ -742,7 +788,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
          if a.buffer.scope().startswith("shared") else None)
     roles = Roles(threads[0], allowed, _written_tensors(kernel),
                   sum(buffer_bytes(b) for b in tiles),
-                  always)
+                  always, turns)
     before, after, front = [], [], []  # the statements before the split loop, and after
     for stmt in stmts:
         # a walk over tiles (not in an instrumented build: its timeline counts one tile)
@@ -776,7 +822,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
 
 def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                   overlap_gemms: bool = False, tma: bool = False, annotated: dict | None = None,
-                  specialize: str = "off"):
+                  specialize: str = "off", turns: bool = True):
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
     Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace.
     `wgmma_off`: why T.gemm is not warpgroup MMA here (None: it is, sm_90a). With wgmma,
@@ -784,7 +830,8 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
     wgmma may copy them with TMA (`annotated`: the program's T.annotate_layout layouts);
     `specialize`: whether such a loop is split between a producer warp and consumer
     warpgroups (passes/specialize_warps.py finishes the split after lowering): "off",
-    "measured" (where `Roles.pays`) or "always" (wherever the loop allows)."""
+    "measured" (where `Roles.pays`) or "always" (wherever the loop allows); `turns`: two
+    consumer warpgroups of a split loop may take turns at the tensor cores (_take_turns)."""
     no_tma = f"no warpgroup MMA ({wgmma_off})" if wgmma_off is not None else \
         "tl.disable_tma_lower" if not tma else ""
     overlap_gemms = overlap_gemms and wgmma_off is None
@@ -815,7 +862,8 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
             if specialize != "off" and tma:
                 kernel = _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts,
                                          stagings, always=specialize == "always",
-                                         timeline=timeline, block=block, views=views)
+                                         turns=turns, timeline=timeline, block=block,
+                                         views=views)
 
             def pipelined(stmt) -> list:
                 """The statements that replace `stmt` (itself, if it is no pipelined loop)."""

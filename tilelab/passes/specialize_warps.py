@@ -30,6 +30,21 @@ threads and TVM has placed its barriers:
                                                 consumers only: bar.sync 1, T)
 
 and the block is launched with T+128 threads.
+
+Two more things happen here, where the lowered code can be read:
+
+- Registers move from the producer to the consumers (`setmaxnreg`) in a loop
+  that computes between its MMAs (pipeline_loops marks it). A block of two
+  consumer warpgroups and the producer has 384 threads: 168 registers each at
+  launch, which FlashAttention's S, P and O fragments outgrow. The producer,
+  which only issues TMA copies, gives all but 24 back and each consumer takes
+  240 (128 x 24 + 256 x 240 fits the SM's 65,536). `tl.disable_setmaxnreg`
+  keeps the launch's counts; GEMM loops (their accumulators fit) keep them too.
+- Two consumer warpgroups that take turns at the tensor cores
+  (pipeline_loops._take_turns) wait for each other on named barriers; a loop
+  that also needs a barrier of all consumers would deadlock there (one
+  warpgroup waits for its turn, the other at the barrier), so such a loop
+  keeps no turns.
 """
 
 from __future__ import annotations
@@ -43,9 +58,48 @@ from ..ir.visit import rewrite, statements, substitute, walk
 from ..ops._lowering import extern, narrow_barriers
 
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg and warpgroup-wide rules act per warpgroup
+PRODUCER_REGISTERS = 24  # setmaxnreg's least: the producer holds a few indices
+REGISTERS_PER_SM = 65536
+TURNS = ("tl::turn_first", "tl::turn_pass", "tl::turn_wait", "tl::turn_last")
 
 
-def _split(launch):
+def _extern_name(stmt) -> str:
+    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+    if isinstance(call, tvm.ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
+        return str(call.args[0].value)
+    return ""
+
+
+def _without_deadlocking_turns(body):
+    """`body` with the turns of warpgroups (module doc) dropped where a loop that takes
+    them also holds a barrier of all consumers."""
+    def on_loop(loop):
+        names = []
+        walk(loop.body, tirx.Evaluate, lambda e: names.append(_extern_name(e)))
+        if "tl::turn_pass" not in names or "tl::consumer_sync" not in names:
+            return loop
+        return rewrite(loop, tirx.Evaluate,
+                       lambda e: tirx.Evaluate(0) if _extern_name(e) in TURNS else e)
+
+    body = rewrite(body, tirx.For, on_loop)
+    names = []
+    walk(body, tirx.Evaluate, lambda e: names.append(_extern_name(e)))
+    if "tl::turn_pass" not in names:  # (and the hand-over after such a loop)
+        body = rewrite(body, tirx.Evaluate,
+                       lambda e: tirx.Evaluate(0) if _extern_name(e) in TURNS else e)
+    return body
+
+
+def _registers(consumer_threads: int) -> int | None:
+    """Registers each consumer thread may take once the producer kept 24 (None: no more
+    than the launch gave it; one consumer warpgroup already has 255)."""
+    launch = REGISTERS_PER_SM // (consumer_threads + PRODUCER_THREADS) // 8 * 8
+    more = (REGISTERS_PER_SM - PRODUCER_THREADS * PRODUCER_REGISTERS) // consumer_threads
+    more = min(more // 8 * 8, 256)
+    return more if more > launch and launch < 255 else None
+
+
+def _split(launch, reallocate: bool):
     """The block of this `threadIdx.x` launch, split between its roles (module doc)."""
     producers = []
     walk(launch.body, tirx.AttrStmt,
@@ -61,12 +115,16 @@ def _split(launch):
             "internal: the warp-specialized loop's producer is no longer at the top of its "
             "block", hint="compile with pass_configs={'tl.disable_warp_specialized': True} "
                           "meanwhile")
-    producer = substitute(marker.body, {tx: 0})  # one thread, written as thread 0
-    roles = tirx.IfThenElse(
-        tirx.GE(tx, threads),
-        tirx.IfThenElse(tirx.EQ(tx, threads), producer, None),
-        narrow_barriers(tirx.SeqStmt(stmts[at + 1:]) if len(stmts) > at + 2 else stmts[at + 1],
-                        extern("tl::consumer_sync", tirx.const(threads, "int32"))))
+    producer = tirx.IfThenElse(tirx.EQ(tx, threads),
+                               substitute(marker.body, {tx: 0}), None)  # written as thread 0
+    consumers = _without_deadlocking_turns(narrow_barriers(
+        tirx.SeqStmt(stmts[at + 1:]) if len(stmts) > at + 2 else stmts[at + 1],
+        extern("tl::consumer_sync", tirx.const(threads, "int32"))))
+    more = _registers(threads) if reallocate and int(marker.node) == 1 else None
+    if more is not None:
+        producer = tirx.SeqStmt([extern(f"tl::registers_down<{PRODUCER_REGISTERS}>"), producer])
+        consumers = tirx.SeqStmt([extern(f"tl::registers_up<{more}>"), consumers])
+    roles = tirx.IfThenElse(tirx.GE(tx, threads), producer, consumers)
     total = threads + PRODUCER_THREADS
     iv = launch.node
     wider = tirx.IterVar(tvm.ir.Range(0, total), iv.var, iv.iter_type, iv.thread_tag)
@@ -74,11 +132,16 @@ def _split(launch):
                          tirx.SeqStmt(stmts[:at] + [roles]))
 
 
-@tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SpecializeWarps")
-def SpecializeWarps(func, _mod, _ctx):  # noqa: N802 - a pass, named like TVM's
-    def on_attr(attr):
-        if attr.attr_key == "thread_extent" and str(attr.node.thread_tag) == "threadIdx.x":
-            return _split(attr)
-        return attr
+def SpecializeWarps(reallocate: bool = True):  # noqa: N802 - a pass, named like TVM's
+    """`reallocate`: move registers from the producer to the consumers (module doc)."""
 
-    return func.with_body(rewrite(func.body, tirx.AttrStmt, on_attr))
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SpecializeWarps")
+    def _pass(func, _mod, _ctx):
+        def on_attr(attr):
+            if attr.attr_key == "thread_extent" and str(attr.node.thread_tag) == "threadIdx.x":
+                return _split(attr, reallocate)
+            return attr
+
+        return func.with_body(rewrite(func.body, tirx.AttrStmt, on_attr))
+
+    return _pass

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 
 from tvm import tirx
@@ -32,7 +33,7 @@ from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.scalar_bools import ScalarBools
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
-from ...passes.specialize_warps import SpecializeWarps
+from ...passes.specialize_warps import PRODUCER_THREADS, SpecializeWarps
 from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
 from ...passes.stage_stores import StageStores
@@ -48,7 +49,8 @@ PIPELINE_NAME = "tilelab_cuda"
 def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a target",
            coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
            specialize: str = "measured", heavy_first: bool = True,
-           arch: str | None = None, stage_stores: bool = True) -> list:
+           arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
+           turns: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -57,7 +59,9 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     "measured": where it was measured to pay, "always"); `heavy_first`: blocks whose loops
     run longest are launched first; `arch`: a pipelined loop whose slots alone need more
     shared memory than its block has is refused at once; `stage_stores`: GEMM sums go to
-    global memory through a shared tile where one is free."""
+    global memory through a shared tile where one is free; `reallocate`: a producer warp
+    gives its registers to the consumers; `turns`: two consumer warpgroups take turns at
+    the tensor cores."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -71,7 +75,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         StageOperands(),                       # operands where the ops' lowerings take them
         # T.Pipelined: load ahead with cp.async (or TMA)
         PipelineLoops(wgmma_off, overlap_gemms=overlap_gemms, tma=tma,
-                      annotated=program.layouts, specialize=specialize),
+                      annotated=program.layouts, specialize=specialize, turns=turns),
         *([SlotsFit(program, arch)] if arch else []),  # refused now, not after the lowering
         # T.gemm sums leave in rows of 16 bytes a thread
         *([StageStores(shared_memory_limit(arch))] if arch and stage_stores else []),
@@ -107,7 +111,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         SeparateSharedLifetimes,                   # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
-        SpecializeWarps,                           # producer warpgroup + consumers (if planned)
+        SpecializeWarps(reallocate),               # producer warpgroup + consumers (if planned)
         *([HeavyBlocksFirst] if heavy_first else []),  # the longest-running blocks start first
         T.SplitHostDevice(),
         T.MakePackedAPI(),
@@ -374,6 +378,38 @@ def fit_registers(source: str, compiled: dict, config: dict, arch: str, compile_
                              "no spills"))
 
 
+MOVES = re.compile(r"\n\s*tl::registers_(down|up)<(\d+)>\(\);")
+TURNS = re.compile(r"\n\s*tl::turn_(first|pass|wait|last)\(\);")
+
+
+def keep_register_moves(source: str, compiled: dict, threads: int | None, compile_again):
+    """A warp-specialized block moves registers from its producer warpgroup to its
+    consumers (passes/specialize_warps.py): `setmaxnreg.inc` waits until the block's pool,
+    filled by the producer's `setmaxnreg.dec`, holds what the consumers ask for. The pool
+    is what the launch gave the producer beyond its new count, so the moves hold only where
+    ptxas gave every thread enough at launch: it does where the consumers' code needs more
+    (FlashAttention d128: 168 registers a thread, 128 x (168 - 24) = 256 x (240 - 168)).
+    Where it needs fewer (d64: 107), the consumers would wait forever; the kernel is
+    compiled again without the moves, which it does not need, and without turns at the
+    tensor cores (pipeline_loops._take_turns): on the launch's registers they measured
+    twice as slow (H200, FlashAttention d128, 128x64 tiles: 4.53 ms against 2.25 ms
+    without turns). `threads`: the block's (None: several kernels, which keep no moves).
+    Returns (source, compiled, what was done or None)."""
+    moves = {kind: int(count) for kind, count in MOVES.findall(source)}
+    if not moves:
+        return source, compiled, None
+    registers = -(-compiled["resources"].get("registers", 0) // 8) * 8  # given by eights
+    producer = PRODUCER_THREADS * (registers - moves["down"])
+    consumers = (threads - PRODUCER_THREADS) * (moves["up"] - registers) if threads else None
+    if consumers is not None and producer >= consumers:
+        return source, compiled, None
+    plain = TURNS.sub("", MOVES.sub("", source))
+    return plain, compile_again(plain), (
+        f"no register moves: ptxas gave each thread {registers} registers at launch, so the "
+        f"producer's {moves['down']} would leave too few for the consumers' {moves['up']}" +
+        ("; no turns at the tensor cores either" if TURNS.search(source) else ""))
+
+
 # ---------------------------------------------------------------- from the source to a kernel
 
 
@@ -392,10 +428,13 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
     fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
     compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
     occupancy = None
+    again = lambda changed: nvcc.compile_cuda(changed, arch, fast_math=fast_math)  # noqa: E731
+    source, compiled, moves = keep_register_moves(
+        source, compiled, configs_of_kernels[0]["threads"] if len(configs_of_kernels) == 1
+        else None, again)
     if len(configs_of_kernels) == 1:
-        source, compiled, occupancy = fit_registers(
-            source, compiled, configs_of_kernels[0], arch,
-            lambda bounded: nvcc.compile_cuda(bounded, arch, fast_math=fast_math))
+        source, compiled, occupancy = fit_registers(source, compiled, configs_of_kernels[0],
+                                                    arch, again)
     scratch = global_scratch(program)
     names = [str(b.name) for b in program.func.params] + [s["name"] for s in scratch]
     kernels = [_launch_of(program, config, names) for config in configs_of_kernels]
@@ -410,6 +449,8 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
                            grid=launch["grid"], block=launch["block"], arch=arch)
     if occupancy:
         trace.resources["occupancy"] = occupancy
+    if moves:
+        trace.resources["register_moves"] = moves
     if len(kernels) > 1:
         trace.resources["kernels"] = [{"name": k["kernel_name"], "grid": k["grid"],
                                        "block": k["block"],
@@ -518,8 +559,11 @@ class CUDABackend(Backend):
             else "measured"
         heavy_first = not configs.get(PassConfigKey.TL_DISABLE_HEAVY_FIRST.value, False)
         stage = not configs.get(PassConfigKey.TL_DISABLE_STAGE_STORES.value, False)
+        reallocate = not configs.get(PassConfigKey.TL_DISABLE_SETMAXNREG.value, False)
+        turns = not configs.get(PassConfigKey.TL_DISABLE_WARPGROUP_TURNS.value, False)
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
-                           overlap, tma, specialize, heavy_first, arch, stage)
+                           overlap, tma, specialize, heavy_first, arch, stage, reallocate,
+                           turns)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 

@@ -164,6 +164,29 @@ __device__ __forceinline__ void consumer_sync(int threads) {
   asm volatile("bar.sync 1, %0;\n" :: "r"(threads) : "memory");
 }
 
+// two consumer warpgroups taking turns at the tensor cores (passes/pipeline_loops.py,
+// _take_turns): named barrier 14 + g is warpgroup g's turn. Each completes with 256
+// threads: warpgroup g's 128 waiting for it and the other warpgroup's 128 handing it over.
+__device__ __forceinline__ void turn_wait() {
+  asm volatile("bar.sync %0, 256;\n" :: "r"(14 + (threadIdx.x >> 7)) : "memory");
+}
+__device__ __forceinline__ void turn_pass() {
+  asm volatile("bar.arrive %0, 256;\n" :: "r"(15 - (threadIdx.x >> 7)) : "memory");
+}
+// before the loop the second warpgroup waits for the first's first hand-over; after it
+// the first hands over once more, for the second's last wait
+__device__ __forceinline__ void turn_first() { if (threadIdx.x >> 7) turn_wait(); }
+__device__ __forceinline__ void turn_last() { if (!(threadIdx.x >> 7)) turn_pass(); }
+
+// warp-specialized blocks: the producer warpgroup gives registers back, the consumer
+// warpgroups take them (passes/specialize_warps.py); counts are per thread
+template <int N> __device__ __forceinline__ void registers_down() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+template <int N> __device__ __forceinline__ void registers_up() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(N));
+}
+
 // ---- TMA: the Tensor Memory Accelerator copies a box of a global tensor (described by a
 // CUtensorMap) into shared memory, swizzled as the map says, zero-filling what lies
 // outside the tensor; the barrier's phase completes when the bytes have landed.
