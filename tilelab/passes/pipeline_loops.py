@@ -582,9 +582,10 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     Where it only multiplies (`overlap`), its MMAs stay in flight and each iteration
     releases the slot of the one before, whose MMAs wgmma.wait_group 1 has just waited
     for; otherwise every T.gemm waits for its MMAs and an iteration releases its own slot
-    at its end, after all its reads. Returns (front, consumer loop + drain, staging). Instrumented (`timeline`), the consumers stamp events 0, 1 and 3 of
-    each iteration (waiting, tiles there, compute done) and the producer event 2, when it
-    issued that iteration's copies (instrument.py).
+    at its end, after all its reads. Returns (front, consumer loop + drain, staging).
+    Instrumented (`timeline`), the consumers stamp events 0, 1 and 3 of each iteration
+    (waiting, tiles there, compute done) and the producer event 2, when it issued that
+    iteration's copies (instrument.py).
     In a `TileWalk` (`tiles`) both roles walk the tiles and count the iterations done in
     earlier tiles (`done`, a register of each thread): slots and phases go by the count,
     so the producer refills across the end of a tile as within one. The consumers wait
