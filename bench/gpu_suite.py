@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 # name, kernel, compile-time sizes, inputs, reference, tolerance, work
 WS = {"pass_configs": {"tl.force_warp_specialized": True}}  # a producer warp, where it may
+TURNS = {"pass_configs": {**WS["pass_configs"], "tl.enable_warpgroup_turns": True}}
 
 CHECKS = [
     ("vector_add_coarsened", "vector_add", {"N": (1 << 23) + 3},
@@ -142,13 +143,16 @@ CHECKS = [
     ("flash_attention_d64_ws", "flash_attention",
      {"shape": (2, 4, 1000, 64), "options": {"block_m": 128, "threads": 256, **WS}},
      [("randn", (2, 4, 1000, 64), "float16")] * 3, "sdpa", 2e-2),
-    ("flash_attention_d128_ws_no_turns", "flash_attention",
-     {"shape": (1, 4, 777, 128), "options": {"block_m": 128, "threads": 256, "pass_configs": {
-         **WS["pass_configs"], "tl.disable_warpgroup_turns": True}}},
+    ("flash_attention_d128_ws_turns", "flash_attention",
+     {"shape": (1, 4, 777, 128), "options": {"block_m": 128, "threads": 256, **TURNS}},
      [("randn", (1, 4, 777, 128), "float16")] * 3, "sdpa", 2e-2),
-    ("flash_attention_d128_ws_bn128", "flash_attention",
+    ("flash_attention_d128_causal_ws_turns", "flash_attention",
+     {"shape": (2, 8, 1000, 128), "options": {"causal": True, "block_m": 128, "threads": 256,
+                                              **TURNS}},
+     [("randn", (2, 8, 1000, 128), "float16")] * 3, "sdpa_causal", 2e-2),
+    ("flash_attention_d128_ws_bn128_turns", "flash_attention",
      {"shape": (1, 4, 777, 128), "options": {"block_m": 128, "block_n": 128, "threads": 256,
-                                             **WS}},
+                                             **TURNS}},
      [("randn", (1, 4, 777, 128), "float16")] * 3, "sdpa", 2e-2),
 ]
 
@@ -374,22 +378,22 @@ BENCH = [
                                                    "tl.disable_heavy_first": True}}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
      {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
-    # split between a producer warpgroup and two consumer warpgroups taking turns at the
-    # tensor cores (registers moved to them); without the turns; without the registers
+    # split between a producer warpgroup and two consumer warpgroups (registers moved to
+    # them); with the consumers taking turns at the tensor cores; without the registers
     *[(f"flash_attention{causal}_bm128{bn}_w8_ws{variant}", "flash_attention",
        {"shape": (4, 32, 4096, 128), "options": {
            "causal": bool(causal), "block_m": 128, "block_n": 128 if bn else 64, "threads": 256,
            "pass_configs": {**WS["pass_configs"], **extra}}},
        [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
        2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
-      for causal, bn, variant, extra in (
-          ("", "", "", {}), ("_causal", "", "", {}), ("", "_bn128", "", {}),
-          ("", "", "_no_turns", {"tl.disable_warpgroup_turns": True}),
-          ("", "", "_no_setmaxnreg", {"tl.disable_setmaxnreg": True}),
-          ("", "_bn128", "_no_turns", {"tl.disable_warpgroup_turns": True}),
-          ("_causal", "", "_no_turns", {"tl.disable_warpgroup_turns": True}),
-          ("_causal", "_bn128", "", {}),
-          ("_causal", "_bn128", "_no_turns", {"tl.disable_warpgroup_turns": True}))],
+      for causal in ("", "_causal") for bn in ("", "_bn128")
+      for variant, extra in (("", {}), ("_turns", TURNS["pass_configs"]))] +
+     [("flash_attention_bm128_w8_ws_no_setmaxnreg", "flash_attention",
+       {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256,
+                                                 "pass_configs": {**WS["pass_configs"],
+                                                                  "tl.disable_setmaxnreg": True}}},
+       [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
+       {"flops": 4 * 4 * 32 * 4096 * 4096 * 128})],
     ("flash_attention_d64_bm128_w8", "flash_attention",
      {"shape": (4, 32, 4096, 64), "options": {"block_m": 128, "threads": 256}},
      [("randn", (4, 32, 4096, 64), "float16")] * 3, "sdpa", 2e-2,

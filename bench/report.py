@@ -89,6 +89,17 @@ SHAPES = {
                   "mbarriers between them, 2 slots",
     "ws_gemm_s4": "8192³ fp16; the same with 4 slots",
     "flash_attention_bm128_bn32_w8": "same shapes; block 128×32, 8 warps, 2 stages",
+    **{f"flash_attention{causal}_bm128{bn}_w8_ws": (
+        f"same shapes{', causal' if causal else ''}; block 128×{128 if bn else 64}, two "
+        "consumer warpgroups and a producer warpgroup (TMA; `tl.force_warp_specialized`), the "
+        "consumers with 240 registers a thread (setmaxnreg), 2 stages")
+       for causal in ("", "_causal") for bn in ("", "_bn128")},
+    "flash_attention_d64_bm128_w8": "batch 4, heads 32, seq 4096, dim 64, fp16, non-causal; "
+                                    "block 128×64, 8 warps, 2 stages",
+    **{f"flash_attention_d64_bm128{bn}_w8_ws": (
+        f"dim 64, as above; block 128×{128 if bn else 64}, split as the d128 `_ws` rows "
+        "(where ptxas gives a thread too few registers at launch to move, without the moves)")
+       for bn in ("", "_bn128")},
 }
 # a suite entry named `<config><suffix>` is that config with one setting changed
 VARIANTS = {
@@ -101,6 +112,9 @@ VARIANTS = {
                    "(`tl.disable_heavy_first`)",
     "_direct": "; C stored straight from the accumulator's registers "
                "(`tl.disable_stage_stores`)",
+    "_turns": "; the consumer warpgroups taking turns at the tensor cores "
+              "(`tl.enable_warpgroup_turns`)",
+    "_no_setmaxnreg": "; the launch's 168 registers a thread (`tl.disable_setmaxnreg`)",
 }
 
 
@@ -144,6 +158,12 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_sixteenth.json",
+     "FlashAttention's key loop split between a producer warpgroup and two consumer "
+     "warpgroups that take turns at the tensor cores and take the producer's registers "
+     "(`_ws` rows, `tl.force_warp_specialized`); each part left out in its own row "
+     "(2026-12-03, sixteenth session, the whole suite)",
+     "`python bench/gpu_suite.py build`"),
     ("gpu_suite_h200_fifteenth.json",
      "GEMM sums leave through a shared tile by themselves (passes/stage_stores.py), in the "
      "dead pipeline slots' place; `_direct` rows store from registers as before, in the same "
@@ -289,7 +309,8 @@ def gpu_section(r: dict, what: str, build: str, results: str) -> list[str]:
     for row in r["bench"]:
         name = row["name"]
         stem, variant = _variant_of(name)
-        base = BASELINES.get(stem, "`F.scaled_dot_product_attention`")
+        base = BASELINES.get(stem, "`F.scaled_dot_product_attention(is_causal=True)`"
+                             if "causal" in stem else "`F.scaled_dot_product_attention`")
         if "GBps" in row:
             ours = f"{row['ms']:.3f} ms, {row['GBps']:.0f} GB/s"
             theirs = f"{row['torch_ms']:.3f} ms, {row['torch_GBps']:.0f} GB/s"

@@ -69,7 +69,7 @@ def test_every_key_is_tested_here():
               "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP",
               "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED",
               "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST", "TL_DISABLE_STAGE_STORES",
-              "TL_DISABLE_SETMAXNREG", "TL_DISABLE_WARPGROUP_TURNS"}
+              "TL_DISABLE_SETMAXNREG", "TL_ENABLE_WARPGROUP_TURNS"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -94,15 +94,14 @@ def test_disable_stage_stores_stores_gemm_sums_from_registers():
 
 
 @needs_nvcc
-def test_disable_setmaxnreg_and_warpgroup_turns_each_drop_their_part():
-    from tests.test_warpgroup_turns import _attention
+def test_warpgroup_turns_are_asked_for_and_setmaxnreg_turned_off():
+    from tests.test_warpgroup_turns import TURNS, _attention
 
-    both = _attention().get_kernel_source()
-    assert "tl::registers_up" in both and "tl::turn_wait" in both
-    for key, part in [(PassConfigKey.TL_DISABLE_SETMAXNREG, "tl::registers_"),
-                      (PassConfigKey.TL_DISABLE_WARPGROUP_TURNS, "tl::turn_")]:
-        source = _attention(configs={key.value: True}).get_kernel_source()
-        assert part not in source
+    split = _attention().get_kernel_source()
+    assert "tl::registers_up" in split and "tl::turn_" not in split
+    assert "tl::turn_wait" in _attention(configs=TURNS).get_kernel_source()
+    kept = _attention(configs={PassConfigKey.TL_DISABLE_SETMAXNREG.value: True})
+    assert "tl::registers_" not in kept.get_kernel_source()
 
 
 @needs_nvcc

@@ -4,8 +4,9 @@ passes/specialize_warps.py).
 FlashAttention's key loop multiplies, computes the softmax in registers, and multiplies
 again. Split between a producer warpgroup and two consumer warpgroups (asked for with
 `tl.force_warp_specialized`), each T.gemm waits for its MMAs and an iteration releases
-its own slot at its end; the consumers take turns at the tensor cores (named barriers
-14 and 15), and the producer's registers go to them (setmaxnreg).
+its own slot at its end, and the producer's registers go to the consumers (setmaxnreg);
+asked for (`tl.enable_warpgroup_turns`), the consumers take turns at the tensor cores
+(named barriers 14 and 15).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tilelab.passes.specialize_warps import _registers
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
 SPLIT = {PassConfigKey.TL_FORCE_WARP_SPECIALIZED.value: True}
+TURNS = {PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value: True}
 
 
 def _attention(shape=(2, 4, 1000, 128), configs=None, target="cuda:sm_90a", **options):
@@ -44,7 +46,7 @@ def test_the_consumers_take_the_registers_the_producer_gives_back():
 
 @needs_nvcc
 def test_attention_split_takes_turns_and_moves_registers():
-    kernel = _attention()
+    kernel = _attention(configs=TURNS)
     source = kernel.get_kernel_source()
     plan = kernel.trace.pipelines[0]
     assert plan["warp_specialized"] == {"consumer_threads": 256, "producer_threads": 128}
@@ -76,7 +78,7 @@ def test_registers_stay_where_the_launch_gives_too_few_to_move():
     """d64 needs 107 registers a thread: at launch the producer would free 128 x (112 -
     24), the consumers ask for 256 x (240 - 112) and would wait forever. The turns go
     with the moves (measured twice as slow on the launch's registers)."""
-    kernel = _attention((2, 4, 1000, 64))
+    kernel = _attention((2, 4, 1000, 64), TURNS)
     source = kernel.get_kernel_source()
     assert "tl::registers_" not in source and "tl::turn_" not in source
     moves = kernel.trace.resources["register_moves"]
@@ -85,7 +87,7 @@ def test_registers_stay_where_the_launch_gives_too_few_to_move():
 
 @needs_nvcc
 def test_one_consumer_warpgroup_splits_without_turns_or_registers():
-    kernel = _attention(block_m=64, threads=128)
+    kernel = _attention(configs=TURNS, block_m=64, threads=128)
     source = kernel.get_kernel_source()
     assert kernel.trace.pipelines[0]["warp_specialized"]["consumer_threads"] == 128
     assert "tl::turn_" not in source and "tl::registers_" not in source
@@ -100,7 +102,7 @@ def test_gemm_splits_keep_the_registers_of_their_launch():
     kernel = gemm_kernel.compile(torch.empty(512, 256, dtype=torch.float16, device="meta"),
                                  torch.empty(256, 512, dtype=torch.float16, device="meta"),
                                  target="cuda:sm_90a", block_n=256, block_k=64, num_stages=4,
-                                 threads=256, pass_configs=SPLIT)
+                                 threads=256, pass_configs={**SPLIT, **TURNS})
     assert kernel.trace.pipelines[0]["warp_specialized"]["consumer_threads"] == 256
     source = kernel.get_kernel_source()
     assert "tl::registers_" not in source and "tl::turn_" not in source
@@ -163,7 +165,7 @@ def _through_shared_reference(q, k, v):
 def test_a_loop_that_needs_a_barrier_of_all_consumers_keeps_no_turns():
     q, k, v = _through_shared_inputs("cpu")
     kernel = through_shared.compile(q.to("meta"), k.to("meta"), v.to("meta"),
-                                    target="cuda:sm_90a", pass_configs=SPLIT)
+                                    target="cuda:sm_90a", pass_configs={**SPLIT, **TURNS})
     source = kernel.get_kernel_source()
     assert "warp_specialized" in kernel.trace.pipelines[0]
     assert "tl::consumer_sync" in _loop_of(source, "j")
@@ -183,12 +185,12 @@ def _hopper():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("options, configs", [
+    ({}, TURNS),
+    ({"causal": True}, TURNS),
+    ({"block_n": 128}, TURNS),
     ({}, {}),
-    ({"causal": True}, {}),
-    ({"block_n": 128}, {}),
-    ({}, {PassConfigKey.TL_DISABLE_WARPGROUP_TURNS.value: True}),
-    ({}, {PassConfigKey.TL_DISABLE_SETMAXNREG.value: True}),
-    ({"block_m": 64, "threads": 128, "causal": True}, {}),
+    ({}, {**TURNS, PassConfigKey.TL_DISABLE_SETMAXNREG.value: True}),
+    ({"block_m": 64, "threads": 128, "causal": True}, TURNS),
 ])
 def test_split_attention_matches_torch_on_the_gpu(options, configs):
     _hopper()

@@ -128,5 +128,6 @@ class PassConfigKey(str, enum.Enum):
     # instead of moving them from the producer warpgroup to the consumers (setmaxnreg)
     TL_DISABLE_SETMAXNREG = "tl.disable_setmaxnreg"
     # sm_90a: two consumer warpgroups of a warp-specialized loop that multiplies, computes
-    # and multiplies again run side by side instead of taking turns at the tensor cores
-    TL_DISABLE_WARPGROUP_TURNS = "tl.disable_warpgroup_turns"
+    # and multiplies again take turns at the tensor cores (FlashAttention-3's ping-pong)
+    # instead of running side by side; measured to pay only for 128x128 attention tiles
+    TL_ENABLE_WARPGROUP_TURNS = "tl.enable_warpgroup_turns"

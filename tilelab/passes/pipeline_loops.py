@@ -465,7 +465,7 @@ class Roles:
     written: set  # names of the tensors the kernel writes (a producer must not read them)
     shared_bytes: int  # the block's shared tiles, one slot each
     always: bool = False  # split wherever the loop allows (tl.force_warp_specialized)
-    turns: bool = True  # two consumer warpgroups take turns at the MMAs (_take_turns)
+    turns: bool = False  # two consumer warpgroups take turns at the MMAs (_take_turns)
 
     def pays(self, staging, overlap: bool = True) -> bool:
         """Where a split was measured to pay (H200, GEMM 8192^3 float16, two runs): one
@@ -702,8 +702,13 @@ def _take_turns(computed, k):
     first T.gemm, after the loop the first hands over once more, so each wait has its
     hand-over. The barriers only order the warpgroups, they guard no memory; a loop whose
     statements need a barrier of all consumers (passes/specialize_warps.py checks after
-    lowering) keeps no turns. Returns (loop statements, after the loop); unchanged where
-    the loop has fewer than two T.gemm."""
+    lowering) keeps no turns. Asked for (`tl.enable_warpgroup_turns`): on the H200 they
+    paid only for 128x128 tiles of non-causal attention (d128: x0.94 of SDPA against x0.91
+    side by side); 128x64 tiles ran x0.84 against x0.86, causal ones x0.56 against x0.82,
+    and waiting for the last T.gemm in the next iteration instead (so that the tensor
+    cores never drain at a turn) made every case slower (bench/results/notes.md).
+    Returns (loop statements, after the loop); unchanged where the loop has fewer than
+    two T.gemm."""
     gemms = [i for i, c in enumerate(computed)
              if isinstance(c, TilePrimitiveCall) and op_name(c) == "gemm"]
     if len(gemms) < 2:
@@ -766,7 +771,7 @@ def _linear_block(body):
 
 
 def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
-                    always: bool = False, turns: bool = True, timeline=None, block=None,
+                    always: bool = False, turns: bool = False, timeline=None, block=None,
                     views=None):
     """Pipeline the loops of the block's own statement list (not inside another loop or
     branch), warp-specializing the first that copies with TMA, keeps its MMAs in flight,
@@ -823,7 +828,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
 
 def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                   overlap_gemms: bool = False, tma: bool = False, annotated: dict | None = None,
-                  specialize: str = "off", turns: bool = True):
+                  specialize: str = "off", turns: bool = False):
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
     Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace.
     `wgmma_off`: why T.gemm is not warpgroup MMA here (None: it is, sm_90a). With wgmma,

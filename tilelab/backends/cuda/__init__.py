@@ -50,7 +50,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
            specialize: str = "measured", heavy_first: bool = True,
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
-           turns: bool = True) -> list:
+           turns: bool = False) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -61,7 +61,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     shared memory than its block has is refused at once; `stage_stores`: GEMM sums go to
     global memory through a shared tile where one is free; `reallocate`: a producer warp
     gives its registers to the consumers; `turns`: two consumer warpgroups take turns at
-    the tensor cores."""
+    the tensor cores (asked for)."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -560,7 +560,7 @@ class CUDABackend(Backend):
         heavy_first = not configs.get(PassConfigKey.TL_DISABLE_HEAVY_FIRST.value, False)
         stage = not configs.get(PassConfigKey.TL_DISABLE_STAGE_STORES.value, False)
         reallocate = not configs.get(PassConfigKey.TL_DISABLE_SETMAXNREG.value, False)
-        turns = not configs.get(PassConfigKey.TL_DISABLE_WARPGROUP_TURNS.value, False)
+        turns = bool(configs.get(PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value, False))
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
                            turns)
