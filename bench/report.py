@@ -96,10 +96,16 @@ SHAPES = {
        for causal in ("", "_causal") for bn in ("", "_bn128")},
     "flash_attention_d64_bm128_w8": "batch 4, heads 32, seq 4096, dim 64, fp16, non-causal; "
                                     "block 128×64, 8 warps, 2 stages",
-    **{f"flash_attention_d64_bm128{bn}_w8_ws": (
-        f"dim 64, as above; block 128×{128 if bn else 64}, split as the d128 `_ws` rows "
-        "(where ptxas gives a thread too few registers at launch to move, without the moves)")
-       for bn in ("", "_bn128")},
+    "flash_attention_d64_bm128_w8_ws": "dim 64, as above; block 128×64, split as the d128 "
+                                       "`_ws` rows but without the register moves (ptxas "
+                                       "gave a thread 101 registers at launch: too few to "
+                                       "move)",
+    "flash_attention_d64_bm128_bn128_w8_ws": "dim 64, as above; block 128×128, split as the "
+                                             "d128 `_ws` rows",
+    "flash_attention_bm128_w8_ws_no_setmaxnreg": "same shapes; block 128×64, split as the "
+                                                 "`_ws` rows but each thread keeps what "
+                                                 "the launch gives it (ptxas: 143 "
+                                                 "registers; `tl.disable_setmaxnreg`)",
 }
 # a suite entry named `<config><suffix>` is that config with one setting changed
 VARIANTS = {
@@ -114,7 +120,6 @@ VARIANTS = {
                "(`tl.disable_stage_stores`)",
     "_turns": "; the consumer warpgroups taking turns at the tensor cores "
               "(`tl.enable_warpgroup_turns`)",
-    "_no_setmaxnreg": "; the launch's 168 registers a thread (`tl.disable_setmaxnreg`)",
 }
 
 
@@ -160,9 +165,9 @@ BASELINES = {
 RUNS = [  # newest first: (results file, what the run was, the build command)
     ("gpu_suite_h200_sixteenth.json",
      "FlashAttention's key loop split between a producer warpgroup and two consumer "
-     "warpgroups that take turns at the tensor cores and take the producer's registers "
-     "(`_ws` rows, `tl.force_warp_specialized`); each part left out in its own row "
-     "(2026-12-03, sixteenth session, the whole suite)",
+     "warpgroups that take the producer's registers (`_ws` rows, `tl.force_warp_specialized`); "
+     "`_ws_turns` rows with the consumers taking turns at the tensor cores "
+     "(`tl.enable_warpgroup_turns`) (2026-12-03, sixteenth session, the whole suite)",
      "`python bench/gpu_suite.py build`"),
     ("gpu_suite_h200_fifteenth.json",
      "GEMM sums leave through a shared tile by themselves (passes/stage_stores.py), in the "

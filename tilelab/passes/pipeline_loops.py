@@ -56,7 +56,11 @@ where shared memory would let several share it, so a loop is split only where
 it keeps its MMAs in flight and the block's shared memory keeps it alone on its
 SM, and where the block is one warpgroup - the cases the H200 measured it to
 pay (`Roles.pays`); `tl.disable_warp_specialized` (TileLang's key) keeps every
-loop one-role, `tl.force_warp_specialized` splits every loop that allows it.
+loop one-role, `tl.force_warp_specialized` splits every loop that allows it. A
+loop that computes between its T.gemm (FlashAttention's softmax) is split only
+so: each T.gemm then waits for its MMAs and an iteration releases its own slot
+at its end; two consumer warpgroups may take turns at the tensor cores
+(`_take_turns`, `tl.enable_warpgroup_turns`).
 
 A persistent block (`T.Persistent`: a loop over output tiles around the
 pipelined loop, a `TileWalk`) is always split where the loop allows: the
