@@ -130,7 +130,19 @@ def test_install_makes_tilelang_imports_find_tilelab():
     assert [next_power_of_2(x) for x in (1, 2, 3, 64, 65)] == [1, 2, 4, 64, 128]
     assert tilelang.cdiv(65, 64) == 2
     with pytest.raises(ImportError, match="tilelab does not provide"):
-        importlib.import_module("tilelang.carver.roller")
+        importlib.import_module("tilelang.cuda")
+
+
+def test_the_roller_is_importable_and_refused_where_used():
+    """TileLang's autotuning examples import the roller's names at the top and use them
+    only with `with_roller=True`."""
+    from tilelang.carver.roller.rasterization import NoRasterization
+    from tilelang.carver.template import MatmulTemplate
+
+    assert isinstance(NoRasterization, type)
+    with pytest.raises(AttributeError, match="MatmulTemplate recommends tile configurations"):
+        MatmulTemplate(M=256, N=256, K=256, in_dtype=T.float16, out_dtype=T.float16,
+                       accum_dtype=T.float32)
 
 
 def test_get_kernel_source_on_the_decorated_function_and_datatype():

@@ -258,6 +258,28 @@ class CDNA:
                            "name such as CUDA(\"H200\")")
 
 
+class MatmulTemplate:
+    """`tilelang.carver.template.MatmulTemplate`: TileLang's roller, which recommends tile
+    configurations from a model of the device. Importable (autotuning examples import it
+    and use it only with `with_roller=True`), refused when made: tilelab's autotuner tries
+    the configurations it is given."""
+
+    def __init__(self, *_args, **_options):
+        from ..language.tilelang_names import TileLangFeatureError
+
+        raise TileLangFeatureError(
+            "tilelang.carver.template.MatmulTemplate recommends tile configurations from a "
+            "model of the device (TileLang's roller), which tilelab does not have",
+            hint="give the autotuner the configurations to try: "
+                 "AutoTuner.from_kernel(kernel, configs=[{...}, ...]) or "
+                 "@tilelang.autotune(configs=...)")
+
+
+class NoRasterization:
+    """`tilelang.carver.roller.rasterization.NoRasterization`: the roller's plan of blocks
+    in launch order. Only the roller's hints carry plans (see MatmulTemplate)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class AnalysisResult:
     """What `Analyzer.analysis` finds (TileLang's field names; tilelab.analysis counts)."""
@@ -323,6 +345,12 @@ def _submodules() -> dict[str, types.ModuleType]:
                                         GemmWarpPolicy=language.GemmWarpPolicy),
         "tilelang.carver": _module("tilelang.carver", "Hardware facts."),
         "tilelang.tools": _module("tilelang.tools", "Analysis.", Analyzer=Analyzer),
+        "tilelang.carver.template": _module("tilelang.carver.template", "The roller.",
+                                            MatmulTemplate=MatmulTemplate),
+        "tilelang.carver.roller": _module("tilelang.carver.roller", "The roller."),
+        "tilelang.carver.roller.rasterization": _module(
+            "tilelang.carver.roller.rasterization", "The roller's block orders.",
+            NoRasterization=NoRasterization),
         "tilelang.carver.arch": _module("tilelang.carver.arch", "Hardware facts.", CUDA=CUDA,
                                         CDNA=CDNA,
                                         driver=_module("tilelang.carver.arch.driver",
@@ -355,7 +383,8 @@ class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         raise ImportError(f"{spec.name} is part of TileLang that tilelab does not provide "
                           "(tilelab has jit, compile, cdiv, tvm, language, language.fp8, "
                           "math, layout, autotuner, profiler, transform, testing, tileop, "
-                          "utils.tensor, carver.arch (CUDA, CDNA, driver), contrib.nvcc, "
+                          "utils.tensor, carver.arch (CUDA, CDNA, driver), carver.template "
+                          "and carver.roller.rasterization (names only), contrib.nvcc, "
                           "engine.callback, tools (Analyzer))",
                           name=spec.name)
 
