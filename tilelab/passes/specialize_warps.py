@@ -71,23 +71,19 @@ def _extern_name(stmt) -> str:
 
 
 def _without_deadlocking_turns(body):
-    """`body` with the turns of warpgroups (module doc) dropped where a loop that takes
-    them also holds a barrier of all consumers."""
-    def on_loop(loop):
+    """`body` without the turns of warpgroups (module doc), the hand-over after the loop
+    included, where the loop that takes them also holds a barrier of all consumers."""
+    def deadlocks(loop) -> bool:
         names = []
         walk(loop.body, tirx.Evaluate, lambda e: names.append(_extern_name(e)))
-        if "tl::turn_pass" not in names or "tl::consumer_sync" not in names:
-            return loop
-        return rewrite(loop, tirx.Evaluate,
-                       lambda e: tirx.Evaluate(0) if _extern_name(e) in TURNS else e)
+        return "tl::turn_pass" in names and "tl::consumer_sync" in names
 
-    body = rewrite(body, tirx.For, on_loop)
-    names = []
-    walk(body, tirx.Evaluate, lambda e: names.append(_extern_name(e)))
-    if "tl::turn_pass" not in names:  # (and the hand-over after such a loop)
-        body = rewrite(body, tirx.Evaluate,
-                       lambda e: tirx.Evaluate(0) if _extern_name(e) in TURNS else e)
-    return body
+    loops = []
+    walk(body, tirx.For, lambda loop: loops.append(loop) if deadlocks(loop) else None)
+    if not loops:
+        return body
+    return rewrite(body, tirx.Evaluate,
+                   lambda e: tirx.Evaluate(0) if _extern_name(e) in TURNS else e)
 
 
 def _registers(consumer_threads: int) -> int | None:
