@@ -707,10 +707,11 @@ def _take_turns(computed, k):
     hand-over. The barriers only order the warpgroups, they guard no memory; a loop whose
     statements need a barrier of all consumers (passes/specialize_warps.py checks after
     lowering) keeps no turns. Asked for (`tl.enable_warpgroup_turns`): on the H200 they
-    paid only for 128x128 tiles of non-causal attention (d128: x0.94 of SDPA against x0.91
-    side by side); 128x64 tiles ran x0.84 against x0.86, causal ones x0.56 against x0.82,
-    and waiting for the last T.gemm in the next iteration instead (so that the tensor
-    cores never drain at a turn) made every case slower (bench/results/notes.md).
+    paid only for 128x128 tiles of non-causal attention (d128: x0.98 of SDPA against x0.95
+    side by side); 128x64 tiles ran x0.82 against x0.86, causal ones x0.58 against x0.82
+    (docs/PERFORMANCE.md), and waiting for the last T.gemm in the next iteration instead
+    (so that the tensor cores never drain at a turn) made every case slower
+    (bench/results/notes.md).
     Returns (loop statements, after the loop); unchanged where the loop has fewer than
     two T.gemm."""
     gemms = [i for i, c in enumerate(computed)
