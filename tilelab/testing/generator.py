@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy as _copy
 import json
+import math
 import random
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
@@ -1052,19 +1053,14 @@ def _gemm_program(rng, seed, index, hopper: bool = False) -> Program:
 
 
 WALK_SHARED_BYTES = 220 * 1024  # an sm_90a block's 227 KB, less room for mbarriers and starts
-BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int8": 1, "bool": 1}
 
 
 def _shared_bytes(p: Program, copies: dict) -> int:
     """The bytes of `p`'s shared tiles, `copies[name]` of a tile that has slots."""
-    total = 0
-    for b in p.buffers:
-        if b["scope"] == "shared":
-            elements = 1
-            for extent in p.buffer_shape(b["kind"]):
-                elements *= extent
-            total += elements * BYTES.get(b["dtype"], 4) * copies.get(b["name"], 1)
-    return total
+    from ..ir.dtypes import itemsize
+
+    return sum(math.prod(p.buffer_shape(b["kind"])) * itemsize(b["dtype"]) *
+               copies.get(b["name"], 1) for b in p.buffers if b["scope"] == "shared")
 
 
 def _gemm_operands(g: _Gen, dtype: str, slotted: bool = False) -> dict:
