@@ -2,10 +2,12 @@
 
     python scripts/tilelang_examples.py PATH_TO_TILELANG_CHECKOUT [--timeout 60] [--only gemm]
         [--jobs 4] [--json rows.json] [--gpu-results rows_from_a_gpu_machine.json]
+        [--update rows.json --only norm/ --only gemv/]
 
-Each example file under `examples/` that defines `main()` and a TileLang kernel is
-run in its own process, as its author wrote it, with these things changed around
-it (the file itself is not edited):
+Each example file under `examples/` that defines a TileLang kernel and runs something
+(a `main()`, a `__main__` block, or checks at its top level) is run in its own
+process, as its author wrote it (`main()` called, or the file run as a script), with
+these things changed around it (the file itself is not edited):
 
 * `import tilelang` finds tilelab (`tilelab.compat.tilelang.install()`);
 * sizes are cut down: integer defaults above 256 of `main()` and of its argparse
@@ -42,15 +44,35 @@ KEEP = re.compile(r"block|thread|stage|split|warp|tile|group_size|panel|rep|warm
 CUT = 256
 
 
-def find_examples(checkout: Path, only: str | None) -> list[Path]:
+KERNEL = re.compile(r"tilelang\.jit|T\.prim_func|^@(?:tl\.)?jit\b", re.MULTILINE)
+RUNS = re.compile(r"^def main\(|^if __name__ == [\"']__main__[\"']", re.MULTILINE)
+
+
+def is_example(text: str) -> bool:
+    """A file that defines a TileLang kernel and does something when run: a `main()`, a
+    `__main__` block, or a check of its own at the top level (TileLang's quickstart)."""
+    import ast
+
+    if not KERNEL.search(text):
+        return False
+    if RUNS.search(text):
+        return True
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        return False
+    return any(isinstance(node, ast.Expr) and CHECKS.search(ast.unparse(node)) for node in body)
+
+
+def find_examples(checkout: Path, only: list[str] | None) -> list[Path]:
+    """The example files under `examples/` (their tests and regression benchmarks left out),
+    those whose path contains one of `only` where it is given."""
     found = []
     for path in sorted((checkout / "examples").rglob("*.py")):
-        if path.name.startswith("test_") or path.name == "__init__.py":
+        if path.name.startswith(("test_", "regression_")) or path.name == "__init__.py":
             continue
-        text = path.read_text(errors="replace")
-        if re.search(r"^def main\(", text, re.MULTILINE) and \
-                re.search(r"tilelang\.jit|T\.prim_func", text):
-            if only is None or only in str(path):
+        if is_example(path.read_text(errors="replace")):
+            if not only or any(part in str(path) for part in only):
                 found.append(path)
     return found
 
@@ -157,6 +179,12 @@ def _from_a_missing_package(path: Path, err: BaseException) -> str | None:
     return None
 
 
+def _finished(path: Path, record: dict) -> dict:
+    record["cpu"] = "correct" if CHECKS.search(path.read_text(errors="replace")) else \
+        "ran, no check"
+    return record
+
+
 def run_one(path: Path) -> dict:
     import argparse as argparse_module
     import inspect
@@ -186,6 +214,10 @@ def run_one(path: Path) -> dict:
     sys.path.insert(0, str(path.parent))
     os.chdir(path.parent)
     try:
+        if not re.search(r"^def main\(", path.read_text(errors="replace"), re.MULTILINE):
+            # no `main()`: the file is a script, run as `python example.py` runs it
+            runpy.run_path(str(path), run_name="__main__")
+            return _finished(path, record)
         module = runpy.run_path(str(path), run_name="__tilelab_example__")
         main = module["main"]
         params = inspect.signature(main).parameters
@@ -198,8 +230,7 @@ def run_one(path: Path) -> dict:
             runpy.run_path(str(path), run_name="__main__")
         else:
             main(**kwargs)
-        record["cpu"] = "correct" if CHECKS.search(path.read_text(errors="replace")) else \
-            "ran, no check"
+        return _finished(path, record)
     except AssertionError as err:
         # torch's own "not compiled with CUDA" is an AssertionError too: a GPU-only call;
         # and an assertion before any kernel was compiled is the example's own check of
@@ -250,7 +281,7 @@ def run_example(path: Path, checkout: Path, timeout: int) -> dict:
     return row
 
 
-def run_all(checkout: Path, timeout: int, only: str | None, jobs: int = 1,
+def run_all(checkout: Path, timeout: int, only: list[str] | None, jobs: int = 1,
             on_row=None) -> list[dict]:
     """Every example's row, in the order of the examples; `on_row(rows so far)` after each
     (so that a run cut short keeps what it did)."""
@@ -317,7 +348,8 @@ def write_table(rows: list[dict], checkout: Path, out: Path, command: str,
         "# TileLang's examples on tilelab",
         "",
         f"Written by `{command}` against TileLang commit {commit}: each example file with a "
-        "`main()` run unchanged but for its imports, sizes above 256 cut to 256, on the CPU "
+        "kernel that runs something (a `main()`, a `__main__` block or checks at its top "
+        "level) run unchanged but for its imports, sizes above 256 cut to 256, on the CPU "
         "backend; every kernel it compiles also compiled for CUDA sm_90a (no launch). "
         "\"correct\" means the example's own comparison with its torch reference passed. " +
         (f"H200: the same examples run on the GPU machine ({gpu['command']}), kernels "
@@ -349,11 +381,25 @@ def write_table(rows: list[dict], checkout: Path, out: Path, command: str,
     out.write_text("\n".join(lines) + "\n")
 
 
+def update(record: Path, rows: list[dict], command: str) -> tuple[list[dict], str]:
+    """Put re-run `rows` into the record of an earlier run (by example), say so in its
+    command, write it back; the merged rows and command."""
+    done = json.loads(record.read_text())
+    merged = {r["example"]: r for r in done["rows"]}
+    merged.update({r["example"]: r for r in rows})
+    rerun = command.replace("python scripts/tilelang_examples.py TILELANG_CHECKOUT ", "")
+    done["rows"] = sorted(merged.values(), key=lambda r: r["example"])
+    done["command"] += f"; {time.strftime('%Y-%m-%d')}: {len(rows)} re-run with {rerun}"
+    record.write_text(json.dumps(done, indent=1))
+    return done["rows"], done["command"]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("checkout", nargs="?", help="a TileLang checkout (has examples/)")
     parser.add_argument("--timeout", type=int, default=60, help="seconds per example")
-    parser.add_argument("--only", help="run only examples whose path contains this")
+    parser.add_argument("--only", action="append", help="run only examples whose path "
+                        "contains this (may be given more than once)")
     parser.add_argument("--out", default=str(ROOT / "docs" / "TILELANG_COMPAT.md"))
     parser.add_argument("--jobs", type=int, default=1, help="examples run at a time")
     parser.add_argument("--json", help="also write the rows here (a GPU machine's run)")
@@ -361,6 +407,8 @@ def main(argv=None) -> None:
                         "the table's H200 column")
     parser.add_argument("--cpu-results", help="the --json of an earlier run here: write the "
                         "table from it instead of running the examples again")
+    parser.add_argument("--update", help="the --json of an earlier full run: run the examples "
+                        "chosen (--only), put their rows in it, and write the table from it")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process: one example
     args = parser.parse_args(argv)
     if args.one:
@@ -369,8 +417,9 @@ def main(argv=None) -> None:
     if not args.checkout:
         parser.error("give the path of a TileLang checkout")
     checkout = Path(args.checkout).resolve()
-    command = "python scripts/tilelang_examples.py TILELANG_CHECKOUT" + \
-        (f" --only {args.only}" if args.only else "") + f" --timeout {args.timeout}"
+    chosen = "".join(f" --only {part}" for part in args.only or [])
+    command = f"python scripts/tilelang_examples.py TILELANG_CHECKOUT{chosen} " \
+              f"--timeout {args.timeout} --jobs {args.jobs}"
 
     def save(rows):
         if args.json:
@@ -379,6 +428,9 @@ def main(argv=None) -> None:
     if args.cpu_results:
         done = json.loads(Path(args.cpu_results).read_text())
         rows, command = done["rows"], done["command"]
+    elif args.update:
+        rows, command = update(Path(args.update), run_all(checkout, args.timeout, args.only,
+                                                         args.jobs), command)
     else:
         rows = run_all(checkout, args.timeout, args.only, args.jobs, save)
         save(rows)

@@ -202,6 +202,18 @@ def test_a_call_that_gives_every_knob_is_not_tuned():
     assert tuner.autotune_result is None
 
 
+def test_knobs_given_by_position_are_the_callers_too():
+    """TileLang's MLA decode example calls its tuned factory with every knob, by position:
+    that is a kernel as called, not a tune (each candidate clashed with the given values)."""
+    tuner = tuned(copy_in_blocks, {"block": [32, 128], "threads": [32, 64]})
+    a = torch.randn(300)
+    torch.testing.assert_close(tuner(a, 64, 64), a)
+    assert tuner.autotune_result is None
+    torch.testing.assert_close(tuner(a, 64), a)  # block given: threads alone is tuned
+    assert sorted(c["threads"] for c in tuner.autotune_result.configs) == [32, 64]
+    assert all("block" not in c for c in tuner.autotune_result.configs)
+
+
 def test_a_kernel_with_a_scalar_parameter_tunes_per_value():
     tuner = tuned(scaled_rows, [{"block": 4}, {"block": 16}])
     kernel = tuner(16)

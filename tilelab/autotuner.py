@@ -705,7 +705,8 @@ class AutoTuner:
                 raise TileLabArgumentError(
                     f"autotune: {self.jit.fn.__name__} has no parameter {knob!r} to tune",
                     where, hint=f"its parameters: {', '.join(signature.parameters)}")
-        knobs = [k for k in knobs if k not in kwargs]  # the caller's own values win
+        given = [*list(signature.parameters)[:len(args)], *kwargs]
+        knobs = [k for k in knobs if k not in given]  # the caller's own values win
         fixed = {k: v for k, v in kwargs.items() if k not in knobs}
         tensors = [a for a in (*args, *kwargs.values(), *call) if _is_tensor(a)]
         target = resolve_target(self.jit.target, tensors)
