@@ -227,7 +227,7 @@ def test_tilelang_pass_config_names_compile_with_a_warning():
     (T.float, "float32"), (T.half, "float16"), (T.double, "float64"), (T.int, "int32"),
     (T.uint, "uint32"), (T.long, "int64"), ("float", "float32"), (torch.bfloat16, "bfloat16"),
     (torch.uint16, "uint16"), (float, "float32"), (int, "int32"), (T.tfloat32, "float32"),
-    ("tfloat32", "float32")])
+    ("tfloat32", "float32"), (T.float8_e4m3, "float8_e4m3fn")])
 def test_dtype_spellings(spelling, expected):
     """TileLang's tf32 is float32 storage; tilelab computes with all of float32's bits."""
     assert T.dtype(spelling) == expected

@@ -121,15 +121,18 @@ def test_without_the_forcing_key_attention_keeps_one_role():
 
 @tilelab.jit
 def through_shared(Q, K, V, block_m: int = 128, block_n: int = 64, threads: int = 256,
-                   stages: int = 2):
+                   stages: int = 2, keep_registers: bool = False):
     """S = Q Kᵀ goes through a shared tile before O += S V: every consumer writes it and the
-    second T.gemm reads it, so the loop needs a barrier of all consumers."""
+    second T.gemm reads it, so the loop needs a barrier of all consumers. `keep_registers`:
+    TileLang's hint T.disable_warp_group_reg_alloc()."""
     M, N, D = T.const("M, N, D")
     Q: T.Tensor((M, D), T.float16)
     K: T.Tensor((N, D), T.float16)
     V: T.Tensor((N, D), T.float16)
     O = T.empty((M, D), T.float32)  # noqa: E741
     with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bx:
+        if keep_registers:
+            T.disable_warp_group_reg_alloc()
         q = T.alloc_shared((block_m, D), T.float16)
         k = T.alloc_shared((block_n, D), T.float16)
         v = T.alloc_shared((block_n, D), T.float16)
@@ -170,6 +173,17 @@ def test_a_loop_that_needs_a_barrier_of_all_consumers_keeps_no_turns():
     assert "warp_specialized" in kernel.trace.pipelines[0]
     assert "tl::consumer_sync" in _loop_of(source, "j")
     assert "tl::turn_" not in source  # waiting for a turn there would deadlock
+
+
+@needs_nvcc
+def test_tilelangs_hint_keeps_the_registers_of_the_launch():
+    """T.disable_warp_group_reg_alloc() in the program is tl.disable_setmaxnreg for it."""
+    for keep in (False, True):
+        kernel = through_shared.compile(M=256, N=256, D=128, keep_registers=keep,
+                                        target="cuda:sm_90a", pass_configs=SPLIT)
+        source = kernel.get_kernel_source()
+        assert ("tl::registers_down<24>();" in source) is not keep
+        assert ("tl::registers_up<" in source) is not keep
 
 
 def test_the_cpu_reads_the_same_programs():

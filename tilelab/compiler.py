@@ -24,7 +24,7 @@ from pathlib import Path
 from .backends import CompiledArtifact, backend_for
 from .cache import cache_key, default_cache
 from .errors import TileLabCompileError, TileLabError, TileLabTypeError
-from .ir.keys import LAYOUT_PLAN, PIPELINE_PLAN, PassConfigKey, facts_in
+from .ir.keys import LAYOUT_PLAN, PIPELINE_PLAN, PROGRAM_CONFIGS, PassConfigKey, facts_in
 from .trace import PassRecord, Trace
 
 # Other spellings of tilelab's keys (TileLang's and TVM's names for the same setting).
@@ -132,6 +132,12 @@ def normalize_configs(pass_configs) -> dict:
     return out
 
 
+def program_configs(func) -> dict:
+    """The pass configs a program asks for with hints of its own (`PROGRAM_CONFIGS`)."""
+    asked = func.attrs.get(PROGRAM_CONFIGS) if func.attrs is not None else None
+    return {str(k): v.value if hasattr(v, "value") else v for k, v in (asked or {}).items()}
+
+
 _KNOWN_CONFIGS = frozenset(k.value for k in PassConfigKey)
 
 
@@ -220,7 +226,7 @@ def program_key(program, target: str, configs: dict) -> str:
 def compile_program(program, target: str = "cpu", pass_configs=None) -> CompiledArtifact:
     """Compile a TileProgram for `target`, through the cache."""
     try:
-        configs = normalize_configs(pass_configs)
+        configs = normalize_configs({**program_configs(program.func), **(pass_configs or {})})
     except TileLabError as err:
         raise err.with_location(program.source.location(program.source.node)) from None
     key = program_key(program, target, configs)

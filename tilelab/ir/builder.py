@@ -136,6 +136,7 @@ class Builder:
     threads: tuple = ()  # the T.Kernel being traced: its thread extents
     role: tuple | None = None  # inside `with T.ws(...)`: its threads [first, end)
     barriers: dict = field(default_factory=dict)  # T.alloc_barrier: name -> arrival counts
+    pass_configs: dict = field(default_factory=dict)  # asked for by the program's own hints
 
     def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
         """A global tensor of the signature; sizes given by `T.const` names are resolved here."""

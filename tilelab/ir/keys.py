@@ -30,6 +30,8 @@ FACTS = (PIPELINE_PLAN, LAYOUT_PLAN)
 
 # PrimFunc attributes
 SOURCE_FILE = "tilelab.source_file"  # the kernel's file; a tile op's `loc` is relative to it
+PROGRAM_CONFIGS = "tilelab.pass_configs"  # pass configs the program asks for itself (a hint
+# such as T.disable_warp_group_reg_alloc()); those given to compile() win over them
 
 # tile-op config
 LOC = "loc"  # "line:col" (or "file:line:col") of the statement that wrote the op

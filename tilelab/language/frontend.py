@@ -30,7 +30,7 @@ from tvm import tirx
 from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
 from ..ir.builder import Builder, ParamInfo, SymbolicSize, activate, seq
 from ..ir.dtypes import DType
-from ..ir.keys import KERNEL, SOURCE_FILE
+from ..ir.keys import KERNEL, PROGRAM_CONFIGS, SOURCE_FILE
 from ..ir.tile_ops import Region, _const_int, is_buffer
 from . import expr as E
 from .primitives import Kernel, Loop, Tensor, serial, ws
@@ -641,6 +641,8 @@ def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
     body = seq(builder.blocks[0])
     func = tirx.PrimFunc(builder.param_buffers, body).with_attr("global_symbol", name) \
         .with_attr(SOURCE_FILE, source.filename)
+    if builder.pass_configs:
+        func = func.with_attr(PROGRAM_CONFIGS, dict(builder.pass_configs))
     return TileProgram(func, name, list(builder.params), source, builder.has_atomics,
                        dict(builder.buffer_locations),
                        getattr(builder, "threads", ()), dict(builder.annotated_layouts),
@@ -768,8 +770,8 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
     unused_outputs = [pb for pb in zip(program.params, builder.param_buffers)
                       if pb[0].output and all(pb[1] is not o[1] for o in outs)]
     ordered = inputs + outs + unused_outputs
-    func = tirx.PrimFunc([b for _, b in ordered], program.func.body).with_attr(
-        "global_symbol", fn.__name__).with_attr(SOURCE_FILE, source.filename)
+    func = tirx.PrimFunc([b for _, b in ordered], program.func.body,
+                         attrs=program.func.attrs).with_attr("global_symbol", fn.__name__)
     program.func = func
     program.params = [p for p, _ in ordered]
     program.returned = len(outs) if has_return else None  # `return D`: D alone

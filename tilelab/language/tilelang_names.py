@@ -37,6 +37,7 @@ short = dtypes.int16
 # TileLang's tf32: float32 storage whose GEMMs may round their inputs to tf32's 10-bit
 # mantissa. tilelab keeps all of float32's bits: results at least as accurate.
 tfloat32 = dtypes.float32
+float8_e4m3 = dtypes.float8_e4m3fn  # TileLang's short name: the e4m3 type has no infinities
 
 
 def cast(value, dtype):  # noqa: A002 - TileLang's argument order: T.cast(x, T.float32)
@@ -171,6 +172,18 @@ def im2col(img, col, nhw_step, c_step, kernel, stride=1, dilation=1, pad=0,
     builder.emit(Parallel(rows, cols).build(["i", "j"], element))
 
 
+def disable_warp_group_reg_alloc():
+    """TileLang's hint that the kernel's warpgroups keep the registers they launch with:
+    no `setmaxnreg` moves between producer and consumers (`tl.disable_setmaxnreg`)."""
+    from ..ir.keys import PassConfigKey
+
+    builder = current("T.disable_warp_group_reg_alloc")
+    builder.pass_configs[PassConfigKey.TL_DISABLE_SETMAXNREG.value] = True
+
+
+no_set_max_nreg = disable_warp_group_reg_alloc  # TileLang's other name for the same hint
+
+
 def assume(condition):
     """A promise to the optimizer that `condition` holds; tilelab does not use it."""
     E.as_ir(condition)
@@ -198,8 +211,7 @@ MISSING: dict[str, tuple[str, str]] = {
                      "WSScope", "WSRole", "WSSchedule", "ws_op", "annotate_ws_schedule",
                      "tcgen05_gemm", "tcgen05_mma_arrive", "tcgen05_gemm_blockscaled",
                      "tcgen05_sf_warp_transpose", "tcgen05_cp_warpx4", "wgmma_gemm",
-                     "wait_wgmma", "set_max_nreg", "no_set_max_nreg",
-                     "disable_warp_group_reg_alloc", "annotate_producer_reg_dealloc",
+                     "wait_wgmma", "set_max_nreg", "annotate_producer_reg_dealloc",
                      "annotate_consumer_reg_alloc", "fence_proxy_async", "ClusterKernel",
                      "block_rank_in_cluster", "cp_async_barrier_noinc", "ptx_cp_async",
                      "ptx_commit_group", "ptx_wait_group", "mma_gemm_blockscaled",
