@@ -118,6 +118,11 @@ def _keep_tensors_on_cpu():
     torch.Tensor.to = to
     torch.Tensor.cuda = lambda self, *a, **k: self
     torch.cuda.synchronize = lambda *a, **k: None
+    generator = torch.Generator
+    torch.Generator = lambda device="cpu": generator(device=cpu(device))
+    # one stream on the CPU: `torch.cuda.stream(None)` is torch's own no-op context
+    torch.cuda.Stream = torch.cuda.default_stream = torch.cuda.current_stream = \
+        lambda *a, **k: None
     # examples pick their configs by the GPU's generation: answer as the H200 would
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
     torch.set_default_device = lambda *a, **k: None

@@ -1085,3 +1085,35 @@ def test_a_copy_that_would_grow_past_a_tile_is_still_refused():
         def same_level(X: T.Tensor((32, 16), T.float32), Y: T.Tensor((32, 16), T.float32)):
             with T.Kernel(1, threads=64):
                 T.copy(X[0:20, :], Y[0:32, :])
+
+
+@tilelab.jit
+def zero_rows_from(A, rows: int):
+    """TVM's lowercase T.parallel, nested as TileLang's DSA pooling example nests it."""
+    M, N = T.const("M, N")
+    A: T.Tensor((M, N), T.float32)
+    B = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(M, 32), threads=128) as bx:
+        tile = T.alloc_fragment((32, N), T.float32)
+        T.copy(A[bx * 32, 0], tile)
+        for i in T.parallel(32):
+            for j in T.parallel(0, N):
+                if i >= rows:
+                    tile[i, j] = 0.0
+        T.copy(tile, B[bx * 32, 0])
+    return B
+
+
+def test_lowercase_parallel_loops_nest_like_T_Parallel():
+    a = torch.randn(80, 48)
+    expected = a.clone()
+    for start in range(0, 80, 32):
+        expected[start + 10:start + 32] = 0
+    torch.testing.assert_close(zero_rows_from(a, 10), expected)
+    with pytest.raises(TileLabError, match="count from 0") as caught:
+        @T.prim_func
+        def from_two(X: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                for i in T.parallel(2, 8):
+                    X[i] = 0.0
+    assert caught.value.location is not None and caught.value.location.line > 0

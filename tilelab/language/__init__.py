@@ -90,6 +90,7 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     int,
     long,
     no_set_max_nreg,
+    parallel,
     shift_left,
     shift_right,
     short,

@@ -22,7 +22,15 @@ from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
 from ..ir.tile_ops import is_buffer as tirx_is_buffer
 from . import expr as E
-from .primitives import alloc_fragment, alloc_global, alloc_local, alloc_shared, serial, unroll
+from .primitives import (
+    Parallel,
+    alloc_fragment,
+    alloc_global,
+    alloc_local,
+    alloc_shared,
+    serial,
+    unroll,
+)
 
 # ---------------------------------------------------------------- data types
 
@@ -78,6 +86,18 @@ def clamp(value, lo, hi):
 
 Serial = serial
 Unroll = unroll
+
+
+def parallel(start, stop=None):
+    """TVM's one-dimensional `T.parallel(n)`, as TileLang programs use it: `T.Parallel(n)`;
+    nested, the loops are one parallel nest, as `T.Parallel(m, n)` is."""
+    if stop is not None:
+        if not (isinstance(start, builtins.int) and start == 0):
+            raise TileLabSyntaxError(
+                "T.parallel(start, stop) counts from start; tilelab's parallel loops count "
+                "from 0", hint="for i in T.Parallel(stop - start): ... use start + i")
+        start = stop
+    return Parallel(start)
 
 
 def dynamic(name: str, dtype: str = "int32"):  # noqa: A002
