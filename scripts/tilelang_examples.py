@@ -118,8 +118,14 @@ def _keep_tensors_on_cpu():
     torch.Tensor.to = to
     torch.Tensor.cuda = lambda self, *a, **k: self
     torch.cuda.synchronize = lambda *a, **k: None
-    generator = torch.Generator
-    torch.Generator = lambda device="cpu": generator(device=cpu(device))
+    class Generator(torch.Generator):  # a class still: `torch.Generator | None` annotates
+        def __new__(cls, device="cpu"):
+            return super().__new__(cls, device=cpu(device))
+
+        def __init__(self, device="cpu"):
+            pass
+
+    torch.Generator = Generator
     # one stream on the CPU: `torch.cuda.stream(None)` is torch's own no-op context
     torch.cuda.Stream = torch.cuda.default_stream = torch.cuda.current_stream = \
         lambda *a, **k: None

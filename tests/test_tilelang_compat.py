@@ -362,7 +362,7 @@ def _uses(name):
 
 @pytest.mark.parametrize("name, says", [
     ("get_thread_binding", "T.Parallel"), ("alloc_tmem", "T.Pipelined"),
-    ("sync_threads", "inserts the barriers"), ("mbarrier_expect_tx", "T.copy"),
+    ("sync_warp", "inserts the barriers"), ("mbarrier_expect_tx", "T.copy"),
     ("no_such_primitive", "tilelab has no")])
 def test_tilelang_features_tilelab_lacks_are_named_at_the_users_line(name, says):
     with pytest.raises(TileLabError) as info:
@@ -1117,3 +1117,34 @@ def test_lowercase_parallel_loops_nest_like_T_Parallel():
                 for i in T.parallel(2, 8):
                     X[i] = 0.0
     assert caught.value.location is not None and caught.value.location.line > 0
+
+
+@tilelab.jit
+def reversed_blocks(A):
+    """A shared tile read in reverse after TileLang's explicit barrier."""
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    B = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+        tile = T.alloc_shared((64,), T.float32)
+        T.copy(A[bx * 64], tile)
+        T.sync_threads()
+        for i in T.Parallel(64):
+            B[bx * 64 + i] = tile[63 - i] * 2
+    return B
+
+
+def test_sync_threads_is_a_barrier_tilelab_counts_among_its_own():
+    a = torch.randn(320)
+    torch.testing.assert_close(reversed_blocks(a), a.view(5, 64).flip(1).reshape(-1) * 2)
+    if find_nvcc() is not None:  # the program's barrier is the one the copy needed: no other
+        source = reversed_blocks.compile(a, target="cuda:sm_90a").get_kernel_source()
+        assert source.count("__syncthreads()") == 1
+    with pytest.raises(TileLabError, match="inside a T.Parallel loop") as caught:
+        @T.prim_func
+        def in_a_loop(X: T.Tensor((64,), T.float32)):
+            with T.Kernel(1, threads=64):
+                for i in T.Parallel(64):
+                    X[i] = 0.0
+                    T.sync_threads()
+    assert "T.sync_threads()" in caught.value.location.source_line

@@ -137,6 +137,7 @@ class Builder:
     role: tuple | None = None  # inside `with T.ws(...)`: its threads [first, end)
     barriers: dict = field(default_factory=dict)  # T.alloc_barrier: name -> arrival counts
     pass_configs: dict = field(default_factory=dict)  # asked for by the program's own hints
+    parallel_depth: int = 0  # T.Parallel loops around the statement being traced
 
     def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
         """A global tensor of the signature; sizes given by `T.const` names are resolved here."""

@@ -288,8 +288,13 @@ class Loop:
                 f"names {len(names)}")
         loop_vars = [tirx.Var(n, "int32") for n in names]
         builder = current(type(self).__name__, need_kernel=False)
-        with builder.block() as stmts:
-            body_fn(loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars))
+        parallel = self.kind == tirx.ForKind.PARALLEL
+        builder.parallel_depth += parallel
+        try:
+            with builder.block() as stmts:
+                body_fn(loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars))
+        finally:
+            builder.parallel_depth -= parallel
         body = _seq(stmts)
         for var, (start, extent) in reversed(list(zip(loop_vars, ranges))):
             body = tirx.For(var, to_expr(start), to_expr(extent), self.kind, body,

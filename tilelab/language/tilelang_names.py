@@ -204,6 +204,23 @@ def disable_warp_group_reg_alloc():
 no_set_max_nreg = disable_warp_group_reg_alloc  # TileLang's other name for the same hint
 
 
+def sync_threads():
+    """A barrier of the whole block, as TileLang writes it. tilelab puts the barriers that
+    its tile ops need itself (passes/insert_barriers.py) and counts this one among them;
+    it is kept where the program wrote it (on the CPU, where one thread runs a block's
+    statements in order, it has nothing to wait for). Every thread must reach it, so it
+    may not stand inside a T.Parallel loop, whose elements are dealt to threads."""
+    from ..ops._lowering import sync
+
+    builder = current("T.sync_threads")
+    if builder.parallel_depth:
+        raise TileLabSyntaxError(
+            "T.sync_threads() inside a T.Parallel loop: each thread runs only its own "
+            "elements of the loop, and a barrier there would wait for all of them",
+            hint="put the barrier between loops (tilelab inserts those it needs anyway)")
+    builder.emit(sync())
+
+
 def assume(condition):
     """A promise to the optimizer that `condition` holds; tilelab does not use it."""
     E.as_ir(condition)
@@ -237,7 +254,7 @@ MISSING: dict[str, tuple[str, str]] = {
                      "ptx_commit_group", "ptx_wait_group", "mma_gemm_blockscaled",
                      "clc_try_cancel_multicast", "clc_is_canceled", "clc_get_first_ctaid_x",
                      "sync_grid"), _HARDWARE),
-    **dict.fromkeys(("sync_threads", "sync_warp"), _SYNC),
+    "sync_warp": _SYNC,
     **dict.fromkeys(("view", "reshape", "reinterpret", "make_tensor", "access_ptr", "ptr"),
                     _VIEWS),
     "alloc_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum/T.reduce_max, "

@@ -9,7 +9,9 @@ shared elements cannot race.
 
 Inside a block, tile-level parallelism (`T.Parallel`) turns into ordinary
 loops that LLVM vectorizes, and shared memory, fragments and thread-local
-scalars all become block-private arrays.
+scalars all become block-private arrays. One thread runs a block's statements
+in order, so a barrier the program wrote (`T.sync_threads()`) has nothing to
+wait for and goes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from tvm import tirx
 
 from ..ir.keys import KERNEL
 from ..ir.visit import rewrite, rewrite_pre, substitute
+from ..ops._lowering import is_sync
 
 
 def _block_loops(loop):
@@ -54,6 +57,7 @@ def _serialize(loop):
 
 def kernel_to_cpu_loops(func, has_atomics: bool):
     body = rewrite(func.body, tirx.For, _serialize)
+    body = rewrite(body, tirx.Evaluate, lambda node: tirx.Evaluate(0) if is_sync(node) else node)
 
     def lower_kernel(loop):
         if KERNEL in loop.annotations:
