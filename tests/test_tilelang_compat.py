@@ -1148,3 +1148,38 @@ def test_sync_threads_is_a_barrier_tilelab_counts_among_its_own():
                     X[i] = 0.0
                     T.sync_threads()
     assert "T.sync_threads()" in caught.value.location.source_line
+
+
+@tilelab.jit
+def relu_by_a_variable(A):
+    """A T.alloc_var declared inside the T.Parallel body: one scalar per element, as TileLang's
+    DSA indexer backward writes its ReLU derivative (the CUDA lowering lost it: KeyError)."""
+    M, N = T.const("M, N")
+    A: T.Tensor((M, N), T.float32)
+    B = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(M, 32), threads=128) as bx:
+        tile = T.alloc_fragment((32, N), T.float32)
+        T.copy(A[bx * 32, 0], tile)
+        for i, j in T.Parallel(32, N):
+            slope = T.alloc_var(T.float32)
+            if tile[i, j] > 0:
+                slope = 1.0
+            else:
+                slope = 0.0
+            tile[i, j] = tile[i, j] * slope
+        T.copy(tile, B[bx * 32, 0])
+    return B
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_variable_of_the_parallel_body_is_one_per_element(device):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    a = torch.randn(80, 48, device=device)
+    torch.testing.assert_close(relu_by_a_variable(a), a.clamp(min=0))
+
+
+@needs_nvcc
+def test_a_variable_of_the_parallel_body_compiles_for_cuda():
+    kernel = relu_by_a_variable.compile(torch.empty(80, 48, device="meta"), target="cuda:sm_90a")
+    assert "slope" in kernel.get_kernel_source()

@@ -369,7 +369,8 @@ class ThreadLowering:
             if is_load(load) and is_fragment(load.source):
                 return tirx.BufferLoad(self.local(load.source),
                                        [local_index(load.source, load.indices)])
-            if is_load(load) and load.source.scope() == "local.var":
+            if is_load(load) and load.source.scope() == "local.var" and \
+                    load.source.name in self.locals:  # (one of the body's own stays itself)
                 return tirx.BufferLoad(self.locals[load.source.name], list(load.indices))
             return load
 
@@ -377,7 +378,7 @@ class ThreadLowering:
             if is_fragment(store.buffer):
                 return tirx.BufferStore(self.local(store.buffer), store.value,
                                         [local_index(store.buffer, store.indices)])
-            if store.buffer.scope() == "local.var":
+            if store.buffer.scope() == "local.var" and store.buffer.name in self.locals:
                 return tirx.BufferStore(self.locals[store.buffer.name], store.value,
                                         list(store.indices))
             return store
