@@ -797,6 +797,11 @@ def test_the_profiler_checks_and_times_as_tilelang_examples_call_it():
     calls.clear()
     profiler.do_bench(lambda a: calls.append(1), warmup=1, rep=4)
     assert len(calls) == 5
+    # TileLang's private _get_inputs, which its MLA decode benchmark calls
+    [a] = profiler._get_inputs()
+    torch.testing.assert_close(kernel(a), a * 6)
+    assert [tuple(t.shape) for t in profiler._get_inputs(with_output=True)] == \
+        [tuple(p.shape) for p in kernel.params]
 
 
 def _branch_on_flags(written: bool, N=256):

@@ -121,6 +121,14 @@ class Profiler:
         device = "cuda" if self.kernel.target == "cuda" else "cpu"
         return [supply_tensor(p, self.supply, device, gen) for p in self.kernel.inputs]
 
+    def _get_inputs(self, with_output: bool = False):
+        """TileLang's (private) name for `random_inputs`, which its examples call; with
+        `with_output`, a tensor for each output parameter too, in signature order."""
+        if not with_output:
+            return self.random_inputs()
+        device = "cuda" if self.kernel.target == "cuda" else "cpu"
+        return [supply_tensor(p, self.supply, device) for p in self.kernel.params]
+
     def do_bench(self, func=None, warmup: int = 25, rep: int = 100, backend: str = "event",
                  inputs=None, n_warmup: int = 0, n_repeat: int = 0, input_tensors=None):
         """Median milliseconds of `func` (default: the kernel) on `inputs` (default: random
