@@ -48,6 +48,10 @@ PROGRAMS = {
     "flash_attention_d128_causal": ("flash_attention", {"b": 4, "h": 32, "s": 4096, "d": 128},
                                     {"block_m": 64, "block_n": 64, "num_stages": 2,
                                      "threads": 128, "causal": True}),
+    "flash_attention_d128_causal_bm128_w8": ("flash_attention",
+                                             {"b": 4, "h": 32, "s": 4096, "d": 128},
+                                             {"block_m": 128, "block_n": 64, "num_stages": 2,
+                                              "threads": 256, "causal": True}),
     "softmax": ("softmax", {"m": 8192, "n": 8192}, {}),
 }
 

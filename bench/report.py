@@ -385,6 +385,7 @@ PEER_NAMES = {
                             "64×64 blocks, 2 stages, 128 threads",
     "flash_attention_d128_bm128_w8": "the same, 128×64 blocks, 256 threads",
     "flash_attention_d128_causal": "the same, causal, 64×64 blocks, 128 threads",
+    "flash_attention_d128_causal_bm128_w8": "the same, causal, 128×64 blocks, 256 threads",
     "softmax": "row softmax 8192×8192 fp16 (examples/softmax.py), called eagerly",
 }
 
