@@ -179,7 +179,7 @@ def test_the_hopper_family_reaches_tma_and_the_split(capsys, monkeypatch):
     import tilelab
     from tilelab.testing.generator import FAMILIES
 
-    assert FAMILIES == ("", "hopper", "roles")
+    assert FAMILIES == ("", "hopper", "roles", "attention")
     programs = [generate(0, i, "hopper") for i in range(12)]
     assert all(p.family == "hopper" and p.name.startswith("difftest_hopper_0_")
                for p in programs)
@@ -234,6 +234,39 @@ def test_the_roles_family_writes_warp_roles_by_hand(capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-2].startswith("family roles, seed 0, programs 0..5 all checked")
     assert lines[-1] == "difftest: 6 programs, 0 mismatches, 0 compile errors"
+    assert code == 0
+
+
+def test_the_attention_family_splits_with_turns(capsys):
+    """`--family attention`: FlashAttention's forward loop (two T.gemm, an online softmax
+    between them), causal or not, tails in queries and keys. With the split forced and
+    turns asked for, loops split and two-warpgroup blocks take turns; a few run on the
+    CPU against torch, as in CI (the H200 run compares them with CUDA)."""
+    import warnings
+
+    import tilelab
+
+    programs = [generate(0, i, "attention") for i in range(24)]
+    assert all(p.family == "attention" and p.grid[0] == 1 for p in programs)
+    steps = [p.steps[0] for p in programs]
+    assert {s["causal"] for s in steps} == {True, False}
+    assert {p.threads for p in programs} == {128, 256}
+    assert any(p.M % p.bm for p in programs) and any(p.N % p.bn for p in programs)
+    assert generate(0, 4, "attention").source() == programs[4].source()
+    configs = {"tl.force_warp_specialized": True, "tl.enable_warpgroup_turns": True}
+    split = turns = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for p in [p for p in programs if p.threads == 256 and p.steps[0]["stages"] > 1][:2]:
+            kernel = tilelab.compile(_make(p), target="cuda:sm_90a", pass_configs=configs)
+            split += any("warp_specialized" in plan for plan in kernel.trace.pipelines)
+            turns += "tl::turn_pass()" in kernel.get_kernel_source()
+    assert split == 2 and turns >= 1, (split, turns)
+    code = difftest.main(["--family", "attention", "--count", "4", "--jobs", "2",
+                          "--shrink-seconds", "0"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("family attention, seed 0, programs 0..3 all checked")
+    assert lines[-1] == "difftest: 4 programs, 0 mismatches, 0 compile errors"
     assert code == 0
 
 

@@ -1,7 +1,8 @@
 """Differential testing: generated programs on the CPU backend against CUDA.
 
     python -m tilelab.testing.difftest --count N --seed S [--target cpu|cuda] [--jobs J]
-                                       [--save DIR] [--family hopper|roles] [--pass-configs JSON]
+                                       [--save DIR] [--family hopper|roles|attention]
+                                       [--pass-configs JSON]
 
 Each program `i` of seed `S` (see `generator`) is written as a Python module,
 compiled through `tilelab.compile` for both backends, and checked twice:
@@ -14,7 +15,8 @@ compiled through `tilelab.compile` for both backends, and checked twice:
    kernel is only compiled (nvcc, sm_90a), which still catches compile errors.
 
 `--family hopper` draws only the generator's TMA-shaped GEMMs, `--family roles` the same
-GEMMs with warp roles written by hand (`T.ws`, mbarriers, `T.tma_copy`), and
+GEMMs with warp roles written by hand (`T.ws`, mbarriers, `T.tma_copy`), `--family
+attention` FlashAttention's forward loop (two T.gemm with an online softmax between), and
 `--pass-configs` compiles the CUDA side with settings (say
 `{"tl.force_warp_specialized": true}`), to reach paths the defaults take rarely.
 A program the generator deems valid that fails to compile on either backend
@@ -466,7 +468,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=None,
                         help="stop taking programs after this long, and still end with the "
                              "summary (a GPU slot that ends keeps its count)")
-    parser.add_argument("--family", choices=["hopper", "roles"], default="",
+    parser.add_argument("--family", choices=["hopper", "roles", "attention"], default="",
                         help="only programs of this family (tilelab.testing.generator: "
                              "'hopper', GEMMs that sm_90a feeds to wgmma by TMA)")
     parser.add_argument("--pass-configs", metavar="JSON",

@@ -17,7 +17,9 @@ Programs are reproducible: program `index` of seed `seed` comes from a
 family "hopper" numbers programs of its own: GEMMs shaped for sm_90a's
 warpgroup MMA fed by TMA, which the general mix almost never reaches; so does the
 family "roles": the same GEMMs written with warp roles by hand (`T.ws`, mbarriers,
-`T.tma_copy` into slotted tiles), a producer warpgroup and one or two consumers.
+`T.tma_copy` into slotted tiles), a producer warpgroup and one or two consumers; and
+the family "attention": FlashAttention's forward loop, whose two T.gemm with a softmax
+between them are what the warp-specialized split's turns and register moves serve.
 Validity is the generator's job: a buffer is read only after a step wrote
 all of it, a `T.Parallel` loop reads a fragment only at the iteration's own
 element (or a row/column vector of it), and transposed reads come from
@@ -63,7 +65,7 @@ class Program:
     tensors: list = field(default_factory=list)  # {"name", "kind", "dtype", "output"}
     buffers: list = field(default_factory=list)  # {"name", "scope", "kind", "dtype"}
     steps: list = field(default_factory=list)
-    family: str = ""  # "" (every kind of program), "hopper" or "roles" (see `generate`)
+    family: str = ""  # "" (every kind of program), or one of FAMILIES[1:] (see `generate`)
     slots: int = 1  # the leading dimension of slotted tiles (buffer kinds "s...")
     # [blocks, group]: a persistent kernel of `blocks` blocks walking the grid's tiles
     # (T.Persistent, groups of `group` columns); empty: one block per tile
@@ -92,7 +94,10 @@ class Program:
 
     @property
     def grid(self) -> tuple[int, int]:
-        """(blocks along N, blocks along M): bx walks columns, by walks rows."""
+        """(blocks along N, blocks along M): bx walks columns, by walks rows. Attention
+        walks all N keys in every block: one block along N."""
+        if self.family == "attention":
+            return 1, -(-self.M // self.bm)
         return -(-self.N // self.bn), -(-self.M // self.bm)
 
     def tensor(self, name: str) -> dict:
@@ -199,6 +204,7 @@ def _used_buffers(p: Program) -> set[str]:
             if isinstance(step.get(key), str):
                 names.add(step[key])
         names.update(leaf[1] for leaf in _leaves(step.get("expr")) if leaf[0] == "ld")
+        names.update(step.get("tiles", ()))
     return {n for n in names if any(b["name"] == n for b in p.buffers)}
 
 
@@ -671,6 +677,69 @@ def _run_ksum(b, s):
     b.set(s["dst"], tiles.sum(1), tiles.abs().sum(1))
 
 
+def _emit_attn(p, s):
+    """FlashAttention's forward pass for the block's query rows: a pipelined loop over the
+    key tiles, S = Q Kᵀ, an online softmax (running row maximum `m`, sum `total`, the output
+    rescaled by `alpha`), O += P V; keys past the end (and, causal, past the row) masked."""
+    q, kt, vt, sc, pr, o, m, m_prev, alpha, rowsum, total = s["tiles"]
+    tiles = -(-p.N // p.bn)
+    trips = f"T.min({tiles}, T.ceildiv((by + 1) * {p.bm}, {p.bn}))" if s["causal"] else \
+        str(tiles)
+    keep = [f"k * {p.bn} + j < {p.N}"] if p.N % p.bn else []
+    if s["causal"]:
+        keep.append(f"k * {p.bn} + j <= by * {p.bm} + i")
+    scaled = f"{sc}[i, j] * {s['scale']!r}"
+    masked = f"T.if_then_else({' and '.join(keep)}, {scaled}, -T.infinity(T.float32))" \
+        if keep else scaled
+    return [f"T.copy({s['Q']}[by * {p.bm}, 0], {q})",
+            f"T.clear({o})",
+            f"T.clear({total})",
+            f"T.fill({m}, -T.infinity(T.float32))",
+            f"for k in T.Pipelined({trips}, num_stages={s['stages']}):",
+            f"    T.copy({s['K']}[k * {p.bn}, 0], {kt})",
+            f"    T.copy({s['V']}[k * {p.bn}, 0], {vt})",
+            f"    T.clear({sc})",
+            f"    T.gemm({q}, {kt}, {sc}, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)",
+            f"    for i, j in T.Parallel({p.bm}, {p.bn}):",
+            f"        {sc}[i, j] = {masked}",
+            f"    T.copy({m}, {m_prev})",
+            f"    T.reduce_max({sc}, {m}, dim=1, clear=False)",
+            f"    for i in T.Parallel({p.bm}):",
+            f"        {alpha}[i] = T.exp({m_prev}[i] - {m}[i])",
+            f"    for i, j in T.Parallel({p.bm}, {p.bn}):",
+            f"        {sc}[i, j] = T.exp({sc}[i, j] - {m}[i])",
+            f"    T.reduce_sum({sc}, {rowsum}, dim=1)",
+            f"    for i in T.Parallel({p.bm}):",
+            f"        {total}[i] = {total}[i] * {alpha}[i] + {rowsum}[i]",
+            f"    T.copy({sc}, {pr})",
+            f"    for i, j in T.Parallel({p.bm}, {p.K}):",
+            f"        {o}[i, j] = {o}[i, j] * {alpha}[i]",
+            f"    T.gemm({pr}, {vt}, {o}, policy=T.GemmWarpPolicy.FullRow)",
+            f"for i, j in T.Parallel({p.bm}, {p.K}):",
+            f"    {o}[i, j] = {o}[i, j] / {total}[i]",
+            f"T.copy({o}, {s['O']}[by * {p.bm}, 0])"]
+
+
+def _run_attn(b, s):
+    torch, p = b.torch, b.p
+    rows = b.by * p.bm
+    tiles = -(-p.N // p.bn)
+    trips = min(tiles, -(-(b.by + 1) * p.bm // p.bn)) if s["causal"] else tiles
+    keys = trips * p.bn
+    q = b.window(s["Q"], [rows, 0], [p.bm, p.K])
+    k = b.window(s["K"], [0, 0], [keys, p.K])
+    v = b.window(s["V"], [0, 0], [keys, p.K])
+    scores = (q @ k.T) * s["scale"]
+    key = torch.arange(keys, dtype=torch.float64)[None, :]
+    keep = (key < p.N).expand(p.bm, keys)
+    if s["causal"]:
+        keep = keep & (key <= rows + torch.arange(p.bm, dtype=torch.float64)[:, None])
+    scores = torch.where(keep, scores, torch.tensor(-math.inf, dtype=torch.float64))
+    weights = torch.exp(scores - scores.max(1, keepdim=True).values)
+    total = weights.sum(1, keepdim=True)
+    b.write(s["O"], [rows, 0], (weights @ v) / total, (weights @ v.abs()) / total)
+
+
 _EMIT = {name.removeprefix("_emit_"): fn for name, fn in globals().items()
          if name.startswith("_emit_")}
 _RUN = {name.removeprefix("_run_"): fn for name, fn in globals().items()
@@ -713,7 +782,7 @@ def validate(p: Program) -> bool:
             return False  # some blocks skip the loop: dst must hold something already
         if step.get("dst") in buffers:
             written.add(step["dst"])
-    return any(step["op"] in ("store", "gstore", "atomic", "scatter", "wsgemm")
+    return any(step["op"] in ("store", "gstore", "atomic", "scatter", "wsgemm", "attn")
                for step in p.steps)
 
 
@@ -836,7 +905,7 @@ def _sizes(rng: random.Random, block: int) -> int:
     return rng.randint(1, 3 * block)
 
 
-FAMILIES = ("", "hopper", "roles")
+FAMILIES = ("", "hopper", "roles", "attention")
 
 
 def generate(seed: int, index: int, family: str = "") -> Program:
@@ -851,6 +920,9 @@ def generate(seed: int, index: int, family: str = "") -> Program:
     if family == "roles":
         return _roles_program(random.Random(f"tilelab-difftest-roles:{seed}:{index}"), seed,
                               index)
+    if family == "attention":
+        return _attention_program(random.Random(f"tilelab-difftest-attention:{seed}:{index}"),
+                                  seed, index)
     if family:
         raise ValueError(f"no program family {family!r}; there are {FAMILIES}")
     rng = random.Random(f"tilelab-difftest:{seed}:{index}")
@@ -1107,6 +1179,37 @@ def _roles_program(rng, seed, index) -> Program:
     if not step["transpose_A"] and rng.random() < 0.2:  # A from the consumer's registers
         step["a_frag"] = g.buffer("fragment", "mk", dtype)["name"]
     g.step(**step)
+    return p
+
+
+def _attention_program(rng, seed, index) -> Program:
+    """FlashAttention's forward loop (`_emit_attn`): two T.gemm with an online softmax
+    between them, the loop that a warp-specialized split with register moves and
+    warpgroup turns was built for. One warpgroup on 64-row blocks, or two on 128 rows;
+    head dim 64 or 128 (a whole K tile); causal (a block-dependent trip count) or not;
+    query and key counts with tails; 1-3 stages, as many as shared memory holds."""
+    dtype = rng.choice(("float16", "bfloat16"))
+    threads = rng.choice((128, 256, 256))  # two consumer warpgroups: the turns
+    bm = 64 if threads == 128 else 128
+    bn = rng.choice((64, 128)) if threads == 256 else 64  # S: at most 64 registers a thread
+    d = rng.choice((64, 128))
+    causal = rng.random() < 0.4
+    M = _sizes(rng, bm)  # noqa: N806
+    N = M if causal else _sizes(rng, bn)  # noqa: N806 - causal: a key per query row
+    stages = rng.choice((1, 2, 2, 3, 3))  # pipelined mostly: the split needs it
+    while stages > 1 and (bm + 2 * stages * bn) * d * 2 > WALK_SHARED_BYTES:
+        stages -= 1
+    p = Program(seed, index, M=M, N=N, K=d, bm=bm, bn=bn, bk=d, threads=threads,
+                family="attention")
+    g = _Gen(rng, p, dtype)
+    q, k, v = g.tensor("a", dtype), g.tensor("bt", dtype), g.tensor("bt", dtype)
+    out = g.tensor("a", rng.choice(("float32", dtype)), output=True)
+    tiles = [g.buffer("shared", "mk", dtype), g.buffer("shared", "nk", dtype),
+             g.buffer("shared", "nk", dtype), g.buffer("fragment", "mn", "float32"),
+             g.buffer("fragment", "mn", dtype), g.buffer("fragment", "mk", "float32")] + \
+        [g.buffer("fragment", "m", "float32") for _ in range(5)]
+    g.step(op="attn", Q=q, K=k, V=v, O=out, tiles=[t["name"] for t in tiles],
+           causal=causal, stages=stages, scale=1 / math.sqrt(d))
     return p
 
 
