@@ -138,6 +138,7 @@ class Builder:
     barriers: dict = field(default_factory=dict)  # T.alloc_barrier: name -> arrival counts
     pass_configs: dict = field(default_factory=dict)  # asked for by the program's own hints
     parallel_depth: int = 0  # T.Parallel loops around the statement being traced
+    writes: dict = field(default_factory=dict)  # buffer name -> stores traced so far
 
     def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
         """A global tensor of the signature; sizes given by `T.const` names are resolved here."""
@@ -207,7 +208,24 @@ class Builder:
             loc = location_text(self.location, self.source_file)
             stmt = stmt.replace(config={**{str(k): v for k, v in stmt.config.items()},
                                         "loc": loc})
+        self.count_writes(stmt)
         self.blocks[-1].append(stmt)
+
+    def count_writes(self, stmt) -> None:
+        """Count the stores into each buffer (the front end's names of loaded values ask
+        whether their buffer changed since, see `Interpreter.bind`)."""
+        from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+        if isinstance(stmt, tirx.BufferStore):
+            written = [stmt.buffer.name]
+        elif isinstance(stmt, TilePrimitiveCall):
+            from ..ops import effects
+
+            written = [w.buffer.name for w in effects(stmt).writes]
+        else:
+            return
+        for name in written:
+            self.writes[name] = self.writes.get(name, 0) + 1
 
     @contextmanager
     def block(self):

@@ -71,7 +71,10 @@ from .primitives import (  # noqa: F401
     ws,
 )
 from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
+    FragmentBuffer,
+    LocalBuffer,
     Serial,
+    SharedBuffer,
     Unroll,
     alloc_buffer,
     assume,

@@ -25,6 +25,7 @@ import linecache
 import textwrap
 from dataclasses import dataclass, field
 
+import tvm
 from tvm import tirx
 
 from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
@@ -32,6 +33,7 @@ from ..ir.builder import Builder, ParamInfo, SymbolicSize, activate, seq
 from ..ir.dtypes import DType
 from ..ir.keys import KERNEL, PROGRAM_CONFIGS, SOURCE_FILE
 from ..ir.tile_ops import Region, _const_int, is_buffer
+from ..ir.visit import walk
 from . import expr as E
 from .primitives import Kernel, Loop, Tensor, serial, ws
 
@@ -146,10 +148,13 @@ class Interpreter:
         self.env = env  # globals and closure of the function
         self.module_globals = module_globals or {}  # the function's module, to note reads of
         self.locals: dict = {}
+        self.snapshots: dict = {}  # name -> _Snapshot, for names bound to loaded values
 
     # -- names
 
     def lookup(self, name: str, node):
+        if name in self.snapshots and self.snapshots[name].stale(self.builder):
+            self.keep_value(name)
         for scope in (self.locals, self.env, builtins.__dict__):
             if name in scope:
                 value = scope[name]
@@ -169,6 +174,11 @@ class Interpreter:
                 self.builder.emit(tirx.BufferStore(current, E.to_expr(value, current.dtype), [0]))
             else:
                 self.locals[target.id] = value
+                self.snapshots.pop(target.id, None)
+                if E.is_expr(value) and self.builder.in_kernel:
+                    snapshot = _Snapshot.of(value, self.builder)
+                    if snapshot is not None:
+                        self.snapshots[target.id] = snapshot
         elif isinstance(target, (ast.Tuple, ast.List)):
             values = list(value) if not E.is_expr(value) else None
             if values is None or len(values) != len(target.elts):
@@ -188,6 +198,19 @@ class Interpreter:
                 obj[self.eval(target.slice)] = value
         else:
             raise TileLabSyntaxError(f"cannot assign to {type(target).__name__}")
+
+    def keep_value(self, name: str):
+        """`name` was bound to a value read from a buffer that has been stored into since:
+        as in TileLang (where `x = A[i]` binds x), it means the value read then. Until now
+        the name stood for the expression, re-read where used; from here it reads a
+        private scalar that holds the value, set where the name was bound."""
+        snapshot = self.snapshots.pop(name)
+        value = self.locals[name]
+        held = tirx.decl_buffer((1,), E.dtype_of(value), name=self.builder.fresh_name(name),
+                                scope="local.var")
+        snapshot.insert([tirx.AllocBuffer(held), tirx.BufferStore(held, value, [0])],
+                        self.snapshots.values())
+        self.locals[name] = tirx.BufferLoad(held, [0])
 
     # -- statements
 
@@ -550,6 +573,35 @@ def _is_data(value) -> bool:
     if value is None or isinstance(value, (str, numbers.Number)):
         return True
     return isinstance(value, (tuple, list)) and all(_is_data(v) for v in value)
+
+
+@dataclass
+class _Snapshot:
+    """Where a name was bound to an expression that loads from buffers, and how many
+    stores each of those buffers had then."""
+
+    stmts: list  # the statement list being traced when the name was bound
+    at: int  # its length then: where the value is to be kept, should it be needed
+    reads: dict  # buffer name -> stores into it by then
+
+    @staticmethod
+    def of(value, builder) -> _Snapshot | None:
+        loaded = set()
+        walk(value, tvm.ir.TensorLoad, lambda load: loaded.add(load.source.name))
+        if not loaded:
+            return None
+        return _Snapshot(builder.blocks[-1], len(builder.blocks[-1]),
+                         {name: builder.writes.get(name, 0) for name in loaded})
+
+    def stale(self, builder) -> bool:
+        return any(builder.writes.get(name, 0) != n for name, n in self.reads.items())
+
+    def insert(self, stmts: list, others) -> None:
+        """Put `stmts` where the name was bound; later snapshots of that list move along."""
+        self.stmts[self.at:self.at] = stmts
+        for other in others:
+            if other.stmts is self.stmts and other.at >= self.at:
+                other.at += len(stmts)
 
 
 def _is_scalar_var(value) -> bool:

@@ -24,6 +24,7 @@ from ..ir.tile_ops import is_buffer as tirx_is_buffer
 from . import expr as E
 from .primitives import (
     Parallel,
+    Tensor,
     alloc_fragment,
     alloc_global,
     alloc_local,
@@ -98,6 +99,16 @@ def parallel(start, stop=None):
                 "from 0", hint="for i in T.Parallel(stop - start): ... use start + i")
         start = stop
     return Parallel(start)
+
+
+def SharedBuffer(shape, dtype="float32"):  # noqa: N802 - TileLang's spelling
+    """TileLang's annotation of a `@T.macro` parameter that is a shared tile
+    (`tile: T.SharedBuffer([N], T.float32)`). A macro takes its arguments as they come:
+    the annotation documents the parameter and checks nothing."""
+    return Tensor(shape, dtype)
+
+
+FragmentBuffer = LocalBuffer = SharedBuffer  # the same, for fragments and thread-locals
 
 
 def dynamic(name: str, dtype: str = "int32"):  # noqa: A002

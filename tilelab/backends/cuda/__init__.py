@@ -31,6 +31,7 @@ from ...passes.keep_negations import KeepIntegerNegations
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
+from ...passes.shared_conditions import BindSharedConditions
 from ...passes.scalar_bools import ScalarBools
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
 from ...passes.specialize_warps import PRODUCER_THREADS, SpecializeWarps
@@ -102,6 +103,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.AnnotateEntryFunc(),
         HideUniformBranches,                       # `if bx ...`: barriers may go inside
         hide_refills,                              # pipelines order their own refills
+        BindSharedConditions,                      # `if tile[i] > 0:` reads into a bool
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
         restore_refills,
