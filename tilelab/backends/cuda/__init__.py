@@ -31,9 +31,9 @@ from ...passes.keep_negations import KeepIntegerNegations
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
-from ...passes.shared_conditions import BindSharedConditions
 from ...passes.scalar_bools import ScalarBools
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
+from ...passes.shared_conditions import BindSharedConditions
 from ...passes.specialize_warps import PRODUCER_THREADS, SpecializeWarps
 from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
