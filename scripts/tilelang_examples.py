@@ -349,6 +349,21 @@ EXPLAINED = {
         "its indices hold the sequence length as a sentinel, and the kernel gathers KV rows "
         "at every index before masking the sentinel's scores: a read past KV's end, which "
         "the CPU's bounds check stops (a GPU reads whatever lies there)",
+    "dsa_sparse_finetune/indexer_topk_reducesum.py":
+        "the example prints its top-k's overlap with the reference instead of checking it. "
+        "It found a tilelab bug: a name bound to a loaded value re-read its buffer where "
+        "used, so its bitonic sort's swaps copied and 126 of 128 rows differed (a small "
+        "run, S = 128); fixed, rows now differ only where the 64th score is a near-tie "
+        "(5 of 128, scores within 0.4%: float32 sums against the reference's bfloat16). "
+        "CUDA: the swap inside a branch needs a barrier some threads would skip; the "
+        "example turns TileLang's barrier pass off, which tilelab does not implement",
+    "gemm/example_gemm_autotune.py":
+        "the example picks its tiles by the GPU's compute capability; its H200 row is from "
+        "before tilelang.carver.template and carver.roller.rasterization became importable "
+        "(sixteenth session), not re-run since",
+    "gemm/example_gemm_advanced_autotune.py":
+        "as gemm/example_gemm_autotune.py: the H200 row is from before the roller's names "
+        "became importable, not re-run since",
     "deepseek_mla/example_mla_decode.py":
         "the example asks rtol = atol = 1e-4 of float16 outputs: 18% of them differ from its "
         "float16 torch reference by one float16 step (4.9e-4 near 0.5); against a float64 "
