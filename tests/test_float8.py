@@ -122,3 +122,36 @@ def test_float8_on_the_gpu(name):
     expected = x.to(getattr(torch, name))
     assert torch.equal(y.view(torch.uint8), expected.view(torch.uint8))
     torch.testing.assert_close(z, 2 * expected.float())
+
+
+def widen_tiles(dtype):
+    """float8 tiles widened to float16 by T.copy: shared to shared (every thread's share of
+    the tile), then global to a fragment, as TileLang's fp8 MLA decode widens its KV."""
+    @T.prim_func
+    def kernel(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), T.float16),
+               Z: T.Tensor((M, N), T.float16)):
+        with T.Kernel(1, threads=128):
+            q = T.alloc_shared((M, N), dtype)
+            h = T.alloc_shared((M, N), T.float16)
+            f = T.alloc_fragment((M, N), T.float16)
+            T.copy(X, q)
+            T.copy(q, h)
+            T.copy(h, Y)
+            T.copy(X, f)
+            T.copy(f, Z)
+
+    return kernel
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_float8_tiles_widen_by_copy(name):
+    x = (torch.randn(M, N) * 8).to(getattr(torch, name))
+    kernel = tilelab.compile(widen_tiles(getattr(T, name)), target="cpu")
+    y, z = torch.empty(M, N, dtype=torch.float16), torch.empty(M, N, dtype=torch.float16)
+    kernel(x, y, z)
+    torch.testing.assert_close(y, x.half(), rtol=0, atol=0)
+    torch.testing.assert_close(z, x.half(), rtol=0, atol=0)
+    if find_nvcc() is not None:  # one element a copy: nvcc took a vector cast of bytes
+        source = tilelab.compile(widen_tiles(getattr(T, name)),
+                                 target="cuda:sm_90a").get_kernel_source()
+        assert "(uint4)(*(uint2*)" not in source

@@ -280,7 +280,8 @@ def fragment_width(frag, src: Region, dst: Region) -> int:
     cut = _const_int(frag_region.extents[-1]) != frag.shape[-1]
     if cut:
         v = vector_width(nbytes, v, int(_const_int(frag_region.extents[-1])))
-    if not (aligned(mem.starts[-1], v) and aligned(frag_region.starts[-1], v)):
+    if not (aligned(mem.starts[-1], v) and aligned(frag_region.starts[-1], v)) or \
+            _converts_float8(src, dst):
         v = 1
     elements = thread_elements(frag)
     while v > 1 and not _consecutive(elements, v, aligned_start=cut):
@@ -418,9 +419,18 @@ def cooperative_width(src: Region, dst: Region) -> int:
         if _const_int(region.extents[-1]) == 1:
             limits.append(1)
     v = vector_width(nbytes, *limits)
-    if not (aligned(src.starts[-1], v) and aligned(dst.starts[-1], v)):
+    if not (aligned(src.starts[-1], v) and aligned(dst.starts[-1], v)) or \
+            _converts_float8(src, dst):
         v = 1
     return v
+
+
+def _converts_float8(src: Region, dst: Region) -> bool:
+    """A copy that converts from or to float8 goes one element at a time: TVM's CUDA code
+    keeps a vector of float8 as unsigned integers, and converting such a vector became a
+    cast between integer vectors, which nvcc rejects (TileLang's fp8 MLA decode)."""
+    return src.dtype != dst.dtype and (str(src.dtype).startswith("float8") or
+                                       str(dst.dtype).startswith("float8"))
 
 
 def uses_cp_async(src: Region, dst: Region, v: int, asynchronous: bool) -> bool:
