@@ -344,7 +344,21 @@ EXPLAINED = {
     "linear_attention/example_mamba_chunk_scan.py":
         "as chunk_state: against a float64 evaluation of the reference 1,573 of 131,072 of "
         "the float16 reference's outputs fall outside the example's tolerance, 387 of the "
-        "kernel's",
+        "kernel's. On the H200 both mamba examples fail their checks too, against a "
+        "reference computed there; not analysed against float64 on the GPU yet",
+    "dsa_sparse_finetune/sparse_mla_fwd.py":
+        "on the CPU the run outlasts the limit at the example's own sizes (its __main__ "
+        "passes S = 4096); its backward example, which runs the same forward kernel, shows "
+        "why the H200 check may fail: the kernel gathers KV rows at a sentinel index past "
+        "KV's end before masking their scores, and on the GPU what lies there enters the "
+        "sums. Not analysed further",
+    "kda/wy_fast.py":
+        "on the H200 a candidate kernel of the autotuner stopped with an unspecified launch "
+        "failure, and the failure stuck to the context for the rest; open (its CPU row "
+        "needs triton, so the CPU never ran it)",
+    "gemm/example_gemm_autotune_early_stop.py":
+        "on the H200 a worker of tilelab's compile pool died (BrokenProcessPool); open. On "
+        "the CPU it tunes past the limit",
     "dsa_sparse_finetune/sparse_mla_bwd.py":
         "its indices hold the sequence length as a sentinel, and the kernel gathers KV rows "
         "at every index before masking the sentinel's scores: a read past KV's end, which "
