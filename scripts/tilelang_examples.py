@@ -45,7 +45,8 @@ CUT = 256
 
 
 KERNEL = re.compile(r"tilelang\.jit|T\.prim_func|^@(?:tl\.)?jit\b", re.MULTILINE)
-RUNS = re.compile(r"^def main\(|^if __name__ == [\"']__main__[\"']", re.MULTILINE)
+MAIN = re.compile(r"^def main\(", re.MULTILINE)
+RUNS = re.compile(rf"{MAIN.pattern}|^if __name__ == [\"']__main__[\"']", re.MULTILINE)
 
 
 def is_example(text: str) -> bool:
@@ -225,7 +226,7 @@ def run_one(path: Path) -> dict:
     sys.path.insert(0, str(path.parent))
     os.chdir(path.parent)
     try:
-        if not re.search(r"^def main\(", path.read_text(errors="replace"), re.MULTILINE):
+        if not MAIN.search(path.read_text(errors="replace")):
             # no `main()`: the file is a script, run as `python example.py` runs it
             runpy.run_path(str(path), run_name="__main__")
             return _finished(path, record)

@@ -107,6 +107,12 @@ def buffer_bytes(buffer) -> int:
     return math.prod(int(s) for s in buffer.shape) * itemsize(str(buffer.dtype))
 
 
+def is_float8(dtype) -> bool:
+    """One of the 8-bit float types (GPUs compute with them in float32; the CPU backend
+    keeps them as bytes, passes/float8_as_bytes.py)."""
+    return str(dtype).startswith("float8")
+
+
 def itemsize(dtype: str) -> int:
     """Bytes of one value; a vector type such as `int32x2` (TVM may give a merged shared
     allocation one) counts all its lanes."""

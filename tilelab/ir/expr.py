@@ -83,7 +83,7 @@ def common_dtype(a, b) -> str:
             else "float32"
     else:
         dtype = builtins.max(da, db, key=_rank)
-    return "float32" if dtype.startswith("float8") else dtype
+    return "float32" if dtypes.is_float8(dtype) else dtype
 
 
 def unify(a, b):

@@ -27,7 +27,7 @@ from tvm import tirx
 
 from ..errors import TileLabCompileError, TileLabTypeError, TileLabWarning
 from ..ir.builder import current
-from ..ir.dtypes import as_dtype, itemsize
+from ..ir.dtypes import as_dtype, is_float8, itemsize
 from ..ir.expr import to_expr
 from ..ir.layout import Layout, thread_elements
 from ..ir.tile_ops import Region, _const_int, config, regions, tile_call
@@ -429,8 +429,7 @@ def _converts_float8(src: Region, dst: Region) -> bool:
     """A copy that converts from or to float8 goes one element at a time: TVM's CUDA code
     keeps a vector of float8 as unsigned integers, and converting such a vector became a
     cast between integer vectors, which nvcc rejects (TileLang's fp8 MLA decode)."""
-    return src.dtype != dst.dtype and (str(src.dtype).startswith("float8") or
-                                       str(dst.dtype).startswith("float8"))
+    return src.dtype != dst.dtype and (is_float8(src.dtype) or is_float8(dst.dtype))
 
 
 def uses_cp_async(src: Region, dst: Region, v: int, asynchronous: bool) -> bool:

@@ -25,6 +25,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ..ir.dtypes import is_float8
 from ..ir.tile_ops import is_buffer
 from ..ir.visit import rewrite
 
@@ -103,10 +104,6 @@ def decode(byte, dtype: str):
                        tirx.Select(tirx.EQ(exponent, _u32(0)), subnormal, normal))
 
 
-def _is_float8(dtype) -> bool:
-    return str(dtype).startswith("float8")
-
-
 class _Bytes:
     """The uint8 buffer standing for each float8 buffer, and the expression rewrite."""
 
@@ -123,27 +120,27 @@ class _Bytes:
 
     def value(self, expr):
         """`expr` with its float8 loads decoded, computed in float32 where it was float8."""
-        if isinstance(expr, tvm.ir.TensorLoad) and _is_float8(expr.source.dtype):
+        if isinstance(expr, tvm.ir.TensorLoad) and is_float8(expr.source.dtype):
             return self._load(expr)
-        if isinstance(expr, tirx.FloatImm) and _is_float8(expr.ty):
+        if isinstance(expr, tirx.FloatImm) and is_float8(expr.ty):
             return tirx.const(float(expr.value), "float32")
         if isinstance(expr, tirx.Cast):
             inner = self.value(expr.value)
-            return inner if _is_float8(expr.ty) else tirx.Cast(str(expr.ty), inner)
+            return inner if is_float8(expr.ty) else tirx.Cast(str(expr.ty), inner)
         if isinstance(expr, tirx.Select):
             return tirx.Select(self.value(expr.condition), self.value(expr.true_value),
                                self.value(expr.false_value))
         if isinstance(expr, tvm.ir.Call) and getattr(expr.op, "name", "") == "prim.if_then_else":
             return tirx.if_then_else(*(self.value(a) for a in expr.args))
         if isinstance(expr, (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Min, tirx.Max)) and \
-                _is_float8(expr.ty):
+                is_float8(expr.ty):
             return type(expr)(self.value(expr.a), self.value(expr.b))
         # anything else: rewrite the float8 loads inside (their values are not float8 here)
         return tvm_ffi.structural_map(expr, (tvm.ir.TensorLoad, self._load), order="post")
 
     def _load(self, load):
         """A float8 load as the float32 its byte encodes (its indices rewritten too)."""
-        if _is_float8(load.source.dtype):
+        if is_float8(load.source.dtype):
             indices = [self.value(i) for i in load.indices]
             return decode(tirx.BufferLoad(self.of(load.source), indices), str(load.source.dtype))
         return load
@@ -157,7 +154,7 @@ def Float8AsBytes(func, _mod, _ctx):  # noqa: N802 - a pass, named like TVM's
     def on_store(store):
         value = bytes_.value(store.value)
         indices = [bytes_.value(i) for i in store.indices]
-        if _is_float8(store.buffer.dtype):
+        if is_float8(store.buffer.dtype):
             return tirx.BufferStore(bytes_.of(store.buffer),
                                     encode(value, str(store.buffer.dtype)), indices)
         return tirx.BufferStore(store.buffer, value, indices)
@@ -169,7 +166,7 @@ def Float8AsBytes(func, _mod, _ctx):  # noqa: N802 - a pass, named like TVM's
     body = rewrite(func.body, tirx.BufferStore, on_store)
     body = rewrite(body, tirx.IfThenElse, on_if)
     for param in func.params:  # a float8 tensor nothing reads or writes keeps its bytes too
-        if is_buffer(param) and _is_float8(param.dtype):
+        if is_buffer(param) and is_float8(param.dtype):
             bytes_.of(param)
     if not bytes_.buffers:
         return func

@@ -22,20 +22,13 @@ import tvm
 from tvm import tirx
 
 from ..ir.builder import seq
-from ..ir.tile_ops import is_buffer
 from ..ir.visit import rewrite, walk
 
 
 def _reads_shared(expr) -> bool:
-    found = []
-
-    def visit(load):
-        buffer = getattr(load, "buffer", None) or getattr(load, "source", None)
-        if is_buffer(buffer) and buffer.scope().startswith("shared"):
-            found.append(load)
-
-    walk(expr, tvm.ir.TensorLoad, visit)
-    return bool(found)
+    scopes = []
+    walk(expr, tvm.ir.TensorLoad, lambda load: scopes.append(load.source.scope()))
+    return any(scope.startswith("shared") for scope in scopes)
 
 
 def bind_shared_conditions(body):

@@ -1197,8 +1197,6 @@ def _attention_program(rng, seed, index) -> Program:
     M = _sizes(rng, bm)  # noqa: N806
     N = M if causal else _sizes(rng, bn)  # noqa: N806 - causal: a key per query row
     stages = rng.choice((1, 2, 2, 3, 3))  # pipelined mostly: the split needs it
-    while stages > 1 and (bm + 2 * stages * bn) * d * 2 > WALK_SHARED_BYTES:
-        stages -= 1
     p = Program(seed, index, M=M, N=N, K=d, bm=bm, bn=bn, bk=d, threads=threads,
                 family="attention")
     g = _Gen(rng, p, dtype)
@@ -1208,6 +1206,9 @@ def _attention_program(rng, seed, index) -> Program:
              g.buffer("shared", "nk", dtype), g.buffer("fragment", "mn", "float32"),
              g.buffer("fragment", "mn", dtype), g.buffer("fragment", "mk", "float32")] + \
         [g.buffer("fragment", "m", "float32") for _ in range(5)]
+    while stages > 1 and _shared_bytes(p, {tiles[1]["name"]: stages,
+                                           tiles[2]["name"]: stages}) > WALK_SHARED_BYTES:
+        stages -= 1  # as many slots of K and V as shared memory holds beside Q
     g.step(op="attn", Q=q, K=k, V=v, O=out, tiles=[t["name"] for t in tiles],
            causal=causal, stages=stages, scale=1 / math.sqrt(d))
     return p

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tvm import tirx
 
+from ...ir.dtypes import is_float8
 from ...passes.check_bounds import MARKER, CheckAccesses
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.float8_as_bytes import Float8AsBytes
@@ -55,7 +56,7 @@ def _has_float8(program) -> bool:
 
     found = [str(p.dtype) for p in program.params]
     walk(program.func.body, tirx.AllocBuffer, lambda node: found.append(str(node.buffer.dtype)))
-    return any(dtype.startswith("float8") for dtype in found)
+    return any(is_float8(dtype) for dtype in found)
 
 
 def _where(program) -> str:
@@ -103,7 +104,7 @@ class CPURunner:
 
     def __init__(self, module, name: str, params=()):
         self.function = module[name]
-        self.as_bytes = [str(p.dtype).startswith("float8") for p in params]
+        self.as_bytes = [is_float8(p.dtype) for p in params]
 
     @staticmethod
     def load(path: Path, name: str, params=()) -> CPURunner:
