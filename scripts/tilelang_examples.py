@@ -33,6 +33,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -197,6 +198,23 @@ def _finished(path: Path, record: dict) -> dict:
     return record
 
 
+SHIM = (
+    "from tilelab.compat import tilelang\n\n"
+    "tilelang.install()  # this module becomes tilelab's\n")
+
+
+def _children_import_tilelab(where: Path) -> None:
+    """Processes the example starts import tilelab for `tilelang` too: a spawned process
+    (an autotuner's benchmark worker) imports the example's main file afresh, `import
+    tilelang` first, and `install()` in this process does not reach it. A `tilelang`
+    package on PYTHONPATH, installing tilelab's when imported, does."""
+    (where / "tilelang").mkdir(parents=True, exist_ok=True)
+    (where / "tilelang" / "__init__.py").write_text(SHIM)
+    sys.path.append(str(where))  # after the examples' own folders
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(where), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def run_one(path: Path) -> dict:
     import argparse as argparse_module
     import inspect
@@ -209,6 +227,7 @@ def run_one(path: Path) -> dict:
     from tilelab.compat import tilelang as compat
 
     compat.install()
+    _children_import_tilelab(Path(tempfile.mkdtemp(prefix="tilelang-shim-")))
     record = {"cuda_ok": 0, "cuda_failed": []}
     if not torch.cuda.is_available():
         _keep_tensors_on_cpu()

@@ -260,6 +260,51 @@ def test_benchmark_worker_in_its_own_process(monkeypatch):
     assert tuner.autotune_result.seconds["bench_workers"] == 1
 
 
+def test_a_candidate_that_kills_its_worker_is_recorded_and_the_next_runs(monkeypatch):
+    """A candidate that ends its benchmark process (on a GPU: one that faults, which leaves
+    the process's CUDA context unusable) fails alone: the worker is replaced for the rest."""
+    import functools
+    import pickle
+
+    backend = LocalBackend(bench_processes=True)
+    backend.start("cpu")
+    try:
+        task = {"tune": "t", "target": "cpu", "params": [], "seed": 0, "reference": None,
+                "rtol": 0, "atol": 0, "warmup": 1, "rep": 1}
+        died = backend.run(0, dict(task, candidate=pickle.dumps(functools.partial(os._exit, 3))))
+        assert died["status"] == "run failed" and "worker died" in died["reason"]
+        alive = backend.run(0, dict(task, candidate=pickle.dumps(functools.partial(int, 5))))
+        assert alive["status"] == "ok" and alive["ms"] >= 0
+    finally:
+        backend.stop()
+
+
+@tilelab.jit(out_idx=[-1])
+def gather(N, reach=0):
+    """Factory: B[i] = A[idx[i] * reach]; a large `reach` reads far outside A (a GPU fault)."""
+    @T.prim_func
+    def kernel(A: T.Tensor((N,), T.float32), idx: T.Tensor((N,), T.int32),
+               B: T.Tensor((N,), T.float32)):
+        with T.Kernel(N // 128, threads=128) as b:
+            for i in T.Parallel(128):
+                B[b * 128 + i] = A[idx[b * 128 + i] * reach]
+    return kernel
+
+
+@pytest.mark.gpu
+def test_gpu_a_candidate_that_faults_does_not_fail_the_ones_after_it():
+    tuner = tuned(gather, [{"reach": 1 << 27}, {"reach": 0}],
+                  ref_prog=lambda A, idx: A[:1].expand(idx.shape[0]).clone())
+    kernel = tuner.compile(1024)
+    rows = {r["config"]["reach"]: r for r in kernel.autotune_result.rows}
+    assert rows[1 << 27]["status"] == "run failed"
+    assert "faulted on the GPU" in rows[1 << 27]["reason"]
+    assert rows[0]["status"] == "ok" and kernel.config == {"reach": 0}
+    a = torch.randn(1024, device="cuda")
+    idx = torch.randint(0, 1024, (1024,), device="cuda", dtype=torch.int32)
+    torch.testing.assert_close(kernel(a, idx), a[:1].expand(1024))
+
+
 # ---------------------------------------------------------------- CUDA
 
 

@@ -247,8 +247,26 @@ class BenchWorker:
                         f"atol={comparison['atol']} {comparison['message']}").strip()}
             ms = do_bench(lambda: fn(*inputs), warmup=task["warmup"], rep=task["rep"])
         except Exception as err:  # noqa: BLE001 - a launch that fails is a result too
-            return {"status": "run failed", "reason": _reason(err)}
+            failed = {"status": "run failed", "reason": _reason(err)}
+            if task["target"] == "cuda" and _context_lost():
+                # the candidate faulted; CUDA now fails every later call in this process
+                failed["reason"] += " (the kernel faulted on the GPU)"
+                failed["context_lost"] = True
+            return failed
         return {"status": "ok", "ms": ms}
+
+
+def _context_lost() -> bool:
+    """Is this process's CUDA context unusable? After a kernel faults (an illegal address, a
+    trap), every later CUDA call in the process returns the same error: a candidate that
+    faults would fail every candidate after it, unless its worker is replaced."""
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - the sticky error itself
+        return True
+    return False
 
 
 @functools.cache
@@ -351,16 +369,19 @@ class LocalBackend:
         if not processes:
             self._workers = [BenchWorker()]
             return self._workers[0].device_name(target)
-        import multiprocessing
-
         visible = (self.gpus or _visible_gpus()) if target == "cuda" else [""]
         if not visible:
             raise TileLabError("tuning a CUDA kernel needs a visible GPU")
-        spawn = multiprocessing.get_context("spawn")  # a fork would inherit a used CUDA context
-        self._executors = [ProcessPoolExecutor(1, mp_context=spawn,
-                                               initializer=_start_bench_process,
-                                               initargs=(gpu,)) for gpu in visible]
+        self._executors = [self._bench_process(gpu) for gpu in visible]
         return self._executors[0].submit(_bench_in_process, "device_name", target).result()
+
+    @staticmethod
+    def _bench_process(gpu: str) -> ProcessPoolExecutor:
+        import multiprocessing
+
+        spawn = multiprocessing.get_context("spawn")  # a fork would inherit a used CUDA context
+        return ProcessPoolExecutor(1, mp_context=spawn, initializer=_start_bench_process,
+                                   initargs=(gpu,))
 
     @property
     def workers(self) -> int:
@@ -370,17 +391,15 @@ class LocalBackend:
         if self._workers:
             return self._workers[worker].run(task)
         try:
-            return self._executors[worker].submit(_bench_in_process, "run", task).result()
+            result = self._executors[worker].submit(_bench_in_process, "run", task).result()
         except Exception as err:  # noqa: BLE001 - the process died (a crash in the kernel)
-            import multiprocessing
-
-            self._executors[worker] = ProcessPoolExecutor(
-                1, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_start_bench_process,
-                initargs=((self.gpus or _visible_gpus())[worker] if task["target"] == "cuda"
-                          else "",))
-            return {"status": "run failed", "reason": f"the benchmark worker died: "
-                                                      f"{_reason(err)}"}
+            result = {"status": "run failed", "context_lost": True,
+                      "reason": f"the benchmark worker died: {_reason(err)}"}
+        if result.get("context_lost"):  # a fresh process for the candidates after this one
+            self._executors[worker].shutdown(wait=False, cancel_futures=True)
+            self._executors[worker] = self._bench_process(
+                (self.gpus or _visible_gpus())[worker] if task["target"] == "cuda" else "")
+        return result
 
     def stop(self) -> None:
         for executor in self._executors:
@@ -408,6 +427,7 @@ class RayBackend:
         if not ray.is_initialized():
             ray.init()
         self._actors: list = []
+        self._actor = None  # the BenchWorker actor class, to replace one that failed
 
     def compile(self, jobs: list, on_done) -> list:
         ray = self.ray
@@ -432,10 +452,10 @@ class RayBackend:
             count = int(ray.cluster_resources().get("GPU", 0))
             if not count:
                 raise TileLabError("the Ray cluster has no GPU to tune a CUDA kernel on")
-            actor = ray.remote(num_gpus=1)(BenchWorker)
+            self._actor = ray.remote(num_gpus=1)(BenchWorker)
         else:
-            count, actor = 1, ray.remote(num_cpus=1)(BenchWorker)
-        self._actors = [actor.remote() for _ in range(count)]
+            count, self._actor = 1, ray.remote(num_cpus=1)(BenchWorker)
+        self._actors = [self._actor.remote() for _ in range(count)]
         return ray.get(self._actors[0].device_name.remote(target))
 
     @property
@@ -444,9 +464,14 @@ class RayBackend:
 
     def run(self, worker: int, task: dict) -> dict:
         try:
-            return self.ray.get(self._actors[worker].run.remote(task))
+            result = self.ray.get(self._actors[worker].run.remote(task))
         except Exception as err:  # noqa: BLE001 - the actor died
-            return {"status": "run failed", "reason": f"the Ray actor failed: {_reason(err)}"}
+            result = {"status": "run failed", "context_lost": True,
+                      "reason": f"the Ray actor failed: {_reason(err)}"}
+        if result.get("context_lost"):  # a fresh actor for the candidates after this one
+            self.ray.kill(self._actors[worker])
+            self._actors[worker] = self._actor.remote()
+        return result
 
     def stop(self) -> None:
         for actor in self._actors:

@@ -39,6 +39,7 @@ from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
 from ...passes.stage_stores import StageStores
 from ...passes.tensor_views import DropTensorViews
+from ...passes.typed_access_pointers import TypedAccessPointers
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
 from ...passes.warp_roles import WarpRoles
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
@@ -93,6 +94,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.VectorizeLoop(vectorize),            # 16-byte loads and stores (or scalar loops)
         SeparateSharedLifetimes,               # tiles that meet in a statement stay apart
         T.StorageRewrite(),                    # (it plans shared memory too)
+        TypedAccessPointers,                   # a reused tile's pointers keep their type
         DropLifetimeMarkers,                   # it renames tiles; the markers would go stale
         T.UnrollLoop(),
         T.StmtSimplify(),

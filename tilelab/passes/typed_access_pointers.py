@@ -1,0 +1,94 @@
+"""Give every `tvm_access_ptr` a tile of its own element type.
+
+TVM's StorageRewrite lets a shared tile whose life has ended lend its bytes to a
+later tile, whatever their element types: a float32 row of gates may move into
+the bytes of a bfloat16 tile an earlier loop finished with. Loads and stores of
+the newcomer then go through a declaration of the right type over the lender's
+memory, but a pointer taken with `tvm_access_ptr(float32, tile, offset, ...)`
+(cp.async's destination, an MMA operand's address) keeps naming the lender
+itself - a bfloat16 tile - and a later TVM pass rejects a pointer whose element
+type is not its tile's ("tvm_access_ptr element type must match the source
+buffer"). The program was right and its CUDA compile failed: TileLang's KDA
+`wy_fast` with two or more stages, where the float32 gate row reuses a bfloat16
+tile of the loop before.
+
+This pass, run right after StorageRewrite, declares such a lender again with the
+pointer's element type (same bytes: `decl_buffer(..., data=lender.data)`, placed
+right after the lender's allocation so that it holds wherever the lender does)
+and points the pointer at that declaration. Offsets and extents are already
+counted in the pointer's element type; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from ..ir.dtypes import itemsize
+from ..ir.tile_ops import data_of, is_buffer
+from ..ir.visit import rewrite, walk
+
+
+def _is_access_ptr(node) -> bool:
+    return isinstance(node, tvm.ir.Call) and getattr(node.op, "name", "") == "tirx.tvm_access_ptr"
+
+
+def _pointer(call):
+    """The tile an access pointer points into (named as `X` or as `X.data`), and its element
+    type; (None, None) for other calls."""
+    if not _is_access_ptr(call):
+        return None, None
+    tile = call.args[1] if is_buffer(call.args[1]) else data_of(call.args[1])
+    return tile, str(call.args[0].ty)
+
+
+def _retyped(func) -> dict:
+    """(lender, element type) -> a declaration of the lender's bytes in that type, for each
+    pointer whose element type is not its tile's."""
+    wanted: dict = {}
+
+    def visit(call):
+        tile, dtype = _pointer(call)
+        if tile is None or str(tile.dtype) == dtype or len(tile.shape) != 1 or \
+                not isinstance(tile.shape[0], tirx.IntImm):
+            return
+        if not any(tile.same_as(t) and dtype == d for t, d in wanted):
+            nbytes = int(tile.shape[0]) * itemsize(str(tile.dtype))
+            wanted[tile, dtype] = tirx.decl_buffer((nbytes // itemsize(dtype),), dtype,
+                                           name=f"{tile.name}_as_{dtype}", data=tile.data,
+                                           scope=tile.scope())
+
+    walk(func.body, tvm.ir.Call, visit)
+    return wanted
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.TypedAccessPointers")
+def TypedAccessPointers(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
+    retyped = _retyped(func)
+    if not retyped:
+        return func
+
+    def declared(tile, dtype):
+        return next((new for (t, d), new in retyped.items() if t.same_as(tile) and d == dtype),
+                    None)
+
+    def on_call(call):
+        tile, dtype = _pointer(call)
+        new = declared(tile, dtype) if tile is not None else None
+        if new is None:
+            return call
+        source = new if is_buffer(call.args[1]) else new.data  # named as it was
+        return tvm.ir.Call(call.op, [call.args[0], source, *call.args[2:]], call.attrs,
+                           call.ty_args, ret_ty=call.ty)
+
+    def on_seq(seq):
+        stmts = []
+        for stmt in seq.seq:
+            stmts.append(stmt)
+            if isinstance(stmt, tirx.AllocBuffer):
+                stmts += [tirx.DeclBuffer(new, data=tile.data) for (tile, _), new in retyped.items()
+                          if tile.same_as(stmt.buffer)]
+        return tirx.SeqStmt(stmts) if len(stmts) != len(seq.seq) else seq
+
+    body = rewrite(rewrite(func.body, tvm.ir.Call, on_call), tirx.SeqStmt, on_seq)
+    return func.with_body(body)
