@@ -456,8 +456,18 @@ def _alloc(primitive, shape, dtype, scope, builder=None):
 
 
 def alloc_shared(shape, dtype, scope="shared.dyn"):
-    """A tile in shared memory: visible to every thread of the block."""
-    return _alloc("alloc_shared", shape, dtype, scope)
+    """A tile in shared memory: visible to every thread of the block.
+
+    Every shared tile lives in the block's dynamic shared memory, whatever `scope` says
+    (TileLang's `scope="shared"` asks for static shared memory): the compiler plans those
+    bytes as a whole - tiles whose lives do not overlap share bytes, swizzled tiles start
+    on the 1 KiB boundaries wgmma and TMA read their pattern from. A static array would
+    sit before all of them and push them off those boundaries."""
+    if scope not in ("shared", "shared.dyn"):
+        raise TileLabTypeError(f"T.alloc_shared takes scope 'shared' or 'shared.dyn', not "
+                               f"{scope!r}", hint="T.alloc_fragment and T.alloc_local make "
+                                                  "register tiles")
+    return _alloc("alloc_shared", shape, dtype, "shared.dyn")
 
 
 def alloc_fragment(shape, dtype, scope="local.fragment"):
