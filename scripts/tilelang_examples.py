@@ -357,15 +357,17 @@ EXPLAINED = {
         "across a float8 rounding tie, and the check asks atol = 0; the kernel's output is "
         "bit-identical to torch evaluating the kernel's own arithmetic",
     "linear_attention/example_mamba_chunk_state.py":
-        "on the CPU the example's float16 torch reference is the less accurate side: against "
-        "a float64 evaluation of the same reference 1,930 of 65,536 of its outputs fall "
-        "outside the example's tolerance, 344 of the kernel's; against its own arithmetic "
-        "(float32 scale, float16 operand tile, float32 sums) the kernel has none",
+        "the example's float16 torch reference is the less accurate side: against a float64 "
+        "evaluation of the same reference on the same inputs, on the CPU 344 of the kernel's "
+        "outputs fall outside the example's tolerance and 1,930 of the reference's (65,536 "
+        "outputs); on the H200 (5,242,880 outputs) 12,596 of the kernel's and 82,483 of the "
+        "reference's. Against its own arithmetic (float32 scale, float16 operand tile, "
+        "float32 sums) the kernel has none outside",
     "linear_attention/example_mamba_chunk_scan.py":
-        "as chunk_state: against a float64 evaluation of the reference 1,573 of 131,072 of "
-        "the float16 reference's outputs fall outside the example's tolerance, 387 of the "
-        "kernel's. On the H200 both mamba examples fail their checks too, against a "
-        "reference computed there; not analysed against float64 on the GPU yet",
+        "as chunk_state: against a float64 evaluation of the reference, on the CPU 387 of "
+        "the kernel's outputs fall outside the example's tolerance and 1,573 of the float16 "
+        "reference's (131,072); on the H200 27,761 of the kernel's and 113,606 of the "
+        "reference's (10,485,760)",
     "dsa_sparse_finetune/sparse_mla_fwd.py":
         "on the CPU the run outlasts the limit at the example's own sizes (its __main__ "
         "passes S = 4096); its backward example, which runs the same forward kernel, shows "
@@ -373,12 +375,19 @@ EXPLAINED = {
         "KV's end before masking their scores, and on the GPU what lies there enters the "
         "sums. Not analysed further",
     "kda/wy_fast.py":
-        "on the H200 a candidate kernel of the autotuner stopped with an unspecified launch "
-        "failure, and the failure stuck to the context for the rest; open (its CPU row "
-        "needs triton, so the CPU never ran it)",
+        "prints its differences from the reference (compare_tensors) instead of checking "
+        "them. It found two tilelab bugs: with 2+ stages the CUDA compile failed inside TVM "
+        "(a float32 tile reusing a bfloat16 tile's bytes kept a bfloat16 pointer; "
+        "passes/typed_access_pointers.py), and every configuration with a warpgroup MMA "
+        "stopped on the H200 (its static-scoped Beta vector pushed the tiles off wgmma's 1 KiB "
+        "boundary; every shared tile is dynamic now). On the H200 all 60 of its tuning "
+        "configurations now match a torch evaluation of its formulas. The CPU row needs "
+        "triton (its reference)",
     "gemm/example_gemm_autotune_early_stop.py":
-        "on the H200 a worker of tilelab's compile pool died (BrokenProcessPool); open. On "
-        "the CPU it tunes past the limit",
+        "on the CPU it tunes 4096^3 GEMMs past the limit (its sizes are module constants, not "
+        "cut). On the H200 the runner's own import hook did not reach the autotuner's "
+        "benchmark process (spawned, it imports the example afresh: `import tilelang` failed "
+        "and the pool broke); the runner now puts a `tilelang` package on the path",
     "dsa_sparse_finetune/sparse_mla_bwd.py":
         "its indices hold the sequence length as a sentinel, and the kernel gathers KV rows "
         "at every index before masking the sentinel's scores: a read past KV's end, which "
@@ -414,8 +423,11 @@ def cuda_column(row: dict) -> str:
 def write_table(rows: list[dict], checkout: Path, out: Path, command: str,
                 gpu: dict | None = None) -> None:
     """`gpu`: the rows of a run on a GPU machine (its `--json`), by example, or None."""
-    commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip() or "unknown"
+    git = ["git", "-C", str(checkout), "rev-parse", "--show-toplevel", "--short", "HEAD"]
+    top, _, commit = subprocess.run(git, capture_output=True, text=True).stdout.strip() \
+        .partition("\n")
+    if not top or Path(top).resolve() != checkout.resolve():
+        commit = "unknown"  # a copy without its history (inside another repository, say)
     correct = [r for r in rows if r["cpu"] == "correct"]
     runnable = [r for r in rows if r["cpu"] != "needs a package"]
     both = [r for r in correct if r["cuda_ok"] and not r["cuda_failed"]]
