@@ -637,6 +637,21 @@ def test_parallel_extent_larger_than_the_fragment_is_reported():
                  match=r"index out of bounds: t\[i\] \(the shape of t is \(32,\)\)")
 
 
+def test_a_gather_past_a_tensors_edge_says_how_to_guard_it():
+    """TileLang reads 0 past a tensor's edge (its CUDA lowering guards every global read);
+    tilelab stops there, and says how to write the guard."""
+    @T.prim_func
+    def gather(X: T.Tensor((16,), T.float32), idx: T.Tensor((32,), T.int32),
+               Y: T.Tensor((32,), T.float32)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(32):
+                Y[i] = X[idx[i]]  # @gather
+
+    idx = torch.arange(32, dtype=torch.int32)  # 16.. lie past X's end (a sentinel, say)
+    _check_error(gather, torch.randn(16), idx, torch.zeros(32), marker="# @gather",
+                 match=r"X\[idx\[i\]\].*guard it: T.if_then_else\(<index in bounds>, X")
+
+
 def test_wrong_tail_guard_is_reported_and_nothing_is_written_past_the_end():
     @T.prim_func
     def tail(A: T.Tensor((50,), T.float32), B: T.Tensor((50,), T.float32)):

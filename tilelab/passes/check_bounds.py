@@ -109,7 +109,7 @@ class _Checks:
         for child in _children(expr):
             self.collect(child, guard, where, out)
 
-    def access(self, buffer, indices, guard, where, out: list) -> None:
+    def access(self, buffer, indices, guard, where, out: list, read: bool = True) -> None:
         if buffer.scope() == "local.var":  # a scalar: always element 0
             return
         conds = None
@@ -121,8 +121,14 @@ class _Checks:
         text = ", ".join(str(i) for i in indices)
         shape = ", ".join(str(int(e)) if isinstance(e, tirx.IntImm) else str(e)
                           for e in buffer.shape) + ("," if len(buffer.shape) == 1 else "")
-        n = self.number(f"index out of bounds: {buffer.name}[{text}] (the shape of "
-                        f"{buffer.name} is ({shape}))", where)
+        message = f"index out of bounds: {buffer.name}[{text}] (the shape of " \
+                  f"{buffer.name} is ({shape}))"
+        if read and buffer.scope() == "global":
+            # TileLang's CUDA lowering makes such reads 0 (LegalizeSafeMemoryAccess); tilelab
+            # stops at them on the CPU and reads whatever lies there on a GPU
+            message += "; a read past a tensor's edge is a mistake here, not 0 - guard it: " \
+                       f"T.if_then_else(<index in bounds>, {buffer.name}[...], 0)"
+        n = self.number(message, where)
         out.append((_implies(guard, conds), n))
 
     def guard(self, stmt, exprs, store=None):
@@ -132,7 +138,7 @@ class _Checks:
         for expr in exprs:
             self.collect(expr, None, where, checks)
         if store is not None and self.bounds:
-            self.access(store.buffer, store.indices, None, where, checks)
+            self.access(store.buffer, store.indices, None, where, checks, read=False)
         if not checks:
             return stmt
         ok = None
