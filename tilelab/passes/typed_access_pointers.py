@@ -29,37 +29,36 @@ from ..ir.tile_ops import data_of, is_buffer
 from ..ir.visit import rewrite, walk
 
 
-def _is_access_ptr(node) -> bool:
-    return isinstance(node, tvm.ir.Call) and getattr(node.op, "name", "") == "tirx.tvm_access_ptr"
-
-
 def _pointer(call):
     """The tile an access pointer points into (named as `X` or as `X.data`), and its element
     type; (None, None) for other calls."""
-    if not _is_access_ptr(call):
+    if not (isinstance(call, tvm.ir.Call) and
+            getattr(call.op, "name", "") == "tirx.tvm_access_ptr"):
         return None, None
     tile = call.args[1] if is_buffer(call.args[1]) else data_of(call.args[1])
     return tile, str(call.args[0].ty)
 
 
-def _retyped(func) -> dict:
-    """(lender, element type) -> a declaration of the lender's bytes in that type, for each
-    pointer whose element type is not its tile's."""
-    wanted: dict = {}
+def _retyped(func) -> list:
+    """(lender, element type, a declaration of the lender's bytes in that type), for each
+    allocated tile that some pointer takes in a type not its own."""
+    allocated = []
+    walk(func.body, tirx.AllocBuffer, lambda alloc: allocated.append(alloc.buffer))
+    found: list = []
 
     def visit(call):
         tile, dtype = _pointer(call)
-        if tile is None or str(tile.dtype) == dtype or len(tile.shape) != 1 or \
-                not isinstance(tile.shape[0], tirx.IntImm):
+        if tile is None or str(tile.dtype) == dtype or \
+                not any(tile.same_as(a) for a in allocated) or \
+                any(tile.same_as(t) and dtype == d for t, d, _ in found):
             return
-        if not any(tile.same_as(t) and dtype == d for t, d in wanted):
-            nbytes = int(tile.shape[0]) * itemsize(str(tile.dtype))
-            wanted[tile, dtype] = tirx.decl_buffer((nbytes // itemsize(dtype),), dtype,
-                                           name=f"{tile.name}_as_{dtype}", data=tile.data,
-                                           scope=tile.scope())
+        nbytes = int(tile.shape[0]) * itemsize(str(tile.dtype))  # flat by now
+        found.append((tile, dtype, tirx.decl_buffer(
+            (nbytes // itemsize(dtype),), dtype, name=f"{tile.name}_as_{dtype}",
+            data=tile.data, scope=tile.scope())))
 
     walk(func.body, tvm.ir.Call, visit)
-    return wanted
+    return found
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.TypedAccessPointers")
@@ -68,25 +67,22 @@ def TypedAccessPointers(func, mod, ctx):  # noqa: N802 - a pass, named like TVM'
     if not retyped:
         return func
 
-    def declared(tile, dtype):
-        return next((new for (t, d), new in retyped.items() if t.same_as(tile) and d == dtype),
-                    None)
-
     def on_call(call):
         tile, dtype = _pointer(call)
-        new = declared(tile, dtype) if tile is not None else None
+        new = next((new for t, d, new in retyped if tile is not None and t.same_as(tile) and
+                    d == dtype), None)
         if new is None:
             return call
         source = new if is_buffer(call.args[1]) else new.data  # named as it was
         return tvm.ir.Call(call.op, [call.args[0], source, *call.args[2:]], call.attrs,
                            call.ty_args, ret_ty=call.ty)
 
-    def on_seq(seq):
+    def on_seq(seq):  # each new declaration right after its lender's allocation
         stmts = []
         for stmt in seq.seq:
             stmts.append(stmt)
             if isinstance(stmt, tirx.AllocBuffer):
-                stmts += [tirx.DeclBuffer(new, data=tile.data) for (tile, _), new in retyped.items()
+                stmts += [tirx.DeclBuffer(new, data=tile.data) for tile, _, new in retyped
                           if tile.same_as(stmt.buffer)]
         return tirx.SeqStmt(stmts) if len(stmts) != len(seq.seq) else seq
 
