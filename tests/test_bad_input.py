@@ -645,10 +645,10 @@ def test_a_gather_past_a_tensors_edge_says_how_to_guard_it():
                Y: T.Tensor((32,), T.float32)):
         with T.Kernel(1, threads=32):
             for i in T.Parallel(32):
-                Y[i] = X[idx[i]]  # @gather
+                Y[i] = X[idx[i]]  # @edge-read
 
     idx = torch.arange(32, dtype=torch.int32)  # 16.. lie past X's end (a sentinel, say)
-    _check_error(gather, torch.randn(16), idx, torch.zeros(32), marker="# @gather",
+    _check_error(gather, torch.randn(16), idx, torch.zeros(32), marker="# @edge-read",
                  match=r"X\[idx\[i\]\].*guard it: T.if_then_else\(<index in bounds>, X")
 
 
