@@ -366,6 +366,19 @@ BENCH = [
                                                    "tl.disable_heavy_first": True}}},
      [("randn", (2, 16, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
      {"flops": 2 * 2 * 16 * 4096 * 4096 * 128}),
+    # the causal mask tested at every element of every tile, as before the mask was decided
+    # once per tile where the whole tile is kept (passes/uniform_selects.py)
+    ("flash_attention_causal_select_per_element", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"causal": True, "pass_configs": {
+         "tl.disable_uniform_selects": True}}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
+     {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
+    ("flash_attention_causal_bm128_w8_select_per_element", "flash_attention",
+     {"shape": (4, 32, 4096, 128), "options": {"causal": True, "block_m": 128, "threads": 256,
+                                               "pass_configs": {
+                                                   "tl.disable_uniform_selects": True}}},
+     [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal", 2e-2,
+     {"flops": 2 * 4 * 32 * 4096 * 4096 * 128}),
     # the same two with the blocks started in the order written (block 0 first)
     ("flash_attention_causal_as_written", "flash_attention",
      {"shape": (4, 32, 4096, 128), "options": {"causal": True, "pass_configs": {

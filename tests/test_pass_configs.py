@@ -69,7 +69,8 @@ def test_every_key_is_tested_here():
               "TL_DISABLE_WGMMA", "TL_DISABLE_COARSEN", "TL_DISABLE_WGMMA_OVERLAP",
               "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED",
               "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST", "TL_DISABLE_STAGE_STORES",
-              "TL_DISABLE_SETMAXNREG", "TL_ENABLE_WARPGROUP_TURNS"}
+              "TL_DISABLE_SETMAXNREG", "TL_ENABLE_WARPGROUP_TURNS",
+              "TL_DISABLE_UNIFORM_SELECTS"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -81,6 +82,19 @@ def test_disable_heavy_first_starts_blocks_in_the_order_written():
     source = _attention(True, configs={PassConfigKey.TL_DISABLE_HEAVY_FIRST: True}) \
         .get_kernel_source()
     assert "tl::backwards" not in source
+
+
+@needs_nvcc
+def test_disable_uniform_selects_masks_every_tile_at_every_element():
+    from tests.test_heavy_blocks_first import _attention
+
+    def uniform(kernel):
+        return any(p.name == "tilelab.UniformSelects" and p.changed
+                   for p in kernel.trace.passes)
+
+    assert uniform(_attention(causal=True))
+    assert not uniform(_attention(True, configs={PassConfigKey.TL_DISABLE_UNIFORM_SELECTS:
+                                                 True}))
 
 
 @needs_nvcc

@@ -123,6 +123,9 @@ class PassConfigKey(str, enum.Enum):
     # CUDA: number blocks as written, instead of the ones with the most loop trips first
     # (passes/heavy_blocks_first.py: causal attention)
     TL_DISABLE_HEAVY_FIRST = "tl.disable_heavy_first"
+    # CUDA: keep a T.Parallel's T.if_then_else per element even where a whole tile decides
+    # it alike (passes/uniform_selects.py: causal attention masks only diagonal tiles)
+    TL_DISABLE_UNIFORM_SELECTS = "tl.disable_uniform_selects"
     # CUDA: store T.gemm sums straight from registers to global memory instead of through
     # a shared tile where one costs no block on the multiprocessor (passes/stage_stores.py)
     TL_DISABLE_STAGE_STORES = "tl.disable_stage_stores"

@@ -41,6 +41,7 @@ from ...passes.stage_stores import StageStores
 from ...passes.tensor_views import DropTensorViews
 from ...passes.typed_access_pointers import TypedAccessPointers
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
+from ...passes.uniform_selects import UniformSelects
 from ...passes.warp_roles import WarpRoles
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
 from . import nvcc
@@ -52,7 +53,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
            specialize: str = "measured", heavy_first: bool = True,
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
-           turns: bool = False) -> list:
+           turns: bool = False, uniform_selects: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -63,7 +64,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     shared memory than its block has is refused at once; `stage_stores`: GEMM sums go to
     global memory through a shared tile where one is free; `reallocate`: a producer warp
     gives its registers to the consumers; `turns`: two consumer warpgroups take turns at
-    the tensor cores (asked for)."""
+    the tensor cores (asked for); `uniform_selects`: a select a whole tile decides alike is
+    decided once for the tile."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -72,6 +74,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     return [
         *([CoarsenBlocks] if coarsen else []),  # elementwise kernels: F elements per thread
         CheckFragmentReads(program.buffer_locations),
+        *([UniformSelects] if uniform_selects else []),  # a tile-wide select decided once
         # fragments no register layout serves are kept in shared memory
         SpillFragments(program.layouts, wgmma_off, program.buffer_locations),
         StageOperands(),                       # operands where the ops' lowerings take them
@@ -565,9 +568,10 @@ class CUDABackend(Backend):
         stage = not configs.get(PassConfigKey.TL_DISABLE_STAGE_STORES.value, False)
         reallocate = not configs.get(PassConfigKey.TL_DISABLE_SETMAXNREG.value, False)
         turns = bool(configs.get(PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value, False))
+        uniform = not configs.get(PassConfigKey.TL_DISABLE_UNIFORM_SELECTS.value, False)
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
-                           turns)
+                           turns, uniform)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
