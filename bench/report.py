@@ -120,6 +120,8 @@ VARIANTS = {
                "(`tl.disable_stage_stores`)",
     "_turns": "; the consumer warpgroups taking turns at the tensor cores "
               "(`tl.enable_warpgroup_turns`)",
+    "_select_per_element": "; the causal mask tested at every element of every key tile "
+                           "(`tl.disable_uniform_selects`)",
 }
 
 
@@ -163,6 +165,16 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_eighteenth.json",
+     "causal attention's mask decided once per key tile where the whole tile is kept "
+     "(passes/uniform_selects.py: only the diagonal tiles test each element); "
+     "`_select_per_element` rows test every element of every tile as before "
+     "(`tl.disable_uniform_selects`), in the same run (2026-12-03, eighteenth session, "
+     "a subset; the checks cover the suite)",
+     "`python bench/gpu_suite.py build --only flash_attention_causal,"
+     "flash_attention_causal_select_per_element,flash_attention_causal_bm128_w8,"
+     "flash_attention_causal_bm128_w8_select_per_element,flash_attention_causal_b2h16_bm128_w8,"
+     "flash_attention_bm128_w8,flash_attention_causal_bm128_w8_ws`"),
     ("gpu_suite_h200_sixteenth.json",
      "FlashAttention's key loop split between a producer warpgroup and two consumer "
      "warpgroups that take the producer's registers (`_ws` rows, `tl.force_warp_specialized`); "
