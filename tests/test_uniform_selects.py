@@ -12,6 +12,7 @@ import tvm
 from tvm import sym, tirx
 
 import tilelab
+import tilelab.language as T
 from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.ir.visit import substitute, walk
 from tilelab.passes.uniform_selects import UniformSelects, _everywhere
@@ -97,6 +98,34 @@ def test_a_mask_read_from_memory_or_stored_to_shared_is_left_alone():
             T.copy(shared, B)
 
     assert _versioned(tilelab.compile(masked, target="cpu").program.func) == []
+
+
+@T.prim_func
+def partial_sums(X: T.Tensor((64, 8), T.float32), Y: T.Tensor((64,), T.float32)):
+    """A select on the index of a T.serial inside the T.Parallel: uniform across the tile,
+    but bound inside it - no `if` outside the loop may test it."""
+    with T.Kernel(1, threads=64):
+        x = T.alloc_shared((64, 8), T.float32)
+        acc = T.alloc_fragment((64,), T.float32)
+        T.copy(X, x)
+        T.clear(acc)
+        for i in T.Parallel(64):
+            for k in T.serial(8):
+                acc[i] += T.if_then_else(k < 5, x[i, k], 0.0)
+        T.copy(acc, Y)
+
+
+def test_an_index_bound_inside_the_loop_is_not_tested_outside_it():
+    assert _versioned(tilelab.compile(partial_sums, target="cpu").program.func) == []
+    x = torch.randn(64, 8)
+    y = torch.zeros(64)
+    tilelab.compile(partial_sums, target="cpu")(x, y)
+    torch.testing.assert_close(y, x[:, :5].sum(1))
+
+
+@needs_nvcc
+def test_an_index_bound_inside_the_loop_compiles_for_cuda():
+    tilelab.compile(partial_sums, target="cuda")  # an `if` on k outside k's loop: no CUDA
 
 
 @needs_nvcc

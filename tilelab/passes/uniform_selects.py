@@ -22,9 +22,10 @@ need no mask skip it.
 
 Conditions taken: comparisons (`<`, `<=`, `>`, `>=`) of integer expressions
 linear in the loop's indices with constant coefficients, and `and` of such.
-Anything else - a condition reading memory, `==`, `or` - leaves the loop as
-written. Only loops that store into register tiles (fragments, locals) are
-versioned: their copies need no barrier, whichever branch a block takes.
+Anything else - a condition reading memory or an index bound inside the loop (a
+`T.serial` within it), `==`, `or` - leaves the loop as written. Only loops that
+store into register tiles (fragments, locals) are versioned: their copies need
+no barrier, whichever branch a block takes.
 `tl.disable_uniform_selects` turns the pass off.
 """
 
@@ -71,6 +72,13 @@ def _everywhere(cond, nest: list):
         if (c > 0) == (corner == "max"):  # the index at its far end makes `e` extreme
             extreme = extreme + c * (extent - 1)
     return holds(extreme)
+
+
+def _mentions(expr, variables: list) -> bool:
+    found = []
+    walk(expr, tirx.Var, lambda v: found.append(v) if any(v.same_as(w) for w in variables)
+         else None)
+    return bool(found)
 
 
 def _keeps_everything(stmt) -> bool:
@@ -120,11 +128,14 @@ def version(loop):
                             for lp in loops) or not _register_stores_only(body):
         return loop
     nest = [(lp.loop_var, int(lp.extent)) for lp in loops]
+    inner = []  # variables bound inside the nest (a T.serial loop's index): no use outside
+    walk(body, tirx.For, lambda f: inner.append(f.loop_var))
+    walk(body, tirx.LetStmt, lambda let: inner.append(let.var))
     selects = []
     walk(body, tvm.ir.Call, lambda c: selects.append(c) if _is_select(c) else None)
     for select in selects:
         cond = select.args[0]
-        if _reads_memory(cond):
+        if _reads_memory(cond) or _mentions(cond, inner):
             continue
         everywhere = _everywhere(cond, nest)
         if everywhere is None:
