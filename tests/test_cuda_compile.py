@@ -35,6 +35,7 @@ from examples.rms_norm import rms_norm_kernel
 from examples.row_sum import row_sum_kernel
 from examples.softmax import softmax_kernel
 from examples.vector_add import vector_add_kernel
+from tilelab.backends.cuda import SMALL_SPILL
 from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.runtime.artifact import load_artifact
 
@@ -542,9 +543,11 @@ def test_blocks_per_sm_counts_each_resource():
 
 
 def test_a_few_registers_too_many_are_trimmed_for_a_second_block():
-    """Causal attention at 128x64 with 8 warps: 138 registers would leave one block per SM
+    """Causal attention at 128x64 with 8 warps: 140 registers would leave one block per SM
     where shared memory has room for two; compiled again with __launch_bounds__(256, 2),
-    ptxas fits 128 without spilling (0.71x -> 0.85x SDPA causal on the H200)."""
+    ptxas fits 128, spilling 8 bytes - few enough to be worth the second block (0.71x ->
+    0.85x SDPA causal on the H200 when it first fitted without spills; with the mask decided
+    per tile, 1.250 ms against 1.292 ms with no spills and the mask tested everywhere)."""
     program = flash_attention_kernel.fn(4, 32, 4096, 128, causal=True, block_m=128,
                                         threads=256)
     kernel = tilelab.compile(program, out_idx=flash_attention_kernel.out_idx,
@@ -552,7 +555,8 @@ def test_a_few_registers_too_many_are_trimmed_for_a_second_block():
                              pass_configs=flash_attention_kernel.pass_configs)
     resources = kernel.trace.resources
     assert "__launch_bounds__(256, 2)" in kernel.get_kernel_source()
-    assert resources["registers"] <= 128 and not resources.get("spill_stores_bytes")
+    assert resources["registers"] <= 128
+    assert resources.get("spill_stores_bytes", 0) <= SMALL_SPILL
     assert "__launch_bounds__(256, 2)" in resources["occupancy"]
     small = gemm_kernel.compile(M=200, N=136, K=100, target="cuda:sm_90a")  # fits already
     assert "occupancy" not in small.trace.resources
