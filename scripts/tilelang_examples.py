@@ -207,7 +207,8 @@ def _children_import_tilelab(where: Path) -> None:
     """Processes the example starts import tilelab for `tilelang` too: a spawned process
     (an autotuner's benchmark worker) imports the example's main file afresh, `import
     tilelang` first, and `install()` in this process does not reach it. A `tilelang`
-    package on PYTHONPATH, installing tilelab's when imported, does."""
+    package that installs tilelab's when imported does: on `sys.path` (a spawned process
+    takes its parent's) and on PYTHONPATH (a subprocess reads that)."""
     (where / "tilelang").mkdir(parents=True, exist_ok=True)
     (where / "tilelang" / "__init__.py").write_text(SHIM)
     sys.path.append(str(where))  # after the examples' own folders

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
@@ -51,6 +52,27 @@ def data_of(value):
 def is_load(value) -> bool:
     """A buffer element read `A[i, j]` (TVM calls it a TensorLoad; `.source` is the buffer)."""
     return isinstance(value, tvm.ir.TensorLoad)
+
+
+def loaded(expr) -> list:
+    """The buffers whose elements `expr` reads, one per load, in program order."""
+    found = []
+    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda load: found.append(load.source)),
+                            order="pre")
+    return found
+
+
+def is_select(value) -> bool:
+    """`T.if_then_else(cond, a, b)`: TVM's `if_then_else` call, its `.args` those three."""
+    return isinstance(value, tvm.ir.Call) and \
+        getattr(value.op, "name", "") == "prim.if_then_else"
+
+
+def is_access_ptr(value) -> bool:
+    """A pointer into a tile, `tvm_access_ptr(type, data, offset, extent, rw)` (cp.async's
+    destination, a wgmma descriptor's address)."""
+    return isinstance(value, tvm.ir.Call) and \
+        getattr(value.op, "name", "") == "tirx.tvm_access_ptr"
 
 
 def _const_int(expr) -> int | None:

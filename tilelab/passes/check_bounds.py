@@ -31,7 +31,7 @@ import tvm
 from tvm import tirx
 from tvm.ir import StringImm
 
-from ..ir.tile_ops import is_load
+from ..ir.tile_ops import is_load, is_select
 from ..ir.visit import rewrite
 from ..ops._lowering import is_check
 
@@ -58,10 +58,6 @@ def _children(expr) -> list:
     return out
 
 
-def _is_if_then_else(expr) -> bool:
-    return isinstance(expr, tvm.ir.Call) and str(expr.op.name).endswith(".if_then_else")
-
-
 def _and(a, b):
     return b if a is None else tirx.And(a, b)
 
@@ -85,7 +81,7 @@ class _Checks:
 
     def collect(self, expr, guard, where, out: list) -> None:
         """(condition, check number) for every access and division in `expr`."""
-        if _is_if_then_else(expr):
+        if is_select(expr):
             cond, then, other = expr.args
             self.collect(cond, guard, where, out)
             self.collect(then, _and(guard, cond), where, out)

@@ -26,7 +26,7 @@ import tvm_ffi
 from tvm import tirx
 
 from ..ir.dtypes import is_float8
-from ..ir.tile_ops import is_buffer
+from ..ir.tile_ops import is_buffer, is_select
 from ..ir.visit import rewrite
 
 # e4m3fn: bias 7, no infinity, NaN = S.1111.111; e5m2: bias 15, IEEE-like
@@ -130,7 +130,7 @@ class _Bytes:
         if isinstance(expr, tirx.Select):
             return tirx.Select(self.value(expr.condition), self.value(expr.true_value),
                                self.value(expr.false_value))
-        if isinstance(expr, tvm.ir.Call) and getattr(expr.op, "name", "") == "prim.if_then_else":
+        if is_select(expr):
             return tirx.if_then_else(*(self.value(a) for a in expr.args))
         if isinstance(expr, (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Min, tirx.Max)) and \
                 is_float8(expr.ty):

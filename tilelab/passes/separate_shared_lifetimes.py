@@ -41,6 +41,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ..ir.tile_ops import is_access_ptr, loaded
 from ..ops._lowering import is_sync
 
 MARKER = "__tilelab_lifetime_marker"
@@ -104,13 +105,13 @@ def _last_written(body) -> list:
     def visit(node):
         if isinstance(node, tirx.BufferStore):
             for index in [node.value, *node.indices]:
-                for buffer in _loaded(index):
+                for buffer in loaded(index):
                     note(buffer, "read")
             note(node.buffer, "write")
             return tvm_ffi.WalkResult.SKIP
         if isinstance(node, tvm.ir.TensorLoad):
             note(node.source, "read")
-        elif isinstance(node, tvm.ir.Call) and node.op.name == "tirx.tvm_access_ptr":
+        elif is_access_ptr(node):
             name = _name(node.args[1])  # the tile's data variable, read (1) or written (2)
             if name in tiles:
                 last[name] = "write" if int(node.args[4].value) == 2 else "read"
@@ -118,13 +119,6 @@ def _last_written(body) -> list:
 
     tvm_ffi.structural_walk(body, (object, visit), order="pre")
     return [tiles[name] for name, kind in last.items() if kind == "write"]
-
-
-def _loaded(expr) -> list:
-    found = []
-    tvm_ffi.structural_walk(expr, (tvm.ir.TensorLoad, lambda load: found.append(load.source)),
-                            order="pre")
-    return found
 
 
 def _touched(stmt) -> dict:
@@ -140,7 +134,7 @@ def _touched(stmt) -> dict:
             note(node.buffer)
         elif isinstance(node, tvm.ir.TensorLoad):
             note(node.source)
-        elif isinstance(node, tvm.ir.Call) and node.op.name == "tirx.tvm_access_ptr":
+        elif is_access_ptr(node):
             var = node.args[1]
             if isinstance(var, tirx.Var) and "shared" in str(getattr(var.ty, "storage_scope",
                                                                      "")):

@@ -18,17 +18,15 @@ stores around it like any other read.
 
 from __future__ import annotations
 
-import tvm
 from tvm import tirx
 
 from ..ir.builder import seq
-from ..ir.visit import rewrite, walk
+from ..ir.tile_ops import loaded
+from ..ir.visit import rewrite
 
 
 def _reads_shared(expr) -> bool:
-    scopes = []
-    walk(expr, tvm.ir.TensorLoad, lambda load: scopes.append(load.source.scope()))
-    return any(scope.startswith("shared") for scope in scopes)
+    return any(buffer.scope().startswith("shared") for buffer in loaded(expr))
 
 
 def bind_shared_conditions(body):

@@ -25,15 +25,14 @@ import tvm
 from tvm import tirx
 
 from ..ir.dtypes import itemsize
-from ..ir.tile_ops import data_of, is_buffer
+from ..ir.tile_ops import data_of, is_access_ptr, is_buffer
 from ..ir.visit import rewrite, walk
 
 
 def _pointer(call):
     """The tile an access pointer points into (named as `X` or as `X.data`), and its element
     type; (None, None) for other calls."""
-    if not (isinstance(call, tvm.ir.Call) and
-            getattr(call.op, "name", "") == "tirx.tvm_access_ptr"):
+    if not is_access_ptr(call):
         return None, None
     tile = call.args[1] if is_buffer(call.args[1]) else data_of(call.args[1])
     return tile, str(call.args[0].ty)

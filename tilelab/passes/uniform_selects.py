@@ -36,21 +36,11 @@ import tvm_ffi
 from tvm import sym, tirx
 
 from ..ir.expr import dtype_of
-from ..ir.tile_ops import is_load
-from ..ir.visit import rewrite, rewrite_pre, substitute, walk
+from ..ir.tile_ops import is_load, is_select, loaded
+from ..ir.visit import rewrite, rewrite_pre, substitute, uses, walk
 
 _COMPARE = {tirx.LT: ("max", lambda e: tirx.LT(e, 0)), tirx.LE: ("max", lambda e: tirx.LE(e, 0)),
             tirx.GT: ("min", lambda e: tirx.GT(e, 0)), tirx.GE: ("min", lambda e: tirx.GE(e, 0))}
-
-
-def _is_select(expr) -> bool:
-    return isinstance(expr, tvm.ir.Call) and str(expr.op.name).endswith(".if_then_else")
-
-
-def _reads_memory(expr) -> bool:
-    found = []
-    walk(expr, object, lambda node: found.append(node) if is_load(node) else None)
-    return bool(found)
 
 
 def _everywhere(cond, nest: list):
@@ -72,13 +62,6 @@ def _everywhere(cond, nest: list):
         if (c > 0) == (corner == "max"):  # the index at its far end makes `e` extreme
             extreme = extreme + c * (extent - 1)
     return holds(extreme)
-
-
-def _mentions(expr, variables: list) -> bool:
-    found = []
-    walk(expr, tirx.Var, lambda v: found.append(v) if any(v.same_as(w) for w in variables)
-         else None)
-    return bool(found)
 
 
 def _keeps_everything(stmt) -> bool:
@@ -107,15 +90,14 @@ def _nest(loop):
     return loops, loop
 
 
-def _rebuild(loops, body, fresh: bool):
-    """The nest around `body`, with new index variables where `fresh`."""
-    if fresh:
-        new = {loop.loop_var: tirx.Var(loop.loop_var.name, dtype_of(loop.loop_var))
-               for loop in loops}
-        body = substitute(body, new)
+def _copy(loops, body):
+    """The nest around `body` again, with index variables of its own (the copy sits beside
+    the original, and a variable is bound by one loop only)."""
+    new = {loop.loop_var: tirx.Var(loop.loop_var.name, dtype_of(loop.loop_var))
+           for loop in loops}
+    body = substitute(body, new)
     for loop in reversed(loops):
-        var = new[loop.loop_var] if fresh else loop.loop_var
-        body = tirx.For(var, loop.min, loop.extent, loop.kind, body,
+        body = tirx.For(new[loop.loop_var], loop.min, loop.extent, loop.kind, body,
                         annotations=loop.annotations)
     return body
 
@@ -132,10 +114,10 @@ def version(loop):
     walk(body, tirx.For, lambda f: inner.append(f.loop_var))
     walk(body, tirx.LetStmt, lambda let: inner.append(let.var))
     selects = []
-    walk(body, tvm.ir.Call, lambda c: selects.append(c) if _is_select(c) else None)
+    walk(body, tvm.ir.Call, lambda c: selects.append(c) if is_select(c) else None)
     for select in selects:
         cond = select.args[0]
-        if _reads_memory(cond) or _mentions(cond, inner):
+        if loaded(cond) or any(uses(cond, v) for v in inner):
             continue
         everywhere = _everywhere(cond, nest)
         if everywhere is None:
@@ -146,7 +128,7 @@ def version(loop):
         kept = rewrite(body, tvm.ir.Call, lambda c, s=select: c.args[1] if c.same_as(s) else c)
         if _keeps_everything(kept):
             return tirx.IfThenElse(tirx.Not(everywhere), loop, None)
-        return tirx.IfThenElse(everywhere, _rebuild(loops, kept, fresh=True), loop)
+        return tirx.IfThenElse(everywhere, _copy(loops, kept), loop)
     return loop
 
 
