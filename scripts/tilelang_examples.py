@@ -11,7 +11,8 @@ these things changed around it (the file itself is not edited):
 
 * `import tilelang` finds tilelab (`tilelab.compat.tilelang.install()`);
 * sizes are cut down: integer defaults above 256 of `main()` and of its argparse
-  options become 256, except block, thread, stage and split settings;
+  options become 256, except block, thread, stage and split settings; so do such
+  arguments a script's `__main__` block passes to the script's own functions;
 * without a GPU, tensors the example puts on "cuda" stay on the CPU, so kernels
   run on tilelab's CPU backend, and its benchmarks (`do_bench`) make two timed
   calls after one warm-up; with a GPU they run there as written.
@@ -216,6 +217,51 @@ def _children_import_tilelab(where: Path) -> None:
         [str(where), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
+def _cutting(fn):
+    """`fn` with its integer arguments above 256 cut by their parameters' names, as
+    `main()`'s defaults are."""
+    import functools
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return fn(*args, **kwargs)  # the example's own mistake, as it would be raised
+        for name, value in bound.arguments.items():
+            bound.arguments[name] = _cut(name, value)
+        return fn(*bound.args, **bound.kwargs)
+
+    return call
+
+
+def _run_main_block(path: Path, module: dict) -> None:
+    """Run a script's `if __name__ == "__main__":` block (if it has one) in its module's
+    namespace, the example's own functions it
+    calls taking sizes cut (`test(4096, 4096)` runs `test(256, 256)`)."""
+    import ast
+    import types
+
+    tree = ast.parse(path.read_text(errors="replace"))
+    blocks = [node for node in tree.body if isinstance(node, ast.If) and
+              "__main__" in ast.unparse(node.test) and "__name__" in ast.unparse(node.test)]
+    if not blocks:  # its checks stand at the top level, and have run
+        return
+    namespace = dict(module, __name__="__main__")
+    for name, value in module.items():
+        if isinstance(value, types.FunctionType) and value.__module__ == "__tilelab_example__":
+            namespace[name] = _cutting(value)
+    for block in blocks:
+        exec(compile(ast.Module(body=block.body, type_ignores=[]), str(path), "exec"),  # noqa: S102
+             namespace)
+
+
 def run_one(path: Path) -> dict:
     import argparse as argparse_module
     import inspect
@@ -248,7 +294,9 @@ def run_one(path: Path) -> dict:
     try:
         if not MAIN.search(path.read_text(errors="replace")):
             # no `main()`: the file is a script, run as `python example.py` runs it
-            runpy.run_path(str(path), run_name="__main__")
+            # (its `__main__` block after its definitions, sizes it passes cut)
+            module = runpy.run_path(str(path), run_name="__tilelab_example__")
+            _run_main_block(path, module)
             return _finished(path, record)
         module = runpy.run_path(str(path), run_name="__tilelab_example__")
         main = module["main"]

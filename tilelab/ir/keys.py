@@ -26,6 +26,9 @@ WARP_ROLE = "tilelab.warp_role"  # AttrStmt of `with T.ws(...)`: node = first th
 SWIZZLE = "tilelab.swizzle"  # a T.Kernel loop: T.use_swizzle's [panel, order, enable]
 LAYOUT_PLAN = "tilelab.layout_plan"  # a T.Kernel loop: InferLayouts' LayoutPlan (a fact)
 COARSENED = "tilelab.coarsened"  # a T.Kernel loop: program blocks per launched block
+# a T.Kernel loop: the variables T.get_thread_binding(0), (1), (2) gave the program
+THREAD_INDEX = "tilelab.thread_index"
+PER_THREAD = "tilelab.per_thread"  # AttrStmt: statements each thread runs for itself
 FACTS = (PIPELINE_PLAN, LAYOUT_PLAN)
 
 # PrimFunc attributes

@@ -19,7 +19,7 @@ from ..errors import TileLabSyntaxError, TileLabTypeError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
 from ..ir.expr import is_expr, to_expr
-from ..ir.keys import KERNEL, SWIZZLE, THREADS, WARP_ROLE
+from ..ir.keys import KERNEL, SWIZZLE, THREAD_INDEX, THREADS, WARP_ROLE
 from ..ir.tile_ops import _const_int, data_of, is_buffer
 
 # Limits of every NVIDIA GPU, checked while tracing so that both backends reject the same
@@ -172,6 +172,7 @@ class Kernel:
         block_vars = [tirx.Var(n, "int32") for n in names[: len(self.grid)]]
         builder.in_kernel += 1
         builder.threads = self.threads
+        builder.thread_vars = {}
         try:
             with builder.block() as stmts:
                 body_fn(block_vars[0] if len(block_vars) == 1 else tuple(block_vars))
@@ -185,10 +186,60 @@ class Kernel:
             body = tirx.For(var, 0, to_expr(extent), tirx.ForKind.THREAD_BINDING, body,
                             thread_binding=iter_var)
         annotations = {KERNEL: True, THREADS: list(self.threads)}
+        if builder.thread_vars:  # code written for one thread (passes/thread_code.py)
+            annotations[THREAD_INDEX] = [thread_index(builder, d) for d in range(len(self.threads))]
         if builder.swizzle is not None:
             annotations[SWIZZLE] = list(builder.swizzle)
         return tirx.For(body.loop_var, body.min, body.extent, body.kind, body.body,
                         thread_binding=body.thread_binding, annotations=annotations)
+
+
+def thread_index(builder, dim: int):
+    """The variable of the block's thread index along `dim` (one per kernel and dim)."""
+    if dim not in builder.thread_vars:
+        builder.thread_vars[dim] = tirx.Var(("tx", "ty", "tz")[dim], "int32")
+    return builder.thread_vars[dim]
+
+
+def get_thread_binding(dim: int = 0):
+    """The index of the thread running this code along `dim` (0, 1, 2: x, y, z of
+    `T.Kernel(..., threads=(x, y, z))`).
+
+    Statements that use it - or a `T.alloc_local`/`T.alloc_var` they wrote - are code each
+    thread runs for itself, as in CUDA: `if tx < 16: S[tx] = A[bx, tx]`. Tile ops stay the
+    whole block's work; next to them, thread code may hold plain statements, loops,
+    `T.fill`/`T.clear` of its own registers and `T.atomic_add`. The CPU runs such code
+    once per thread, in step between statements (passes/thread_code.py)."""
+    builder = current("get_thread_binding")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(builder.threads):
+        raise TileLabTypeError(
+            f"T.get_thread_binding({dim!r}): the kernel has threads={builder.threads!r}, so "
+            f"the dimension is one of {list(range(len(builder.threads)))}")
+    if builder.role is not None:
+        raise TileLabSyntaxError(
+            "T.get_thread_binding inside a T.ws role is not supported",
+            hint="take the thread index outside the role; inside, use tile ops")
+    return thread_index(builder, dim)
+
+
+def thread_binding(start, stop=None, thread: str = "threadIdx.x", annotations=None):
+    """TileLang's `tx = T.thread_binding(0, threads, thread="threadIdx.x")`: the thread
+    index along x, y or z, whose extent must be the kernel's (T.get_thread_binding)."""
+    builder = current("thread_binding")
+    if stop is None:
+        start, stop = 0, start
+    axes = {"threadIdx.x": 0, "threadIdx.y": 1, "threadIdx.z": 2}
+    if thread not in axes:
+        raise TileLabTypeError(f"T.thread_binding(thread={thread!r}): the thread is one of "
+                               f"{', '.join(axes)}")
+    dim = axes[thread]
+    extent = builder.threads[dim] if dim < len(builder.threads) else 1
+    if _const_int(start) != 0 or _const_int(stop) != extent:
+        raise TileLabTypeError(
+            f"T.thread_binding({start}, {stop}, thread={thread!r}) covers threads other "
+            f"than the block's {extent} along {thread[-1]} (threads={builder.threads!r})",
+            hint=f"bind the whole extent: T.thread_binding(0, {extent}, thread={thread!r})")
+    return get_thread_binding(dim)
 
 
 WARPGROUP = 128  # threads of one warpgroup: what T.ws counts in

@@ -3,11 +3,10 @@
 tilelab's `T` namespace follows TileLang, whose programs should run here as written.
 TileLang also has other names for things tilelab already has (`T.float` for
 `T.float32`, `T.Serial` for `T.serial`, `T.floordiv(a, b)` for `a // b`); they live
-here, in one place, and `T` re-exports them. TileLang's explicit hardware
-programming (threads by index, barriers, TMA, warp specialization, tcgen05) has no
-place in a tile-level language that chooses those itself: naming one of those
-gives a `TileLangFeatureError` that says what the feature is and what to write
-instead, never a bare "has no attribute".
+here, in one place, and `T` re-exports them. Some of TileLang's explicit hardware
+programming (warp shuffles, tcgen05, clusters) has no place in a tile-level language
+that chooses those itself: naming one of those gives a `TileLangFeatureError` that
+says what the feature is and what to write instead, never a bare "has no attribute".
 """
 
 from __future__ import annotations
@@ -239,9 +238,9 @@ def assume(condition):
 
 # ---------------------------------------------------------------- what tilelab does not have
 
-_THREADS = ("threads addressed by index", "a tile-level loop: `for i, j in T.Parallel(M, N)` "
-            "(layout inference gives each thread its elements); for a branch per warpgroup "
-            "(`if tx < 128:`), a warp role: `with T.ws(0):`")
+_THREADS = ("an exchange of values between threads (warp shuffles, thread all-reduce)",
+            "a fragment and T.reduce_sum/T.reduce_max (the compiler picks the shuffles), or "
+            "shared memory written and read by thread index (T.get_thread_binding)")
 _HARDWARE = ("explicit Hopper/Blackwell programming (barriers, TMA, wgmma, tcgen05, warp "
              "specialization)", "T.copy, T.gemm and T.Pipelined: tilelab picks TMA, wgmma, "
              "barriers, async copies and a producer warp for them itself; or write the roles "
@@ -251,7 +250,7 @@ _VIEWS = ("a tensor view (reshape/reinterpret of a buffer)",
           "a separate kernel parameter with the shape you need, or index arithmetic")
 
 MISSING: dict[str, tuple[str, str]] = {
-    **dict.fromkeys(("get_thread_binding", "thread_binding", "tvm_thread_allreduce",
+    **dict.fromkeys(("tvm_thread_allreduce",
                      "tvm_warp_shuffle", "any_sync", "shfl_sync", "shfl_xor", "shfl_down",
                      "shfl_up", "comm_reducer", "dp4a"), _THREADS),
     **dict.fromkeys(("alloc_cluster_barrier", "mbarrier_arrive_expect_tx", "mbarrier_expect_tx",

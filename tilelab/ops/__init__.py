@@ -50,6 +50,9 @@ class TileOp:
     primitives: tuple  # the T.* functions that emit it, exported under their __name__
     effects: Callable  # (call) -> Effects
     in_parallel: bool = False  # may it stand inside a T.Parallel loop?
+    # may it stand in code each thread runs for itself (passes/thread_code.py)? Its thread
+    # lowering then sees ctx.in_parallel set: the thread does the whole op for itself
+    in_thread_code: bool = False
     fix_layouts: Callable | None = None  # (call, ctx): layouts the op insists on
     propagate_layouts: Callable | None = None  # (call, ctx) -> bool: layouts passed along
     # (call, ctx): once layouts are final, what the op will emit, for the Trace's views

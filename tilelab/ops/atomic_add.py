@@ -148,4 +148,5 @@ def atomic_threads(ctx, dst: Region, src):
 
 
 register(TileOp("atomic_add", primitives=(atomic_add,), effects=effects, in_parallel=True,
+                in_thread_code=True,
                 lowerings={"cpu": lower_loops, "cuda": lower_threads}))

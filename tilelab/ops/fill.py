@@ -2,7 +2,8 @@
 
 Loop semantics: `dst[i, j] = value` (elements past a global tensor's edge are skipped).
 Thread lowering: a fragment is filled by each thread in its own registers; a shared or
-global region is dealt to the threads element by element.
+global region is dealt to the threads element by element. A thread's own registers
+(`T.alloc_local`), and anything in code each thread runs for itself, it fills alone.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def lower_threads(call, ctx):
         return unrolled_registers(ctx.local(dst.buffer), lambda reg: to_expr(value, dst.dtype))
     if dst.buffer.scope() == "local.var":  # T.clear(v) of a T.alloc_var: every thread's own
         return tirx.BufferStore(ctx.local(dst.buffer), to_expr(value, dst.dtype), [0])
+    if ctx.in_parallel or dst.buffer.scope() == "local":
+        return lower_loops(call)
     extents = [int(_const_int(e)) for e in dst.extents]
 
     def fill_one(flat):
@@ -69,5 +72,5 @@ def lower_threads(call, ctx):
     return ctx.deal(math.prod(extents), fill_one)
 
 
-register(TileOp("fill", primitives=(fill, clear), effects=effects,
+register(TileOp("fill", primitives=(fill, clear), effects=effects, in_thread_code=True,
                 lowerings={"cpu": lower_loops, "cuda": lower_threads}))

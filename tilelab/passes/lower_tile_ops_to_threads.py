@@ -34,7 +34,10 @@ from ..ir.expr import dtype_of
 from ..ir.keys import (
     KERNEL,
     LAYOUT_PLAN,
+    PER_THREAD,
     SWIZZLE,
+    THREAD_INDEX,
+    THREADS,
     WARP_ROLE,
     block_threads,
     fact_value,
@@ -46,6 +49,7 @@ from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, lookup
 from ..ops._lowering import address, is_fragment, seq, simplify, thread_index_range, unravel
 from .infer_layouts import LayoutPlan, parallel_nest
+from .thread_code import thread_indices
 
 
 def _is_register_tile(buffer) -> bool:
@@ -211,6 +215,8 @@ class ThreadLowering:
             return tirx.While(self.fragment_scalars(stmt.condition), self.lower(stmt.body))
         if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
             return self.lower_role(stmt)
+        if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == PER_THREAD:
+            return self.lower_thread_code(stmt.body)
         if isinstance(stmt, tirx.AttrStmt):  # a mark for a later pass (a pipeline's refill)
             return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.lower(stmt.body))
         if isinstance(stmt, tirx.BufferStore):
@@ -230,6 +236,15 @@ class ThreadLowering:
             body = role.lower(stmt.body)
         return tirx.AttrStmt(stmt.node, WARP_ROLE, stmt.value,
                              seq([tirx.Bind(rtx, self.tx - first), body]))
+
+    def lower_thread_code(self, body):
+        """Code each thread runs for itself (passes/thread_code.py): as the body of a
+        T.Parallel iteration, every thread runs it and keeps its own stores."""
+        outer, self.in_parallel = self.in_parallel, True
+        try:
+            return self.lower(body)
+        finally:
+            self.in_parallel = outer
 
     def lower_alloc(self, stmt):
         buffer = stmt.buffer
@@ -392,7 +407,7 @@ class ThreadLowering:
         """Each op lowers itself (its module in tilelab/ops/); this context is what it gets."""
         with at_user_line(stmt, self.func):
             op = lookup(stmt)
-            if self.in_parallel and not op.in_parallel:
+            if self.in_parallel and not op.in_parallel and not op.in_thread_code:
                 raise TileLabTypeError(f"T.{op.name} cannot be used inside a T.Parallel loop")
             if not self.in_parallel:  # a region that starts at a T.alloc_var's value
                 stmt = self.fragment_scalars(stmt)
@@ -476,6 +491,10 @@ def _add_threads(loop, lowering_fn, threads, swizzle=None):
     tx = tirx.Var("tx", "int32")
     with thread_index_range(tx, threads):
         body, scratch = lowering_fn(node, tx, [b.loop_var for b in block_loops])
+    if THREAD_INDEX in loop.annotations:  # the program's own thread indices
+        extents = [int(t) for t in loop.annotations[THREADS]]
+        body = substitute(body, dict(zip(loop.annotations[THREAD_INDEX],
+                                         thread_indices(tx, extents))))
     # renumber the blocks in the lowered code: substituted before, it would rebuild the
     # T.Parallel loops that read a block index, which the layout plan knows by identity
     if swizzle and swizzle[2] and len(block_loops) >= 2:
@@ -485,8 +504,10 @@ def _add_threads(loop, lowering_fn, threads, swizzle=None):
                             "threadIdx.x")
     body = tirx.For(tx, 0, threads, tirx.ForKind.THREAD_BINDING, body, thread_binding=iter_var)
     for b in reversed(block_loops):
+        annotations = {k: v for k, v in without_facts(b.annotations).items()
+                       if k != THREAD_INDEX}
         body = tirx.For(b.loop_var, b.min, b.extent, b.kind, body,
-                        thread_binding=b.thread_binding, annotations=without_facts(b.annotations))
+                        thread_binding=b.thread_binding, annotations=annotations)
     return body
 
 

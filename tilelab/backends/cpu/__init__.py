@@ -20,6 +20,7 @@ from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.float8_as_bytes import Float8AsBytes
 from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
+from ...passes.thread_code import MarkThreadCode, ThreadLoops
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
 
 PIPELINE_NAME = "tilelab_cpu"
@@ -29,8 +30,10 @@ def passes(program, vectorize: bool = True) -> list:
     """The CPU pipeline, in order: tilelab's tile-level passes, then TVM's lowering."""
     T = tirx.transform  # noqa: N806
     return [
+        MarkThreadCode(),                 # code each thread runs for itself (T.get_thread_binding)
         CheckFragmentReads(program.buffer_locations),  # fragments read before written?
         LowerTileOpsToLoops,              # each tile op -> the loop nest that defines it
+        ThreadLoops(),                    # ... and thread code -> a loop over the threads
         *([Float8AsBytes] if _has_float8(program) else []),  # float8 kept as bytes
         CheckAccesses(_where(program)),   # out-of-bounds accesses, division by zero: errors
         KernelToCPULoops(program.has_atomics),  # blocks -> a parallel loop over the cores

@@ -1,0 +1,167 @@
+"""Code written for one thread (`T.get_thread_binding`, passes/thread_code.py): the CPU runs
+it once per thread, in step between statements, the GPU on every thread; both agree with
+torch, and what one thread cannot do is refused at its line."""
+
+import pytest
+import torch
+
+import tilelab
+import tilelab.language as T
+from tilelab.backends.cuda.nvcc import find_nvcc
+from tilelab.errors import TileLabTypeError
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+
+
+@tilelab.jit(out_idx=[-1])
+def splitk_gemv(N, K, block_n=32, reduce_threads=8):
+    """y = B @ x: thread (tn, tk) of a block sums every reduce_threads-th element of row
+    tn; the partial sums meet in shared memory through atomics. N and K need not be
+    multiples of the block (the guards are the program's)."""
+    @T.prim_func
+    def kernel(x: T.Tensor((K,), T.float16), B: T.Tensor((N, K), T.float16),
+               y: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, block_n), threads=(block_n, reduce_threads)) as bn:
+            tn = T.get_thread_binding(0)
+            tk = T.get_thread_binding(1)
+            acc = T.alloc_local((1,), T.float32)
+            sums = T.alloc_shared((block_n,), T.float32)
+            if tk == 0:
+                sums[tn] = 0
+            T.clear(acc)
+            for k in T.serial(T.ceildiv(K, reduce_threads)):
+                col = k * reduce_threads + tk
+                if col < K and bn * block_n + tn < N:
+                    acc[0] += x[col].astype(T.float32) * B[bn * block_n + tn, col].astype(
+                        T.float32)
+            T.atomic_add(sums[tn], acc[0])
+            if tk == 0 and bn * block_n + tn < N:
+                y[bn * block_n + tn] = sums[tn]
+    return kernel
+
+
+@tilelab.jit(out_idx=[-1])
+def neighbours(n, threads=64):
+    """out[i] = a[i] + a[i + 1] within each block's run of `threads`, the neighbour's value
+    read from shared memory another thread wrote (a barrier between, which the compiler
+    puts); thread t also counts its way up to t in a private T.alloc_var."""
+    @T.prim_func
+    def kernel(a: T.Tensor((n,), T.float32), out: T.Tensor((n,), T.float32)):
+        with T.Kernel(T.ceildiv(n, threads), threads=threads) as bx:
+            tx = T.thread_binding(0, threads, thread="threadIdx.x")
+            s = T.alloc_shared((threads,), T.float32)
+            steps = T.alloc_var(T.int32)
+            steps = 0
+            for _ in T.serial(tx):  # a loop as long as the thread's index
+                steps = steps + 1
+            s[tx] = T.if_then_else(bx * threads + tx < n, a[bx * threads + tx], 0.0)
+            if bx * threads + tx < n:
+                out[bx * threads + tx] = s[tx] + s[(tx + 1) % threads] + T.cast(
+                    steps - tx, T.float32)
+    return kernel
+
+
+def expected_neighbours(a, threads=64):
+    padded = torch.nn.functional.pad(a, (0, -len(a) % threads)).view(-1, threads)
+    return (padded + padded.roll(-1, dims=1)).flatten()[:len(a)]
+
+
+def check_gemv(kernel, device, n=100, k=77):
+    x = torch.randn(k, device=device).half()
+    b = torch.randn(n, k, device=device).half()
+    torch.testing.assert_close(kernel(x, b), b.float() @ x.float(), rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_gemv_by_thread_matches_torch():
+    check_gemv(splitk_gemv.compile(100, 77, target="cpu"), "cpu")
+
+
+def test_cpu_threads_read_what_others_wrote():
+    a = torch.randn(150)
+    torch.testing.assert_close(neighbours.compile(150, target="cpu")(a), expected_neighbours(a))
+
+
+def test_cpu_runs_each_piece_of_thread_code_for_every_thread():
+    trace = neighbours.compile(150, target="cpu").trace
+    marked = trace.ir_after("tilelab.MarkThreadCode")
+    assert marked.count('"tilelab.per_thread"') >= 3
+    looped = trace.ir_after("tilelab.ThreadLoops")
+    assert "for thread in range(64)" in looped and "tilelab.per_thread" not in looped
+    assert "steps = T.alloc_local((64, 1)" in looped.replace('"int32"', "").replace(", )", ")")
+
+
+@needs_nvcc
+def test_cuda_every_thread_runs_its_own_stores():
+    source = neighbours.compile(150, target="cuda:sm_90a").get_kernel_source()
+    body = source[source.rindex("__global__"):]
+    assert "threadIdx.x" in body and "__syncthreads()" in body
+    assert "== 0)" not in body  # no store left to thread 0 alone
+
+
+
+def test_tile_ops_on_the_thread_index_are_refused_at_the_line():
+    with pytest.raises(TileLabTypeError, match="T.copy is the whole block's work") as info:
+        @tilelab.jit
+        def copy_by_thread(A):
+            A: T.Tensor((64, 64), T.float32)
+            B = T.empty((64, 64), T.float32)
+            with T.Kernel(1, threads=64):
+                tx = T.get_thread_binding()
+                s = T.alloc_shared((64, 64), T.float32)
+                if tx < 32:
+                    T.copy(A, s)
+                T.copy(s, B)
+            return B
+
+        copy_by_thread(torch.randn(64, 64))
+    assert "test_thread_code.py" in str(info.value.location.filename)
+
+
+@pytest.mark.parametrize("what, match", [
+    ("parallel", "a T.Parallel loop in code each thread"),
+    ("barrier", "a barrier .T.sync_threads. inside"),
+    ("fragment", "fragment 'f' in code each thread"),
+])
+def test_what_one_thread_cannot_do_is_refused(what, match):
+    @tilelab.jit
+    def program(A, what: str):
+        A: T.Tensor((64,), T.float32)
+        B = T.empty((64,), T.float32)
+        with T.Kernel(1, threads=64):
+            tx = T.get_thread_binding()
+            f = T.alloc_fragment((64,), T.float32)
+            T.clear(f)
+            if what == "parallel":
+                for i in T.Parallel(64):
+                    B[i] = A[i] + tx
+            elif what == "barrier":
+                if tx < 32:
+                    T.sync_threads()
+                    B[tx] = A[tx]
+            else:
+                B[tx] = f[tx]
+        return B
+
+    with pytest.raises(TileLabTypeError, match=match) as info:
+        program(torch.randn(64), what)
+    assert info.value.location is not None and info.value.location.line > 0
+
+
+def test_thread_binding_must_cover_the_block():
+    with pytest.raises(TileLabTypeError, match="covers threads other than"):
+        @tilelab.jit
+        def partial(A):
+            A: T.Tensor((64,), T.float32)
+            with T.Kernel(1, threads=64):
+                tx = T.thread_binding(0, 32, thread="threadIdx.x")
+                A[tx] = 0
+
+        partial(torch.randn(64))
+
+
+@pytest.mark.gpu
+def test_gpu_matches_torch():
+    check_gemv(splitk_gemv.compile(100, 77, target="cuda"), "cuda")
+    a = torch.randn(150, device="cuda")
+    torch.testing.assert_close(neighbours.compile(150, target="cuda")(a),
+                               expected_neighbours(a))

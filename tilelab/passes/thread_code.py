@@ -1,0 +1,340 @@
+"""Code written for one thread: `tx = T.get_thread_binding()`.
+
+A tile program describes the whole block's work and lets the compiler deal it to
+threads. TileLang also lets a program speak for one thread, as CUDA does:
+
+    tx = T.get_thread_binding()
+    acc = T.alloc_local((1,), T.float32)          # each thread's own register
+    for k in T.serial(K):
+        acc[0] += A[bx * 128 + tx, k] * x[k]      # each thread its own row
+    y[bx * 128 + tx] = acc[0]
+
+A statement is *thread code* when it reads the thread index, or reads or writes a
+register (`T.alloc_local`, `T.alloc_var`) that thread code wrote - that register is
+then *private*: one copy per thread. Everything else stays the block's: the same
+for every thread, done once.
+
+`MarkThreadCode` (both backends, on tile ops) finds the private registers (a
+fixpoint: a register written from a private one is private too), then puts a
+`tilelab.per_thread` mark around each piece of thread code, as small as the
+block's own control flow allows: through a loop or `if` that every thread takes
+alike it goes inside, so that the marks are separated where the block could put a
+barrier; around an `if` or loop on a private value it stays outside. It refuses, at
+the user's line, what has no meaning for one thread: a tile op other than
+`T.fill`/`T.clear`/`T.atomic_add`, a `T.Parallel` loop or a fragment (the compiler
+deals those to threads), a barrier that not every thread reaches.
+
+On the GPU a mark is lowered as the body of a `T.Parallel` iteration: every
+thread runs it, its stores are not left to thread 0 (passes/lower_tile_ops_to_threads.py).
+On the CPU `ThreadLoops` (after the tile ops became loops) runs each mark as a
+loop over the block's threads, giving each private register a copy per thread.
+Running one mark for all threads before the next mark starts is one order the GPU's
+threads may take between barriers; a program whose result depends on another
+order races on the GPU too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tvm
+from tvm import tirx
+from tvm.tirx.tile_primitive import TilePrimitiveCall
+
+from ..errors import SourceLocation, TileLabTypeError
+from ..ir.keys import KERNEL, PER_THREAD, THREAD_INDEX, THREADS, WARP_ROLE
+from ..ir.tile_ops import is_load, regions, scalars
+from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
+from ..ops import at_user_line, effects, lookup
+from ..ops._lowering import is_fragment, is_sync, seq
+
+_REGISTERS = ("local", "local.var")
+
+
+def _register(buffer) -> bool:
+    return buffer.scope() in _REGISTERS
+
+
+class _Private:
+    """The thread-index variables, the loop variables that depend on them, and the
+    registers thread code writes."""
+
+    def __init__(self, thread_vars):
+        self.vars = list(thread_vars)
+        self.buffers: set = set()  # names
+
+    def expr(self, node) -> bool:
+        """Does an expression (or statement) read the thread index or a private register?"""
+        found = []
+
+        def visit(n):
+            if isinstance(n, tirx.Var) and any(n.same_as(v) for v in self.vars):
+                found.append(n)
+            elif is_load(n) and n.source.name in self.buffers:
+                found.append(n)
+
+        walk(node, object, visit)
+        return bool(found)
+
+    def stmt(self, node) -> bool:
+        """Does a statement read or write anything private?"""
+        if self.expr(node):
+            return True
+        found = []
+
+        def visit(n):
+            if isinstance(n, tirx.BufferStore) and n.buffer.name in self.buffers:
+                found.append(n)
+            elif isinstance(n, TilePrimitiveCall) and any(
+                    r.buffer.name in self.buffers for r in regions(n)):
+                found.append(n)
+
+        walk(node, object, visit)
+        return bool(found)
+
+
+def private_registers(body, thread_vars) -> _Private:
+    """Grow the private set until nothing changes: a register written under private
+    control, at a private index or with a private value is private."""
+    private = _Private(thread_vars)
+    changed = True
+
+    def written(buffer, private_write: bool):
+        nonlocal changed
+        if private_write and _register(buffer) and buffer.name not in private.buffers:
+            private.buffers.add(buffer.name)
+            changed = True
+
+    def scan(stmt, control: bool):
+        if isinstance(stmt, tirx.SeqStmt):
+            for s in stmt:
+                scan(s, control)
+        elif isinstance(stmt, tirx.For):
+            varying = private.expr(stmt.min) or private.expr(stmt.extent)
+            if varying and not any(stmt.loop_var.same_as(v) for v in private.vars):
+                private.vars.append(stmt.loop_var)
+            scan(stmt.body, control or varying)
+        elif isinstance(stmt, tirx.While):
+            scan(stmt.body, control or private.expr(stmt.condition))
+        elif isinstance(stmt, tirx.IfThenElse):
+            inner = control or private.expr(stmt.condition)
+            scan(stmt.then_case, inner)
+            if stmt.else_case is not None:
+                scan(stmt.else_case, inner)
+        elif isinstance(stmt, tirx.AttrStmt):
+            scan(stmt.body, control)
+        elif isinstance(stmt, tirx.BufferStore):
+            written(stmt.buffer, control or private.expr(stmt.value) or
+                    any(private.expr(i) for i in stmt.indices))
+        elif isinstance(stmt, TilePrimitiveCall):
+            done = effects(stmt)
+            varying = control or any(private.expr(e) for e in scalars(stmt)) or any(
+                private.expr(list(r.starts)) or r.buffer.name in private.buffers
+                for r in done.reads)
+            for region in done.writes:
+                written(region.buffer, varying or private.expr(list(region.starts)))
+
+    while changed:
+        changed = False
+        scan(body, False)
+    return private
+
+
+class _Marker:
+    """Puts the marks; refuses what one thread cannot do."""
+
+    def __init__(self, private: _Private, func):
+        self.private = private
+        self.func = func
+
+    def mark(self, stmt):
+        if isinstance(stmt, tirx.SeqStmt):
+            return seq([self.mark(s) for s in stmt])
+        if not self.private.stmt(stmt):
+            return stmt
+        private = self.private.expr
+        if isinstance(stmt, tirx.For) and stmt.kind != tirx.ForKind.PARALLEL and \
+                not private(stmt.min) and not private(stmt.extent):
+            return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
+                            self.mark(stmt.body), thread_binding=stmt.thread_binding,
+                            annotations=stmt.annotations)
+        if isinstance(stmt, tirx.IfThenElse) and not private(stmt.condition):
+            return tirx.IfThenElse(stmt.condition, self.mark(stmt.then_case),
+                                   self.mark(stmt.else_case) if stmt.else_case else None)
+        if isinstance(stmt, tirx.While) and not private(stmt.condition):
+            return tirx.While(stmt.condition, self.mark(stmt.body))
+        if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key != WARP_ROLE:
+            return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.mark(stmt.body))
+        self.check(stmt)
+        return tirx.AttrStmt(tirx.const(0, "int32"), PER_THREAD, tirx.const(1, "int32"), stmt)
+
+    def check(self, stmt):
+        """What one thread may do: plain statements, loops, its own registers."""
+        def refuse(node, message, hint):
+            error = TileLabTypeError(message, _location(node) or _location(stmt), hint=hint)
+            if isinstance(node, TilePrimitiveCall):
+                with at_user_line(node, self.func):
+                    raise error
+            raise error
+
+        def visit(node):
+            if isinstance(node, TilePrimitiveCall):
+                op = lookup(node)
+                if not op.in_thread_code or any(is_fragment(r.buffer) for r in regions(node)):
+                    refuse(node, f"T.{op.name} is the whole block's work, and here it is in "
+                           "code each thread runs for itself (it depends on the thread index "
+                           "or on a thread's own register)",
+                           "keep tile ops outside `if`s and loops on the thread index and "
+                           "give them no per-thread values; one thread may T.fill/T.clear "
+                           "its registers and T.atomic_add")
+            elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
+                refuse(node, "a T.Parallel loop in code each thread runs for itself (it "
+                       "depends on the thread index or on a thread's own register): the "
+                       "compiler deals a T.Parallel loop's elements to the threads",
+                       "loop with T.serial in thread code, or keep the thread index out of "
+                       "the T.Parallel loop")
+            elif isinstance(node, tirx.AttrStmt) and node.attr_key == WARP_ROLE:
+                refuse(node, "a T.ws role inside code each thread runs for itself",
+                       "put the role outside `if`s and loops on the thread index")
+            elif is_sync(node):
+                refuse(node, "a barrier (T.sync_threads) inside an `if` or loop that depends "
+                       "on the thread index: the threads that skip it never arrive",
+                       "put the barrier where every thread of the block reaches it")
+            elif isinstance(node, tirx.BufferStore) and is_fragment(node.buffer) or \
+                    is_load(node) and is_fragment(node.source):
+                name = node.buffer.name if isinstance(node, tirx.BufferStore) else \
+                    node.source.name
+                refuse(node, f"fragment {name!r} in code each thread runs for itself: the "
+                       "compiler spreads a fragment's elements over the threads",
+                       "use T.alloc_local for a thread's own registers, or T.alloc_shared")
+
+        walk(stmt, object, visit)
+
+
+def _location(node):
+    """The user's line of the first statement in `node` that carries one (its span)."""
+    spans = []
+
+    def visit(n):
+        span = getattr(n, "span", None)
+        if not spans and isinstance(span, tvm.ir.Span) and span.source_name is not None and \
+                span.line > 0:
+            spans.append(span)
+
+    walk(node, object, visit)
+    if not spans:
+        return None
+    span = spans[0]
+    return SourceLocation(span.source_name.name, span.line, span.column)
+
+
+def _kernels(func, on_kernel):
+    def visit(loop):
+        if KERNEL in loop.annotations and THREAD_INDEX in loop.annotations:
+            return on_kernel(loop)
+        return loop
+
+    return func.with_body(rewrite_pre(func.body, tirx.For, visit))
+
+
+def _block_loops(kernel):
+    loops, node = [], kernel
+    while isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
+        loops.append(node)
+        node = node.body
+    return loops, node
+
+
+def _rebuild(loops, body, annotations):
+    for loop in reversed(loops):
+        body = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
+                        thread_binding=loop.thread_binding,
+                        annotations=annotations if loop is loops[0] else loop.annotations)
+    return body
+
+
+def MarkThreadCode():  # noqa: N802
+    """Expects tile ops; marks the thread code of kernels that take the thread index."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.MarkThreadCode")
+    @keep_user_errors
+    def _pass(func, _mod, _ctx):
+        def on_kernel(kernel):
+            loops, body = _block_loops(kernel)
+            private = private_registers(body, kernel.annotations[THREAD_INDEX])
+            marked = _Marker(private, func).mark(body)
+            return _rebuild(loops, marked, kernel.annotations)
+
+        return _kernels(func, on_kernel)
+
+    return _pass
+
+
+def thread_indices(flat, extents) -> list:
+    """The x, y, z thread indices of the flat one (x varies fastest)."""
+    out, stride = [], 1
+    for i, extent in enumerate(extents):
+        index = flat if stride == 1 else tirx.floordiv(flat, stride)
+        out.append(index if i == len(extents) - 1 else tirx.floormod(index, extent))
+        stride *= extent
+    return out
+
+
+def ThreadLoops():  # noqa: N802
+    """CPU, after the tile ops became loops: each mark runs once per thread."""
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.ThreadLoops")
+    def _pass(func, _mod, _ctx):
+        def on_kernel(kernel):
+            extents = [int(t) for t in kernel.annotations[THREADS]]
+            thread_vars = list(kernel.annotations[THREAD_INDEX])
+            loops, body = _block_loops(kernel)
+            copies = _per_thread_copies(body, math.prod(extents))
+
+            def access(t, node):
+                if isinstance(node, tirx.BufferStore) and node.buffer.name in copies:
+                    return tirx.BufferStore(copies[node.buffer.name], node.value,
+                                            [t, *node.indices])
+                if is_load(node) and node.source.name in copies:
+                    return tirx.BufferLoad(copies[node.source.name], [t, *node.indices])
+                return node
+
+            def on_mark(attr):
+                if attr.attr_key != PER_THREAD:
+                    return attr
+                t = tirx.Var("thread", "int32")
+                inner = substitute(attr.body, dict(zip(thread_vars,
+                                                       thread_indices(t, extents))))
+                inner = rewrite(inner, tvm.ir.TensorLoad, lambda n: access(t, n))
+                inner = rewrite(inner, tirx.BufferStore, lambda n: access(t, n))
+                return tirx.For(t, 0, math.prod(extents), tirx.ForKind.SERIAL, inner)
+
+            body = rewrite(body, tirx.AttrStmt, on_mark)
+            body = rewrite(body, tirx.AllocBuffer, lambda a: tirx.AllocBuffer(
+                copies[a.buffer.name]) if a.buffer.name in copies else a)
+            annotations = {k: v for k, v in kernel.annotations.items() if k != THREAD_INDEX}
+            return _rebuild(loops, body, annotations)
+
+        return _kernels(func, on_kernel)
+
+    return _pass
+
+
+def _per_thread_copies(body, threads: int) -> dict:
+    """A copy per thread of each register thread code writes: name -> [threads, ...]."""
+    copies: dict = {}
+
+    def in_mark(attr):
+        if attr.attr_key != PER_THREAD:
+            return
+
+        def store(node):
+            b = node.buffer
+            if _register(b) and b.name not in copies:
+                copies[b.name] = tirx.decl_buffer((threads, *b.shape), b.dtype, name=b.name,
+                                                  scope="local")
+
+        walk(attr.body, tirx.BufferStore, store)
+
+    walk(body, tirx.AttrStmt, in_mark)
+    return copies
