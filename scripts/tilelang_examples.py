@@ -12,7 +12,8 @@ these things changed around it (the file itself is not edited):
 * `import tilelang` finds tilelab (`tilelab.compat.tilelang.install()`);
 * sizes are cut down: integer defaults above 256 of `main()` and of its argparse
   options become 256, except block, thread, stage and split settings; so do such
-  arguments a script's `__main__` block passes to the script's own functions;
+  arguments a script's `__main__` block passes to the script's own functions (head
+  dimensions kept);
 * without a GPU, tensors the example puts on "cuda" stay on the CPU, so kernels
   run on tilelab's CPU backend, and its benchmarks (`do_bench`) make two timed
   calls after one warm-up; with a GPU they run there as written.
@@ -44,6 +45,9 @@ CHECKS = re.compile(r"assert_close|assert_allclose|torch_assert_close|allclose|a
 KEEP = re.compile(r"block|thread|stage|split|warp|tile|group_size|panel|rep|warmup|iter",
                   re.IGNORECASE)
 CUT = 256
+# a script's own functions take head dimensions (DQK=576, DV=512, d_v, dim) that its
+# kernels are written for: a call from its `__main__` block keeps them
+DIMS = re.compile(r"^d|dim", re.IGNORECASE)
 
 
 KERNEL = re.compile(r"tilelang\.jit|T\.prim_func|^@(?:tl\.)?jit\b", re.MULTILINE)
@@ -219,7 +223,7 @@ def _children_import_tilelab(where: Path) -> None:
 
 def _cutting(fn):
     """`fn` with its integer arguments above 256 cut by their parameters' names, as
-    `main()`'s defaults are."""
+    `main()`'s defaults are, head dimensions kept."""
     import functools
     import inspect
 
@@ -235,7 +239,8 @@ def _cutting(fn):
         except TypeError:
             return fn(*args, **kwargs)  # the example's own mistake, as it would be raised
         for name, value in bound.arguments.items():
-            bound.arguments[name] = _cut(name, value)
+            if not DIMS.search(name):
+                bound.arguments[name] = _cut(name, value)
         return fn(*bound.args, **bound.kwargs)
 
     return call

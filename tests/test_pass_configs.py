@@ -70,8 +70,17 @@ def test_every_key_is_tested_here():
               "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED",
               "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST", "TL_DISABLE_STAGE_STORES",
               "TL_DISABLE_SETMAXNREG", "TL_ENABLE_WARPGROUP_TURNS",
-              "TL_DISABLE_UNIFORM_SELECTS"}
+              "TL_DISABLE_UNIFORM_SELECTS", "TL_SAFE_GLOBAL_ACCESS"}
     assert {k.name for k in PassConfigKey} == tested
+
+
+def test_safe_global_access_reads_zero_outside_a_tensor():
+    from tests.test_safe_global_access import expected, gather_rows, inputs
+
+    x, idx = inputs("cpu")
+    program = gather_rows(tilelab.jit,
+                          pass_configs={PassConfigKey.TL_SAFE_GLOBAL_ACCESS: True})
+    torch.testing.assert_close(program(x, idx), expected(x, idx))
 
 
 @needs_nvcc

@@ -5,7 +5,9 @@ A TileLang program runs here with one change: its imports. Either replace
 `install()` once so that `import tilelang`, `import tilelang.language as T` and
 `from tilelang.autotuner import autotune` find tilelab (the examples runner,
 `scripts/tilelang_examples.py`, does this). What the package offers is tilelab's
-own: `tilelang.jit` is `tilelab.jit`, `tilelang.language` is `tilelab.language`.
+own: `tilelang.jit` is `tilelab.jit` (with TileLang's rule that global tensors read
+as 0 and are not written outside their shapes, `tl.safe_global_access`),
+`tilelang.language` is `tilelab.language`.
 Names of TileLang's that tilelab does not have raise a `TileLabError` saying so.
 """
 
@@ -40,9 +42,37 @@ def _pass_config_key():
 
 PassConfigKey = _pass_config_key()
 DataType = _as_dtype  # `DataType("float16").bits`
-jit = _kernel.jit
-compile = _kernel.compile  # noqa: A001
 JITKernel = _kernel.Kernel
+SAFE_GLOBAL_ACCESS = _PassConfigKey.TL_SAFE_GLOBAL_ACCESS.value
+SAFE_MEMORY_OFF = "tl.disable_safe_memory_legalize"  # TileLang's key for turning it off
+
+
+def tilelang_configs(pass_configs) -> dict:
+    """The pass configs of a program compiled through TileLang's API: TileLang's rule for
+    global tensors' edges (reads outside give 0, writes there are skipped;
+    passes/safe_global_access.py) unless the program turns it off with TileLang's key."""
+    configs = {}
+    off = False
+    for key, value in (pass_configs or {}).items():
+        if str(getattr(key, "value", key)) == SAFE_MEMORY_OFF:
+            off = bool(value)
+        else:
+            configs[key] = value
+    if not any(str(getattr(k, "value", k)) == SAFE_GLOBAL_ACCESS for k in configs):
+        configs[SAFE_GLOBAL_ACCESS] = not off
+    return configs
+
+
+def jit(fn=None, *, out_idx=None, target="auto", pass_configs=None, **options):
+    """`@tilelang.jit`: tilelab's, with TileLang's rule for global tensors' edges."""
+    return _kernel.jit(fn, out_idx=out_idx, target=target,
+                       pass_configs=tilelang_configs(pass_configs), **options)
+
+
+def compile(program, out_idx=None, target="auto", pass_configs=None, **_options):  # noqa: A001
+    """`tilelang.compile`: tilelab's, with TileLang's rule for global tensors' edges."""
+    return _kernel.compile(program, out_idx=out_idx, target=target,
+                           pass_configs=tilelang_configs(pass_configs))
 
 
 def cdiv(a, b):
@@ -129,11 +159,10 @@ class AutoTuner:
         from ..autotuner import autotune as tilelab_autotune
 
         target = self.compile_args["target"]
-        jit = _kernel.jit(out_idx=self.compile_args["out_idx"],
-                          pass_configs=self.compile_args["pass_configs"],
-                          target=target)(self.fn)
+        tuned_jit = jit(out_idx=self.compile_args["out_idx"],
+                        pass_configs=self.compile_args["pass_configs"], target=target)(self.fn)
         tuned = tilelab_autotune(configs=self.configs, warmup=warmup, rep=rep, show=False,
-                                 **self.profile_args)(jit)
+                                 **self.profile_args)(tuned_jit)
         return AutotuneResult(tuned.compile())
 
 

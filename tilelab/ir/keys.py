@@ -129,6 +129,10 @@ class PassConfigKey(str, enum.Enum):
     # CUDA: keep a T.Parallel's T.if_then_else per element even where a whole tile decides
     # it alike (passes/uniform_selects.py: causal attention masks only diagonal tiles)
     TL_DISABLE_UNIFORM_SELECTS = "tl.disable_uniform_selects"
+    # both: a read of a global tensor outside its shape gives 0 and a write there is
+    # skipped, as TileLang defines it (passes/safe_global_access.py); programs compiled
+    # through tilelab.compat.tilelang ask for it, tilelab's own report such accesses
+    TL_SAFE_GLOBAL_ACCESS = "tl.safe_global_access"
     # CUDA: store T.gemm sums straight from registers to global memory instead of through
     # a shared tile where one costs no block on the multiprocessor (passes/stage_stores.py)
     TL_DISABLE_STAGE_STORES = "tl.disable_stage_stores"

@@ -20,16 +20,19 @@ from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.float8_as_bytes import Float8AsBytes
 from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
+from ...passes.safe_global_access import SafeGlobalAccess
 from ...passes.thread_code import MarkThreadCode, ThreadLoops
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
 
 PIPELINE_NAME = "tilelab_cpu"
 
 
-def passes(program, vectorize: bool = True) -> list:
-    """The CPU pipeline, in order: tilelab's tile-level passes, then TVM's lowering."""
+def passes(program, vectorize: bool = True, safe_global: bool = False) -> list:
+    """The CPU pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
+    `safe_global`: global tensors read as 0 and are not written outside their shapes."""
     T = tirx.transform  # noqa: N806
     return [
+        *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
         MarkThreadCode(),                 # code each thread runs for itself (T.get_thread_binding)
         CheckFragmentReads(program.buffer_locations),  # fragments read before written?
         LowerTileOpsToLoops,              # each tile op -> the loop nest that defines it
@@ -193,7 +196,9 @@ class CPUBackend(Backend):
     def build(self, mod, program, target: str, configs: dict, trace):
         warn_about_shared_memory(program)
         vectorize = not configs.get("tl.disable_vectorize", False)
-        return run_pipeline(PIPELINE_NAME, passes(program, vectorize), mod, host_target())
+        safe_global = bool(configs.get("tl.safe_global_access", False))
+        return run_pipeline(PIPELINE_NAME, passes(program, vectorize, safe_global), mod,
+                            host_target())
 
     def finish(self, program, trace, executable, recorder, target: str, configs: dict):
         from ..cuda import plans_without_code

@@ -31,6 +31,7 @@ from ...passes.keep_negations import KeepIntegerNegations
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
+from ...passes.safe_global_access import SafeGlobalAccess
 from ...passes.scalar_bools import ScalarBools
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
 from ...passes.shared_conditions import BindSharedConditions
@@ -54,7 +55,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
            specialize: str = "measured", heavy_first: bool = True,
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
-           turns: bool = False, uniform_selects: bool = True) -> list:
+           turns: bool = False, uniform_selects: bool = True,
+           safe_global: bool = False) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -66,13 +68,15 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     global memory through a shared tile where one is free; `reallocate`: a producer warp
     gives its registers to the consumers; `turns`: two consumer warpgroups take turns at
     the tensor cores (asked for); `uniform_selects`: a select a whole tile decides alike is
-    decided once for the tile."""
+    decided once for the tile; `safe_global`: global tensors read as 0 and are not written
+    outside their shapes (TileLang's rule)."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
     hide_refills, restore_refills = hidden_refills()
     warn_unapplied_layouts(program.layouts, program.buffer_locations)
     return [
+        *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
         MarkThreadCode(),                      # code each thread runs for itself
         *([CoarsenBlocks] if coarsen else []),  # elementwise kernels: F elements per thread
         CheckFragmentReads(program.buffer_locations),
@@ -571,9 +575,10 @@ class CUDABackend(Backend):
         reallocate = not configs.get(PassConfigKey.TL_DISABLE_SETMAXNREG.value, False)
         turns = bool(configs.get(PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value, False))
         uniform = not configs.get(PassConfigKey.TL_DISABLE_UNIFORM_SELECTS.value, False)
+        safe_global = bool(configs.get(PassConfigKey.TL_SAFE_GLOBAL_ACCESS.value, False))
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
-                           turns, uniform)
+                           turns, uniform, safe_global)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
