@@ -1188,3 +1188,48 @@ def test_a_variable_of_the_parallel_body_is_one_per_element(device):
 def test_a_variable_of_the_parallel_body_compiles_for_cuda():
     kernel = relu_by_a_variable.compile(torch.empty(80, 48, device="meta"), target="cuda:sm_90a")
     assert "slope" in kernel.get_kernel_source()
+
+
+@tilelab.jit
+def exponents_and_halves(x):
+    """T.reinterpret as TileLang's act_quant uses it: a float32's exponent field from its
+    bits, and 2^e built from bits; a float16's bits as uint16."""
+    N = T.const("N")
+    x: T.Tensor((N,), T.float32)
+    e = T.empty((N,), T.int32)
+    p = T.empty((N,), T.float32)
+    h = T.empty((N,), T.int32)
+    with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+        for i in T.Parallel(64):
+            if bx * 64 + i < N:
+                bits = T.reinterpret(x[bx * 64 + i], T.uint32)
+                e[bx * 64 + i] = T.cast((bits >> 23) & 0xFF, T.int32) - 127
+                p[bx * 64 + i] = T.reinterpret(T.cast(e[bx * 64 + i] + 127, T.uint32) << 23,
+                                               "float32")
+                h[bx * 64 + i] = T.cast(T.reinterpret(T.cast(x[bx * 64 + i], T.float16),
+                                                      T.uint16), T.int32)
+    return e, p, h
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_reinterpret_reads_a_scalars_bits(device):
+    x = torch.randn(100, device=device) * 100
+    e, p, h = exponents_and_halves(x)
+    expected_e = ((x.view(torch.int32) >> 23) & 0xFF) - 127
+    torch.testing.assert_close(e, expected_e)
+    torch.testing.assert_close(p, torch.pow(2.0, expected_e.float()))
+    torch.testing.assert_close(h, x.half().view(torch.int16).int() & 0xFFFF)
+
+
+def test_reinterpret_between_widths_is_refused():
+    @tilelab.jit
+    def widen(x):
+        x: T.Tensor((8,), T.float32)
+        y = T.empty((8,), T.int32)
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(8):
+                y[i] = T.cast(T.reinterpret(x[i], T.uint16), T.int32)
+        return y
+
+    with pytest.raises(TileLabError, match="same width"):
+        widen(torch.randn(8))

@@ -96,6 +96,7 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     long,
     no_set_max_nreg,
     parallel,
+    reinterpret,
     shift_left,
     shift_right,
     short,

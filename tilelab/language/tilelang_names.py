@@ -53,6 +53,26 @@ def cast(value, dtype):  # noqa: A002 - TileLang's argument order: T.cast(x, T.f
     return E.Cast(dtype, value)
 
 
+def reinterpret(value, dtype):
+    """The bits of a scalar `value` read as `dtype` of the same width: `T.reinterpret(x,
+    T.uint32)` is a float32's bits, as C++'s std::bit_cast (no conversion)."""
+    from ..errors import TileLabTypeError
+
+    value = E.as_ir(value)
+    if not E.is_expr(value):
+        raise TileLabTypeError(f"T.reinterpret takes a kernel value (a typed expression), got "
+                               f"{value!r}", hint="give a constant its type: T.uint32(7)")
+    target = str(dtype) if str(dtype) == "handle" else str(dtypes.as_dtype(dtype))
+    source = str(value.dtype)
+    if "handle" in (target, source) or \
+            dtypes.as_dtype(target).bits != dtypes.as_dtype(source).bits:
+        raise TileLabTypeError(
+            f"T.reinterpret({source} -> {target}): only a scalar's bits read as another type "
+            "of the same width are supported",
+            hint="convert with T.cast; a buffer seen as another type is a tensor view")
+    return tirx.reinterpret(target, value)
+
+
 # ---------------------------------------------------------------- integer arithmetic
 
 
@@ -265,7 +285,7 @@ MISSING: dict[str, tuple[str, str]] = {
                      "clc_try_cancel_multicast", "clc_is_canceled", "clc_get_first_ctaid_x",
                      "sync_grid"), _HARDWARE),
     "sync_warp": _SYNC,
-    **dict.fromkeys(("view", "reshape", "reinterpret", "make_tensor", "access_ptr", "ptr"),
+    **dict.fromkeys(("view", "reshape", "make_tensor", "access_ptr", "ptr"),
                     _VIEWS),
     "alloc_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum/T.reduce_max, "
                       "or T.atomic_add"),
