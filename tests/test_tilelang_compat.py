@@ -1233,3 +1233,26 @@ def test_reinterpret_between_widths_is_refused():
 
     with pytest.raises(TileLabError, match="same width"):
         widen(torch.randn(8))
+
+
+@tilelab.jit
+def scale_head_rows(Q, W):
+    """TileLang's dsa_hisa shape: Q's rows are `seq_len * heads`, written before the tensor
+    (W) that gives seq_len and heads."""
+    seq_len, heads = T.const("seq_len, heads")
+    Q: T.Tensor[[seq_len * heads, 16], T.float32]
+    W: T.Tensor[[seq_len, heads], T.float32]
+    O = T.empty((seq_len * heads, 16), T.float32)
+    with T.Kernel(seq_len, threads=64) as bx:
+        for h, d in T.Parallel(heads, 16):
+            O[bx * heads + h, d] = Q[bx * heads + h, d] * W[bx, h]
+    return O
+
+
+def test_a_size_may_name_sizes_a_later_tensor_gives():
+    q, w = torch.randn(12, 16), torch.randn(4, 3)
+    torch.testing.assert_close(scale_head_rows(q, w), q * w.reshape(-1, 1))
+    with pytest.raises(TileLabError, match=r"dimension 0 of Q is \(seq_len \* heads\) = 12, "
+                       "but the tensor passed has 13") as info:
+        scale_head_rows(torch.randn(13, 16), w)
+    assert "Q: T.Tensor" in info.value.location.excerpt()

@@ -140,6 +140,9 @@ class Builder:
     pass_configs: dict = field(default_factory=dict)  # asked for by the program's own hints
     parallel_depth: int = 0  # T.Parallel loops around the statement being traced
     writes: dict = field(default_factory=dict)  # buffer name -> stores traced so far
+    # sizes written with names a later tensor gives (`T.Tensor[[seq_len * heads, d]]` before
+    # the tensor that has seq_len): (tensor, axis, size, the example's extent, location)
+    later_sizes: list = field(default_factory=list)
 
     def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
         """A global tensor of the signature; sizes given by `T.const` names are resolved here."""
@@ -162,9 +165,14 @@ class Builder:
                 self.shape_constants[extent.name] = int(example[axis])
                 extent = int(example[axis])
             elif isinstance(extent, SymbolicSize):
-                raise TileLabTypeError(
-                    f"the size {extent!r} of {name} uses names no tensor has given yet",
-                    hint="declare first the tensors whose shapes have these names")
+                if example is None:
+                    raise TileLabTypeError(
+                        f"the size {extent!r} of {name} uses names no tensor has given yet",
+                        hint="declare first the tensors whose shapes have these names")
+                # the tensor passed gives the extent; the names, once known, must agree
+                self.later_sizes.append((name, axis, extent, int(example[axis]),
+                                         self.location))
+                extent = int(example[axis])
             if not _is_integer(extent) or int(extent) <= 0:
                 # zero-size and negative sizes too: nothing to launch, and TVM rejects them
                 raise TileLabTypeError(
@@ -189,6 +197,21 @@ class Builder:
         self.params.append(ParamInfo(name, tuple(resolved), str(dtype), output, self.location))
         self.param_buffers.append(buffer)
         return buffer
+
+    def check_later_sizes(self) -> None:
+        """Sizes that named a later tensor's sizes agree with the tensors passed."""
+        from ..errors import TileLabArgumentError, TileLabTypeError
+
+        for name, axis, size, extent, location in self.later_sizes:
+            value = size.resolve(self.shape_constants)
+            if isinstance(value, SymbolicSize):
+                raise TileLabTypeError(f"the size {size!r} of {name} uses names no tensor "
+                                       "gives", location,
+                                       hint="declare the tensors whose shapes have them")
+            if int(value) != extent:
+                raise TileLabArgumentError(
+                    f"dimension {axis} of {name} is {size!r} = {int(value)}, but the tensor "
+                    f"passed has {extent}", location)
 
     def declare_output(self, name: str, shape: tuple, dtype: str):
         return self.declare_param(name, shape, dtype, output=True)

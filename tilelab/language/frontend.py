@@ -685,6 +685,7 @@ def call_macro(builder: Builder, fn, args, kwargs):
 
 
 def _finish(builder: Builder, source: FunctionSource, name: str) -> TileProgram:
+    builder.check_later_sizes()
     if not any(isinstance(s, tirx.For) and KERNEL in s.annotations
                for s in builder.blocks[0]):
         raise TileLabSyntaxError(f"{name} launches no kernel",
