@@ -1242,11 +1242,11 @@ def scale_head_rows(Q, W):
     seq_len, heads = T.const("seq_len, heads")
     Q: T.Tensor[[seq_len * heads, 16], T.float32]
     W: T.Tensor[[seq_len, heads], T.float32]
-    O = T.empty((seq_len * heads, 16), T.float32)
+    Out = T.empty((seq_len * heads, 16), T.float32)
     with T.Kernel(seq_len, threads=64) as bx:
         for h, d in T.Parallel(heads, 16):
-            O[bx * heads + h, d] = Q[bx * heads + h, d] * W[bx, h]
-    return O
+            Out[bx * heads + h, d] = Q[bx * heads + h, d] * W[bx, h]
+    return Out
 
 
 def test_a_size_may_name_sizes_a_later_tensor_gives():
