@@ -108,7 +108,7 @@ def test_tile_ops_on_the_thread_index_are_refused_at_the_line():
             with T.Kernel(1, threads=64):
                 tx = T.get_thread_binding()
                 s = T.alloc_shared((64, 64), T.float32)
-                if tx < 32:
+                if tx % 2 == 0:  # no range of whole warps: no role either
                     T.copy(A, s)
                 T.copy(s, B)
             return B
@@ -165,3 +165,65 @@ def test_gpu_matches_torch():
     a = torch.randn(150, device="cuda")
     torch.testing.assert_close(neighbours.compile(150, target="cuda")(a),
                                expected_neighbours(a))
+    a = torch.randn(40, 64, device="cuda")
+    torch.testing.assert_close(split_by_warps.compile(40, target="cuda")(a), expected_split(a))
+
+
+@tilelab.jit(out_idx=[-1])
+def split_by_warps(n, threads=128):
+    """`if tx < 32: ... else: ...` with tile ops in both branches: warp 0 sums each row,
+    warps 1-3 scale the rows, each branch a role over its threads."""
+    @T.prim_func
+    def kernel(a: T.Tensor((n, 64), T.float32), out: T.Tensor((n, 65), T.float32)):
+        with T.Kernel(T.ceildiv(n, 16), threads=threads) as bx:
+            tx = T.get_thread_binding()
+            tile = T.alloc_shared((16, 64), T.float32)
+            T.copy(a[bx * 16, 0], tile)
+            if tx < 32:
+                row = T.alloc_fragment((16, 64), T.float32)
+                sums = T.alloc_fragment((16,), T.float32)
+                T.copy(tile, row)
+                T.reduce_sum(row, sums, dim=1)
+                for i in T.Parallel(16):
+                    if bx * 16 + i < n:
+                        out[bx * 16 + i, 64] = sums[i]
+            else:
+                for i, j in T.Parallel(16, 64):
+                    if bx * 16 + i < n:
+                        out[bx * 16 + i, j] = tile[i, j] * 2.0
+    return kernel
+
+
+def expected_split(a):
+    return torch.cat([a * 2, a.sum(1, keepdim=True)], dim=1)
+
+
+def test_an_if_on_the_thread_index_with_tile_ops_splits_the_block():
+    kernel = split_by_warps.compile(40, target="cpu")
+    a = torch.randn(40, 64)
+    torch.testing.assert_close(kernel(a), expected_split(a))
+    marked = kernel.trace.ir_after("tilelab.MarkThreadCode")
+    assert marked.count('"tilelab.warp_role"') == 2
+
+
+@needs_nvcc
+def test_roles_by_thread_index_compile_for_their_threads():
+    source = split_by_warps.compile(40, target="cuda:sm_90a").get_kernel_source()
+    assert "if (((int)threadIdx.x) < 32) {" in source
+    assert "if (32 <= ((int)threadIdx.x)) {" in source and "c * 96" in source
+
+
+def test_a_branch_must_take_whole_warps():
+    with pytest.raises(TileLabTypeError, match="a branch so takes whole warps"):
+        @tilelab.jit
+        def odd(A):
+            A: T.Tensor((64,), T.float32)
+            B = T.empty((64,), T.float32)
+            with T.Kernel(1, threads=64):
+                tx = T.get_thread_binding()
+                if tx < 16:
+                    for i in T.Parallel(64):
+                        B[i] = A[i]
+            return B
+
+        odd(torch.randn(64))

@@ -24,6 +24,13 @@ the user's line, what has no meaning for one thread: a tile op other than
 `T.fill`/`T.clear`/`T.atomic_add`, a `T.Parallel` loop or a fragment (the compiler
 deals those to threads), a barrier that not every thread reaches.
 
+An `if` on the thread index whose branches hold the block's work (tile ops,
+`T.Parallel`), `if tx < 128: ... else: ...` as TileLang's warp-specialized
+kernels write it, splits the block instead: each branch becomes a warp role over
+its range of threads (as `with T.ws(...)` is, in whole warps: passes/warp_roles.py),
+whose tile ops are dealt to the role's threads; the CPU runs the roles one after
+another.
+
 On the GPU a mark is lowered as the body of a `T.Parallel` iteration: every
 thread runs it, its stores are not left to thread 0 (passes/lower_tile_ops_to_threads.py).
 On the CPU `ThreadLoops` (after the tile ops became loops) runs each mark as a
@@ -140,12 +147,62 @@ def private_registers(body, thread_vars) -> _Private:
     return private
 
 
-class _Marker:
-    """Puts the marks; refuses what one thread cannot do."""
+WARP = 32
 
-    def __init__(self, private: _Private, func):
+
+def _block_work(stmt) -> bool:
+    """Does `stmt` hold work the whole block (or a role) shares: a tile op other than
+    those one thread may do, or a T.Parallel loop?"""
+    found = []
+
+    def visit(node):
+        if isinstance(node, TilePrimitiveCall) and not lookup(node).in_thread_code or \
+                isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
+            found.append(node)
+
+    walk(stmt, object, visit)
+    return bool(found)
+
+
+def _thread_range(cond, x):
+    """(lo, hi) with `cond` == `lo <= x < hi` for the flat thread index x (None: no bound
+    that side), or None when `cond` is something else."""
+    def const(e):
+        return int(e.value) if isinstance(e, tirx.IntImm) else None
+
+    if isinstance(cond, tirx.And):
+        a, b = _thread_range(cond.a, x), _thread_range(cond.b, x)
+        if a is None or b is None:
+            return None
+        los = [v for v in (a[0], b[0]) if v is not None]
+        his = [v for v in (a[1], b[1]) if v is not None]
+        return (max(los) if los else None, min(his) if his else None)
+    if not isinstance(cond, (tirx.LT, tirx.LE, tirx.GT, tirx.GE)):
+        return None
+    a, b = cond.a, cond.b
+    if isinstance(a, tirx.Var) and a.same_as(x) and const(b) is not None:
+        c, var_left = const(b), True
+    elif isinstance(b, tirx.Var) and b.same_as(x) and const(a) is not None:
+        c, var_left = const(a), False
+    else:
+        return None
+    kind = type(cond)
+    if not var_left:  # c < x is x > c
+        kind = {tirx.LT: tirx.GT, tirx.LE: tirx.GE, tirx.GT: tirx.LT, tirx.GE: tirx.LE}[kind]
+    return {tirx.LT: (None, c), tirx.LE: (None, c + 1), tirx.GT: (c + 1, None),
+            tirx.GE: (c, None)}[kind]
+
+
+class _Marker:
+    """Puts the marks; splits the block into roles by `if`s on the thread index; refuses
+    what one thread cannot do."""
+
+    def __init__(self, private: _Private, func, kernel):
         self.private = private
         self.func = func
+        threads = [int(t) for t in kernel.annotations[THREADS]]
+        self.threads = threads[0] if len(threads) == 1 else None  # roles need a 1-D block
+        self.x = kernel.annotations[THREAD_INDEX][0]
 
     def mark(self, stmt):
         if isinstance(stmt, tirx.SeqStmt):
@@ -161,12 +218,54 @@ class _Marker:
         if isinstance(stmt, tirx.IfThenElse) and not private(stmt.condition):
             return tirx.IfThenElse(stmt.condition, self.mark(stmt.then_case),
                                    self.mark(stmt.else_case) if stmt.else_case else None)
+        if isinstance(stmt, tirx.IfThenElse) and self.threads and _block_work(stmt):
+            roles = self.roles(stmt, (0, self.threads))
+            if roles is not None:
+                return seq(roles)
         if isinstance(stmt, tirx.While) and not private(stmt.condition):
             return tirx.While(stmt.condition, self.mark(stmt.body))
         if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key != WARP_ROLE:
             return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.mark(stmt.body))
         self.check(stmt)
         return tirx.AttrStmt(tirx.const(0, "int32"), PER_THREAD, tirx.const(1, "int32"), stmt)
+
+    def roles(self, stmt, within) -> list | None:
+        """`if lo <= tx < hi: A else: B` (B perhaps another such `if`) over the threads
+        `within`: a role per branch, or None where the condition is no range of threads."""
+        bounds = _thread_range(stmt.condition, self.x)
+        if bounds is None:
+            return None
+        lo = max(within[0], bounds[0] if bounds[0] is not None else within[0])
+        hi = min(within[1], bounds[1] if bounds[1] is not None else within[1])
+        if lo >= hi:  # the branch is never taken
+            lo = hi = within[0]
+        if lo == within[0]:
+            rest = (hi, within[1])
+        elif hi == within[1]:
+            rest = (within[0], lo)
+        else:
+            return None  # the other threads are two ranges: no single role
+        out = [self.role((lo, hi), stmt.then_case, stmt)] if lo < hi else []
+        other = stmt.else_case
+        if other is not None and rest[0] < rest[1]:
+            if isinstance(other, tirx.IfThenElse) and self.private.expr(other.condition):
+                inner = self.roles(other, rest)
+                if inner is None:
+                    return None
+                out.extend(inner)
+            else:
+                out.append(self.role(rest, other, stmt))
+        return out
+
+    def role(self, threads, body, where):
+        first, end = threads
+        if first % WARP or end % WARP:
+            raise TileLabTypeError(
+                f"this `if` on the thread index gives threads {first}..{end - 1} work of the "
+                "whole block (tile ops, T.Parallel): a branch so takes whole warps",
+                _location(where), hint=f"split the block at multiples of {WARP} threads")
+        return tirx.AttrStmt(tirx.const(first, "int32"), WARP_ROLE, tirx.const(end, "int32"),
+                             self.mark(body))
 
     def check(self, stmt):
         """What one thread may do: plain statements, loops, its own registers."""
@@ -262,7 +361,7 @@ def MarkThreadCode():  # noqa: N802
         def on_kernel(kernel):
             loops, body = _block_loops(kernel)
             private = private_registers(body, kernel.annotations[THREAD_INDEX])
-            marked = _Marker(private, func).mark(body)
+            marked = _Marker(private, func, kernel).mark(body)
             return _rebuild(loops, marked, kernel.annotations)
 
         return _kernels(func, on_kernel)

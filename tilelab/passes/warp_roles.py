@@ -1,4 +1,4 @@
-"""Warp roles: `with T.ws(k)` becomes warpgroup k's own code.
+"""Warp roles: `with T.ws(k)` (or a branch of `if tx < 128:`) becomes its threads' own code.
 
 A program may split its block by hand, as TileLang's warp-specialized kernels do:
 warpgroup 1 copies tiles, warpgroup 0 multiplies, and the two hand tiles over
@@ -13,8 +13,9 @@ Here, after ThreadSync, each mark becomes what it stands for:
     if first <= threadIdx.x < end:        (the other threads skip the role)
         rtx = threadIdx.x - first
         ...                               every __syncthreads of the role's body is
-                                          now `bar.sync 2 + first / 128, end - first`:
-                                          a barrier of the role's threads only
+                                          now `bar.sync 2 + i, end - first`: a
+                                          barrier of the role's threads only (i
+                                          numbers the kernel's thread ranges)
 
 A barrier between statements outside the roles stays a barrier of the whole block
 (every thread reaches it). Named barrier 0 is __syncthreads and 1 the automatic
@@ -25,21 +26,39 @@ from __future__ import annotations
 
 from tvm import tirx
 
+from ..errors import TileLabCompileError
 from ..ir.keys import WARP_ROLE
-from ..ir.visit import rewrite, walk
+from ..ir.visit import keep_user_errors, rewrite, walk
 from ..ops._lowering import extern, narrow_barriers
 
-WARPGROUP = 128
 FIRST_ROLE_BARRIER = 2  # named barriers 0 (__syncthreads) and 1 (specialize_warps) are taken
 
 
-def _split(attr):
+LAST_ROLE_BARRIER = 13  # 14 and 15: the turns of two consumer warpgroups (specialize_warps)
+
+
+def _ranges(stmt) -> list:
+    """The distinct thread ranges of the roles in `stmt`, in order: range i takes named
+    barrier FIRST_ROLE_BARRIER + i (roles of the same threads share theirs)."""
+    found = set()
+    walk(stmt, tirx.AttrStmt, lambda a: found.add((int(a.node.value), int(a.value.value)))
+         if a.attr_key == WARP_ROLE else None)
+    ranges = sorted(found)
+    if FIRST_ROLE_BARRIER + len(ranges) - 1 > LAST_ROLE_BARRIER:
+        raise TileLabCompileError(
+            f"the kernel splits its block into {len(ranges)} different groups of threads; "
+            f"a block has named barriers for {LAST_ROLE_BARRIER - FIRST_ROLE_BARRIER + 1}",
+            hint="use fewer distinct roles (T.ws, or ifs on the thread index)")
+    return ranges
+
+
+def _split(attr, ranges):
     if attr.attr_key != WARP_ROLE:
         return attr
     first, end = int(attr.node.value), int(attr.value.value)
     rtx = attr.body[0].value  # the role's first statement: rtx = threadIdx.x - first
     body = narrow_barriers(attr.body, extern(
-        "tl::role_sync", tirx.const(FIRST_ROLE_BARRIER + first // WARPGROUP, "int32"),
+        "tl::role_sync", tirx.const(FIRST_ROLE_BARRIER + ranges.index((first, end)), "int32"),
         tirx.const(end - first, "int32")))
     inside = tirx.And(tirx.GE(rtx, 0), tirx.LT(rtx, end - first))
     return tirx.IfThenElse(inside, body, None)
@@ -52,8 +71,10 @@ def has_roles(stmt) -> bool:
 
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.WarpRoles")
+@keep_user_errors
 def WarpRoles(func, _mod, _ctx):  # noqa: N802 - a pass, named like TVM's
     """Expects thread-level code after ThreadSync; leaves no role marks."""
     if not has_roles(func.body):
         return func
-    return func.with_body(rewrite(func.body, tirx.AttrStmt, _split))
+    ranges = _ranges(func.body)
+    return func.with_body(rewrite(func.body, tirx.AttrStmt, lambda a: _split(a, ranges)))
