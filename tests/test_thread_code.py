@@ -227,3 +227,34 @@ def test_a_branch_must_take_whole_warps():
             return B
 
         odd(torch.randn(64))
+
+
+@tilelab.jit(out_idx=[-1])
+def role_with_thread_code(threads=128):
+    """Thread code inside a role: only the role's threads run it (on the CPU too)."""
+    @T.prim_func
+    def kernel(a: T.Tensor((128,), T.float32), out: T.Tensor((128,), T.float32)):
+        with T.Kernel(1, threads=threads):
+            tx = T.get_thread_binding()
+            s = T.alloc_shared((128,), T.float32)
+            T.copy(a, s)
+            for i in T.Parallel(128):
+                out[i] = 0.0
+            if tx >= 64:
+                total = T.alloc_fragment((1,), T.float32)
+                row = T.alloc_fragment((1, 128), T.float32)
+                for i in T.Parallel(128):
+                    row[0, i] = s[i]
+                T.reduce_sum(row, total, dim=1)
+                total_s = T.alloc_shared((1,), T.float32)
+                T.copy(total, total_s)
+                out[tx] = out[tx] + s[tx] + total_s[0]  # each of threads 64..127 its own
+    return kernel
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_thread_code_in_a_role_runs_on_the_roles_threads(target):
+    a = torch.randn(128, device=target)
+    expected = torch.zeros(128, device=target)
+    expected[64:] = a[64:] + a.sum()
+    torch.testing.assert_close(role_with_thread_code.compile(target=target)(a), expected)

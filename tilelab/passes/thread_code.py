@@ -398,17 +398,30 @@ def ThreadLoops():  # noqa: N802
                     return tirx.BufferLoad(copies[node.source.name], [t, *node.indices])
                 return node
 
-            def on_mark(attr):
-                if attr.attr_key != PER_THREAD:
-                    return attr
-                t = tirx.Var("thread", "int32")
-                inner = substitute(attr.body, dict(zip(thread_vars,
-                                                       thread_indices(t, extents))))
-                inner = rewrite(inner, tvm.ir.TensorLoad, lambda n: access(t, n))
-                inner = rewrite(inner, tirx.BufferStore, lambda n: access(t, n))
-                return tirx.For(t, 0, math.prod(extents), tirx.ForKind.SERIAL, inner)
+            def loops_over(threads):
+                """Each mark as a loop over `threads` (first, end): a role's, or all."""
+                def on_mark(attr):
+                    if attr.attr_key != PER_THREAD:
+                        return attr
+                    t = tirx.Var("thread", "int32")
+                    inner = substitute(attr.body, dict(zip(thread_vars,
+                                                           thread_indices(t, extents))))
+                    inner = rewrite(inner, tvm.ir.TensorLoad, lambda n: access(t, n))
+                    inner = rewrite(inner, tirx.BufferStore, lambda n: access(t, n))
+                    return tirx.For(t, threads[0], threads[1] - threads[0],
+                                    tirx.ForKind.SERIAL, inner)
 
-            body = rewrite(body, tirx.AttrStmt, on_mark)
+                return on_mark
+
+            def in_role(attr):  # thread code inside a role: the role's threads run it
+                if attr.attr_key != WARP_ROLE:
+                    return attr
+                first, end = int(attr.node.value), int(attr.value.value)
+                return tirx.AttrStmt(attr.node, attr.attr_key, attr.value, rewrite(
+                    attr.body, tirx.AttrStmt, loops_over((first, end))))
+
+            body = rewrite_pre(body, tirx.AttrStmt, in_role)
+            body = rewrite(body, tirx.AttrStmt, loops_over((0, math.prod(extents))))
             body = rewrite(body, tirx.AllocBuffer, lambda a: tirx.AllocBuffer(
                 copies[a.buffer.name]) if a.buffer.name in copies else a)
             annotations = {k: v for k, v in kernel.annotations.items() if k != THREAD_INDEX}
