@@ -1256,3 +1256,29 @@ def test_a_size_may_name_sizes_a_later_tensor_gives():
                        "but the tensor passed has 13") as info:
         scale_head_rows(torch.randn(13, 16), w)
     assert "Q: T.Tensor" in info.value.location.excerpt()
+
+
+def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
+    """scripts/tilelang_examples.py runs a script's `__main__` block after its definitions,
+    its own functions taking integer sizes above 256 cut (head dimensions and block,
+    thread and stage settings kept), as main()'s defaults are."""
+    import importlib.util
+    import runpy
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "runner", Path(__file__).parents[1] / "scripts" / "tilelang_examples.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    script = tmp_path / "example.py"
+    script.write_text(
+        "seen = []\n\n"
+        "def test(S, topk, DQK=576, d_v=512, block_N=512, threads=1024):\n"
+        "    seen.append((S, topk, DQK, d_v, block_N, threads))\n\n"
+        "if __name__ == '__main__':\n"
+        "    for s in (4096, 100):\n"
+        "        test(s, topk=2048, DQK=576, d_v=512, block_N=512, threads=1024)\n")
+    module = runpy.run_path(str(script), run_name="__tilelab_example__")
+    assert module["seen"] == []  # the block waits for the runner
+    runner._run_main_block(script, module)
+    assert module["seen"] == [(256, 256, 576, 512, 512, 1024), (100, 256, 576, 512, 512, 1024)]
