@@ -92,6 +92,53 @@ def test_cuda_guards_the_gather():
     assert "< 50)" in source and "0 <= idx" in source.replace("(0 <= idx", "0 <= idx")
 
 
+@tilelang.jit
+def moved_after_its_test(X, idx):
+    """The `if` that tested v changes v before the load: its test proves nothing there."""
+    X: T.Tensor((8,), T.float32)
+    idx: T.Tensor((4,), T.int32)
+    Y = T.empty((4,), T.float32)
+    with T.Kernel(4, threads=32) as i:
+        v = T.alloc_var(T.int32)
+        v = idx[i]
+        Y[i] = -1.0
+        if v >= 0 and v < 8:
+            v = v + 1
+            Y[i] = X[v]
+    return Y
+
+
+@tilelang.jit
+def tile_op_operands(X, idx):
+    """Loads inside a tile op's operands: a fill value and a gathered row's index."""
+    X: T.Tensor((6, 8), T.float32)
+    idx: T.Tensor((6,), T.int32)
+    Y = T.empty((4, 8), T.float32)
+    Z = T.empty((4, 8), T.float32)
+    with T.Kernel(4, threads=32) as bx:
+        s = T.alloc_shared((8,), T.float32)
+        T.fill(s, X[bx * 2, 0])
+        T.copy(s, Y[bx, 0:8])
+        T.copy(X[idx[bx * 2], 0:8], Z[bx, 0:8])
+    return Y, Z
+
+
+def test_a_test_that_the_branch_undoes_and_tile_op_operands_are_guarded():
+    x = torch.randn(8)
+    idx = torch.tensor([7, 3, -1, 0], dtype=torch.int32)
+    expected = torch.tensor([0.0, x[4], -1.0, x[1]])  # v = 8 reads past X's end: 0
+    torch.testing.assert_close(moved_after_its_test(x, idx), expected)
+    x = torch.randn(6, 8)
+    idx = torch.tensor([5, 0, 2, 1, 4, 3], dtype=torch.int32)
+    y, z = tile_op_operands(x, idx)
+    rows = torch.arange(4) * 2  # 6 is past X's rows, and past idx's elements
+    expected_y = torch.where(rows[:, None] < 6, x[rows.clamp(max=5), 0][:, None],
+                             torch.zeros(())).expand(4, 8)
+    gathered = torch.where((rows < 6)[:, None], x[idx[rows.clamp(max=5)].long()], x[0])
+    torch.testing.assert_close(y, expected_y)
+    torch.testing.assert_close(z, gathered)
+
+
 @pytest.mark.gpu
 def test_gpu_matches_torch():
     x, idx = inputs("cuda")

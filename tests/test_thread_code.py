@@ -100,7 +100,7 @@ def test_cuda_every_thread_runs_its_own_stores():
 
 
 def test_tile_ops_on_the_thread_index_are_refused_at_the_line():
-    with pytest.raises(TileLabTypeError, match="T.copy is the whole block's work") as info:
+    with pytest.raises(TileLabTypeError, match="condition is no range of the thread") as info:
         @tilelab.jit
         def copy_by_thread(A):
             A: T.Tensor((64, 64), T.float32)
@@ -258,3 +258,97 @@ def test_thread_code_in_a_role_runs_on_the_roles_threads(target):
     expected = torch.zeros(128, device=target)
     expected[64:] = a[64:] + a.sum()
     torch.testing.assert_close(role_with_thread_code.compile(target=target)(a), expected)
+
+
+@tilelab.jit
+def exchange_in_an_if(A):
+    """Threads 0..63 swap through shared memory inside one `if`: the condition goes down to
+    each statement, so a barrier stands between them (on the GPU) and the CPU runs them in
+    step."""
+    A: T.Tensor((128,), T.float32)
+    B = T.empty((128,), T.float32)
+    with T.Kernel(1, threads=128):
+        tx = T.get_thread_binding()
+        s = T.alloc_shared((128,), T.float32)
+        B[tx] = 0.0
+        if tx < 64:
+            s[tx] = A[tx]
+            B[tx] = s[(tx + 1) % 64]
+    return B
+
+
+def expected_exchange(a):
+    out = torch.zeros_like(a)
+    out[:64] = a[(torch.arange(64, device=a.device) + 1) % 64]
+    return out
+
+
+@tilelab.jit
+def each_thread_adds_a_row(A):
+    """T.atomic_add of a region in thread code: each thread adds its whole row."""
+    A: T.Tensor((32, 4), T.float32)
+    B = T.empty((4,), T.float32)
+    with T.Kernel(1, threads=32):
+        tx = T.get_thread_binding()
+        acc = T.alloc_shared((4,), T.float32)
+        T.clear(acc)
+        rows = T.alloc_shared((32, 4), T.float32)
+        T.copy(A, rows)
+        T.atomic_add(acc[0:4], rows[tx, 0:4])
+        T.copy(acc, B)
+    return B
+
+
+@tilelab.jit
+def by_warp_number(A):
+    """`warp = tx // 32; if warp == 1:` - a role over warp 1's threads."""
+    A: T.Tensor((64,), T.float32)
+    B = T.empty((64,), T.float32)
+    with T.Kernel(1, threads=128):
+        tx = T.get_thread_binding()
+        warp = tx // 32
+        if warp == 1:
+            for i in T.Parallel(64):
+                B[i] = A[i] * 2.0
+    return B
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_conditions_atomics_and_warp_numbers(target):
+    a = torch.randn(128, device=target)
+    torch.testing.assert_close(exchange_in_an_if(a), expected_exchange(a))
+    rows = torch.randn(32, 4, device=target)
+    torch.testing.assert_close(each_thread_adds_a_row(rows), rows.sum(0), rtol=1e-5, atol=1e-5)
+    a = torch.randn(64, device=target)
+    torch.testing.assert_close(by_warp_number(a), a * 2)
+
+
+@needs_nvcc
+def test_an_if_on_the_thread_index_compiles_as_guarded_statements():
+    source = exchange_in_an_if.compile(target="cuda:sm_90a").get_kernel_source()
+    body = source[source.rindex("__global__"):]
+    assert body.count("< 64)") >= 2 and "__syncthreads()" in body
+
+
+def test_roles_do_not_nest():
+    @tilelab.jit
+    def nested(A):
+        A: T.Tensor((64,), T.float32)
+        B = T.empty((3, 64), T.float32)
+        with T.Kernel(1, threads=128):
+            tx = T.get_thread_binding()
+            if tx < 64:
+                if tx < 32:
+                    for i in T.Parallel(64):
+                        B[0, i] = A[i]
+                else:
+                    for i in T.Parallel(64):
+                        B[1, i] = A[i]
+            else:
+                for i in T.Parallel(64):
+                    B[2, i] = A[i]
+        return B
+
+    with pytest.raises(TileLabTypeError, match="roles do not nest") as info:
+        nested(torch.randn(64))
+    assert "if tx < 32" in info.value.location.excerpt()

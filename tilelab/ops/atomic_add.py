@@ -4,7 +4,8 @@ Loop semantics: `dst[i, j] += src[i, j]` (or `dst[i] += scalar`); the CPU backen
 runs the blocks of a kernel with atomics one after another, so plain adds suffice.
 
 Thread lowering: `atomicAdd` on each element, by the thread that holds it (a
-fragment) or dealt to the threads (shared or global memory). The only tile op
+fragment) or dealt to the threads (shared or global memory); in code written for one
+thread, that thread adds every element. The only tile op
 allowed inside `T.Parallel`: there each iteration adds its own scalar.
 """
 
@@ -144,6 +145,9 @@ def atomic_threads(ctx, dst: Region, src):
         return guard(in_bounds(dst, di) + in_bounds(src, si),
                       extern("atomicAdd", address(dst.buffer, di), value))
 
+    if ctx.in_parallel:  # code of one thread (passes/thread_code.py): it adds every element
+        flat = tirx.Var("e", "int32")
+        return tirx.For(flat, 0, math.prod(extents), tirx.ForKind.SERIAL, add_one(flat))
     return ctx.deal(math.prod(extents), add_one)
 
 

@@ -14,7 +14,9 @@ them TileLang's rule, on both backends. Each load of a global tensor outside til
 ops becomes `T.if_then_else(inside, load, 0)` and each store `if inside: store`,
 where `inside` keeps the index bounds not already known to hold: an analyzer that
 knows the ranges of the block indices, the thread indices and the loops, and the
-`if`s around the access, drops the others. Tile ops guard their own edges.
+`if`s around the access (those that read no memory), drops the others. Tile ops guard
+their regions' edges themselves; loads in their scalars and region starts are guarded
+here.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from tvm import sym, tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.keys import KERNEL, THREAD_INDEX, THREADS
-from ..ir.tile_ops import is_load
+from ..ir.tile_ops import is_load, loaded
 from ..ir.visit import rewrite, rewrite_pre
 from ..ops._lowering import seq
 
@@ -68,7 +70,9 @@ class _Guards:
         if isinstance(stmt, tirx.SeqStmt):
             return seq([self.stmt(s) for s in stmt])
         if isinstance(stmt, TilePrimitiveCall):
-            return stmt  # its lowering guards its edges
+            # its lowering guards its regions' edges; loads in its scalars and in its
+            # regions' starts (a gathered row's index) are guarded here
+            return self.expr(stmt)
         if isinstance(stmt, tirx.For):
             start, extent = self.expr(stmt.min), self.expr(stmt.extent)
             self.bind(stmt.loop_var, start, extent)
@@ -76,11 +80,14 @@ class _Guards:
                             thread_binding=stmt.thread_binding, annotations=stmt.annotations)
         if isinstance(stmt, tirx.IfThenElse):
             condition = self.expr(stmt.condition)
-            with self.analyzer.constraint_scope(condition):
+            # a condition that reads memory is no fact: the branch may change what it read
+            known = not loaded(condition)
+            with self.analyzer.constraint_scope(condition if known else tirx.const(True)):
                 then_case = self.stmt(stmt.then_case)
             else_case = None
             if stmt.else_case is not None:
-                with self.analyzer.constraint_scope(tirx.Not(condition)):
+                with self.analyzer.constraint_scope(tirx.Not(condition) if known
+                                                    else tirx.const(True)):
                     else_case = self.stmt(stmt.else_case)
             return tirx.IfThenElse(condition, then_case, else_case, span=stmt.span)
         if isinstance(stmt, tirx.While):

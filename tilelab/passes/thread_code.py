@@ -19,7 +19,10 @@ fixpoint: a register written from a private one is private too), then puts a
 `tilelab.per_thread` mark around each piece of thread code, as small as the
 block's own control flow allows: through a loop or `if` that every thread takes
 alike it goes inside, so that the marks are separated where the block could put a
-barrier; around an `if` or loop on a private value it stays outside. It refuses, at
+barrier. An `if` whose condition is the thread index's alone (it reads no memory:
+`if tx < 64:`) goes down to each statement as a guard, `if tx < 64: a` and `if tx <
+64: b`, so that a barrier may stand between those too; around an `if` or loop on a
+private register's value the mark stays outside. It refuses, at
 the user's line, what has no meaning for one thread: a tile op other than
 `T.fill`/`T.clear`/`T.atomic_add`, a `T.Parallel` loop or a fragment (the compiler
 deals those to threads), a barrier that not every thread reaches.
@@ -27,9 +30,9 @@ deals those to threads), a barrier that not every thread reaches.
 An `if` on the thread index whose branches hold the block's work (tile ops,
 `T.Parallel`), `if tx < 128: ... else: ...` as TileLang's warp-specialized
 kernels write it, splits the block instead: each branch becomes a warp role over
-its range of threads (as `with T.ws(...)` is, in whole warps: passes/warp_roles.py),
-whose tile ops are dealt to the role's threads; the CPU runs the roles one after
-another.
+its range of threads (as `with T.ws(...)` is, in whole warps: passes/warp_roles.py;
+`tx // 32 == 1` is warp 1's range), whose tile ops are dealt to the role's threads;
+the CPU runs the roles one after another. Roles do not nest.
 
 On the GPU a mark is lowered as the body of a `T.Parallel` iteration: every
 thread runs it, its stores are not left to thread 0 (passes/lower_tile_ops_to_threads.py).
@@ -50,7 +53,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import SourceLocation, TileLabTypeError
 from ..ir.keys import KERNEL, PER_THREAD, THREAD_INDEX, THREADS, WARP_ROLE
-from ..ir.tile_ops import is_load, regions, scalars
+from ..ir.tile_ops import is_load, loaded, regions, scalars
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, effects, lookup
 from ..ops._lowering import is_fragment, is_sync, seq
@@ -164,11 +167,23 @@ def _block_work(stmt) -> bool:
     return bool(found)
 
 
+def _and(guard, cond):
+    return cond if guard is None else tirx.And(guard, cond)
+
+
 def _thread_range(cond, x):
     """(lo, hi) with `cond` == `lo <= x < hi` for the flat thread index x (None: no bound
-    that side), or None when `cond` is something else."""
+    that side), or None when `cond` is something else. `x // k` (a warp's or warpgroup's
+    number) compares as the range of its threads."""
     def const(e):
         return int(e.value) if isinstance(e, tirx.IntImm) else None
+
+    def scale(e):  # x -> 1, x // k -> k, else None
+        if isinstance(e, tirx.Var) and e.same_as(x):
+            return 1
+        if isinstance(e, tirx.FloorDiv) and isinstance(e.a, tirx.Var) and e.a.same_as(x):
+            return const(e.b)
+        return None
 
     if isinstance(cond, tirx.And):
         a, b = _thread_range(cond.a, x), _thread_range(cond.b, x)
@@ -177,20 +192,21 @@ def _thread_range(cond, x):
         los = [v for v in (a[0], b[0]) if v is not None]
         his = [v for v in (a[1], b[1]) if v is not None]
         return (max(los) if los else None, min(his) if his else None)
-    if not isinstance(cond, (tirx.LT, tirx.LE, tirx.GT, tirx.GE)):
-        return None
-    a, b = cond.a, cond.b
-    if isinstance(a, tirx.Var) and a.same_as(x) and const(b) is not None:
-        c, var_left = const(b), True
-    elif isinstance(b, tirx.Var) and b.same_as(x) and const(a) is not None:
-        c, var_left = const(a), False
-    else:
+    kinds = (tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ)
+    if not isinstance(cond, kinds):
         return None
     kind = type(cond)
-    if not var_left:  # c < x is x > c
-        kind = {tirx.LT: tirx.GT, tirx.LE: tirx.GE, tirx.GT: tirx.LT, tirx.GE: tirx.LE}[kind]
-    return {tirx.LT: (None, c), tirx.LE: (None, c + 1), tirx.GT: (c + 1, None),
-            tirx.GE: (c, None)}[kind]
+    if scale(cond.a) and const(cond.b) is not None:
+        k, c = scale(cond.a), const(cond.b)
+    elif scale(cond.b) and const(cond.a) is not None:  # c < x is x > c
+        k, c = scale(cond.b), const(cond.a)
+        kind = {tirx.LT: tirx.GT, tirx.LE: tirx.GE, tirx.GT: tirx.LT, tirx.GE: tirx.LE,
+                tirx.EQ: tirx.EQ}[kind]
+    else:
+        return None
+    return {tirx.LT: (None, c * k), tirx.LE: (None, (c + 1) * k),
+            tirx.GT: ((c + 1) * k, None), tirx.GE: (c * k, None),
+            tirx.EQ: (c * k, (c + 1) * k)}[kind]
 
 
 class _Marker:
@@ -203,31 +219,58 @@ class _Marker:
         threads = [int(t) for t in kernel.annotations[THREADS]]
         self.threads = threads[0] if len(threads) == 1 else None  # roles need a 1-D block
         self.x = kernel.annotations[THREAD_INDEX][0]
+        self.in_role = False  # marking a role's body (roles do not nest)
 
-    def mark(self, stmt):
+    def mark(self, stmt, guard=None):
+        """`stmt` with its thread code marked. `guard`: a condition on the thread index
+        (no loads) that an enclosing `if` put on every statement below it: pushed down to
+        the marks, so that a barrier may still stand between them."""
         if isinstance(stmt, tirx.SeqStmt):
-            return seq([self.mark(s) for s in stmt])
-        if not self.private.stmt(stmt):
+            return seq([self.mark(s, guard) for s in stmt])
+        if isinstance(stmt, tirx.AllocBuffer) or guard is None and not self.private.stmt(stmt):
             return stmt
         private = self.private.expr
         if isinstance(stmt, tirx.For) and stmt.kind != tirx.ForKind.PARALLEL and \
                 not private(stmt.min) and not private(stmt.extent):
             return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind,
-                            self.mark(stmt.body), thread_binding=stmt.thread_binding,
+                            self.mark(stmt.body, guard), thread_binding=stmt.thread_binding,
                             annotations=stmt.annotations)
         if isinstance(stmt, tirx.IfThenElse) and not private(stmt.condition):
-            return tirx.IfThenElse(stmt.condition, self.mark(stmt.then_case),
-                                   self.mark(stmt.else_case) if stmt.else_case else None)
-        if isinstance(stmt, tirx.IfThenElse) and self.threads and _block_work(stmt):
-            roles = self.roles(stmt, (0, self.threads))
-            if roles is not None:
-                return seq(roles)
+            return tirx.IfThenElse(stmt.condition, self.mark(stmt.then_case, guard),
+                                   self.mark(stmt.else_case, guard) if stmt.else_case
+                                   else None)
+        if isinstance(stmt, tirx.IfThenElse) and _block_work(stmt):
+            return seq(self.roles_of(stmt, guard))
+        if isinstance(stmt, tirx.IfThenElse) and not loaded(stmt.condition):
+            cond = stmt.condition
+            then_case = self.mark(stmt.then_case, _and(guard, cond))
+            if stmt.else_case is None:
+                return then_case
+            return seq([then_case, self.mark(stmt.else_case, _and(guard, tirx.Not(cond)))])
         if isinstance(stmt, tirx.While) and not private(stmt.condition):
-            return tirx.While(stmt.condition, self.mark(stmt.body))
+            return tirx.While(stmt.condition, self.mark(stmt.body, guard))
         if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key != WARP_ROLE:
-            return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.mark(stmt.body))
+            return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value,
+                                 self.mark(stmt.body, guard))
         self.check(stmt)
-        return tirx.AttrStmt(tirx.const(0, "int32"), PER_THREAD, tirx.const(1, "int32"), stmt)
+        body = stmt if guard is None else tirx.IfThenElse(guard, stmt, None)
+        return tirx.AttrStmt(tirx.const(0, "int32"), PER_THREAD, tirx.const(1, "int32"), body)
+
+    def roles_of(self, stmt, guard):
+        """An `if` on the thread index around the block's work: its roles, or an error."""
+        roles = None
+        if self.threads and guard is None and not self.in_role:
+            roles = self.roles(stmt, (0, self.threads))
+        if roles is None:
+            why = "inside another such `if`: roles do not nest" if self.in_role or guard \
+                is not None else "whose condition is no range of the thread index x " \
+                "(`tx < 64`, `64 <= tx < 128`, `tx // 32 == 1`, if/elif/else of ranges)" \
+                if self.threads else "in a block of threads=(x, y, ...): roles split a 1-D block"
+            raise TileLabTypeError(
+                f"tile ops or T.Parallel under an `if` on the thread index {why}",
+                _location(stmt), hint="split the block into ranges of whole warps with one "
+                "if/elif/else chain, each branch the work of its threads")
+        return roles
 
     def roles(self, stmt, within) -> list | None:
         """`if lo <= tx < hi: A else: B` (B perhaps another such `if`) over the threads
@@ -239,14 +282,16 @@ class _Marker:
         hi = min(within[1], bounds[1] if bounds[1] is not None else within[1])
         if lo >= hi:  # the branch is never taken
             lo = hi = within[0]
+        other = stmt.else_case
         if lo == within[0]:
             rest = (hi, within[1])
         elif hi == within[1]:
             rest = (within[0], lo)
+        elif other is None:
+            rest = (0, 0)  # nobody else has work here
         else:
             return None  # the other threads are two ranges: no single role
         out = [self.role((lo, hi), stmt.then_case, stmt)] if lo < hi else []
-        other = stmt.else_case
         if other is not None and rest[0] < rest[1]:
             if isinstance(other, tirx.IfThenElse) and self.private.expr(other.condition):
                 inner = self.roles(other, rest)
@@ -264,8 +309,13 @@ class _Marker:
                 f"this `if` on the thread index gives threads {first}..{end - 1} work of the "
                 "whole block (tile ops, T.Parallel): a branch so takes whole warps",
                 _location(where), hint=f"split the block at multiples of {WARP} threads")
+        self.in_role = True
+        try:
+            marked = self.mark(body)
+        finally:
+            self.in_role = False
         return tirx.AttrStmt(tirx.const(first, "int32"), WARP_ROLE, tirx.const(end, "int32"),
-                             self.mark(body))
+                             marked)
 
     def check(self, stmt):
         """What one thread may do: plain statements, loops, its own registers."""
