@@ -377,6 +377,14 @@ def _location(node):
     return SourceLocation(span.source_name.name, span.line, span.column)
 
 
+def takes_thread_index(func) -> bool:
+    """Does a kernel of `func` use the thread index? Only then do the passes here run."""
+    found = []
+    walk(func.body, tirx.For, lambda loop: found.append(loop)
+         if THREAD_INDEX in loop.annotations else None)
+    return bool(found)
+
+
 def _kernels(func, on_kernel):
     def visit(loop):
         if KERNEL in loop.annotations and THREAD_INDEX in loop.annotations:

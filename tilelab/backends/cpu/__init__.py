@@ -21,7 +21,7 @@ from ...passes.float8_as_bytes import Float8AsBytes
 from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
 from ...passes.safe_global_access import SafeGlobalAccess
-from ...passes.thread_code import MarkThreadCode, ThreadLoops
+from ...passes.thread_code import MarkThreadCode, ThreadLoops, takes_thread_index
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
 
 PIPELINE_NAME = "tilelab_cpu"
@@ -31,12 +31,13 @@ def passes(program, vectorize: bool = True, safe_global: bool = False) -> list:
     """The CPU pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     `safe_global`: global tensors read as 0 and are not written outside their shapes."""
     T = tirx.transform  # noqa: N806
+    threads = takes_thread_index(program.func)  # code written for one thread
     return [
         *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
-        MarkThreadCode(),                 # code each thread runs for itself (T.get_thread_binding)
+        *([MarkThreadCode()] if threads else []),  # code each thread runs for itself
         CheckFragmentReads(program.buffer_locations),  # fragments read before written?
         LowerTileOpsToLoops,              # each tile op -> the loop nest that defines it
-        ThreadLoops(),                    # ... and thread code -> a loop over the threads
+        *([ThreadLoops()] if threads else []),  # ... and thread code: a loop over threads
         *([Float8AsBytes] if _has_float8(program) else []),  # float8 kept as bytes
         CheckAccesses(_where(program)),   # out-of-bounds accesses, division by zero: errors
         KernelToCPULoops(program.has_atomics),  # blocks -> a parallel loop over the cores

@@ -40,7 +40,7 @@ from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
 from ...passes.stage_stores import StageStores
 from ...passes.tensor_views import DropTensorViews
-from ...passes.thread_code import MarkThreadCode
+from ...passes.thread_code import MarkThreadCode, takes_thread_index
 from ...passes.typed_access_pointers import TypedAccessPointers
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
 from ...passes.uniform_selects import UniformSelects
@@ -77,7 +77,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     warn_unapplied_layouts(program.layouts, program.buffer_locations)
     return [
         *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
-        MarkThreadCode(),                      # code each thread runs for itself
+        *([MarkThreadCode()] if takes_thread_index(program.func) else []),  # one thread's code
         *([CoarsenBlocks] if coarsen else []),  # elementwise kernels: F elements per thread
         CheckFragmentReads(program.buffer_locations),
         *([UniformSelects] if uniform_selects else []),  # a tile-wide select decided once
