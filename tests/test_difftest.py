@@ -179,7 +179,7 @@ def test_the_hopper_family_reaches_tma_and_the_split(capsys, monkeypatch):
     import tilelab
     from tilelab.testing.generator import FAMILIES
 
-    assert FAMILIES == ("", "hopper", "roles", "attention")
+    assert FAMILIES == ("", "hopper", "roles", "attention", "threads")
     programs = [generate(0, i, "hopper") for i in range(12)]
     assert all(p.family == "hopper" and p.name.startswith("difftest_hopper_0_")
                for p in programs)
@@ -313,3 +313,20 @@ def test_regression_cpu(path, tmp_path):
 @pytest.mark.parametrize("path", REGRESSIONS, ids=[p.stem for p in REGRESSIONS])
 def test_regression_cuda(path, tmp_path):
     _check_regression(path, "cuda", tmp_path)
+
+
+def test_the_threads_family_writes_code_for_one_thread(capsys):
+    """`--family threads`: shared tiles rewritten element by element by thread code
+    (`T.get_thread_binding`), some threads idle under an `if` on the index; against the
+    generator's torch reading on the CPU and compiled for sm_90a, as in CI."""
+    programs = [generate(0, i, "threads") for i in range(16)]
+    assert all(p.family == "threads" and "T.get_thread_binding()" in p.source()
+               for p in programs)
+    assert any("if tx < " in p.source() for p in programs)
+    assert all(validate(p) for p in programs)
+    code = difftest.main(["--family", "threads", "--count", "6", "--jobs", "2",
+                          "--shrink-seconds", "0"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("family threads, seed 0, programs 0..5 all checked")
+    assert lines[-1] == "difftest: 6 programs, 0 mismatches, 0 compile errors"
+    assert code == 0

@@ -43,7 +43,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from .generator import FLOATS, Program, generate, validate
+from .generator import FAMILIES, FLOATS, Program, generate, validate
 
 COMPILE_ONLY_ARCH = "cuda:sm_90a"
 
@@ -468,9 +468,10 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=None,
                         help="stop taking programs after this long, and still end with the "
                              "summary (a GPU slot that ends keeps its count)")
-    parser.add_argument("--family", choices=["hopper", "roles", "attention"], default="",
+    parser.add_argument("--family", choices=list(FAMILIES[1:]), default="",
                         help="only programs of this family (tilelab.testing.generator: "
-                             "'hopper', GEMMs that sm_90a feeds to wgmma by TMA)")
+                             "'hopper', GEMMs that sm_90a feeds to wgmma by TMA; 'threads', "
+                             "code written for one thread)")
     parser.add_argument("--pass-configs", metavar="JSON",
                         help='pass configs of the CUDA compiles, e.g. '
                              '\'{"tl.force_warp_specialized": true}\'')

@@ -19,7 +19,10 @@ warpgroup MMA fed by TMA, which the general mix almost never reaches; so does th
 family "roles": the same GEMMs written with warp roles by hand (`T.ws`, mbarriers,
 `T.tma_copy` into slotted tiles), a producer warpgroup and one or two consumers; and
 the family "attention": FlashAttention's forward loop, whose two T.gemm with a softmax
-between them are what the warp-specialized split's turns and register moves serve.
+between them are what the warp-specialized split's turns and register moves serve; and
+the family "threads": code written for one thread (`T.get_thread_binding`), each thread
+writing shared elements by its index from what other threads wrote, some threads idle
+under an `if` on the index, beside the general mix's tile steps.
 Validity is the generator's job: a buffer is read only after a step wrote
 all of it, a `T.Parallel` loop reads a fragment only at the iteration's own
 element (or a row/column vector of it), and transposed reads come from
@@ -740,6 +743,39 @@ def _run_attn(b, s):
     b.write(s["O"], [rows, 0], (weights @ v) / total, (weights @ v.abs()) / total)
 
 
+def _emit_tperm(p, s):
+    """Thread code: the first `active` threads write dst's elements by their index, each
+    element e (row-major) from src's element (e * a + c) mod E, which another thread's
+    step wrote; the others skip the loop (an `if` on the thread index)."""
+    rows, cols = p.buffer_shape(p.buffer(s["dst"])["kind"])
+    total, active = rows * cols, s["active"]
+    dtype = p.buffer(s["dst"])["dtype"]
+    lines = ["tx = T.get_thread_binding()", f"for r in T.serial({-(-total // active)}):"]
+    pad = "    "
+    if active < p.threads:
+        lines.append(f"    if tx < {active}:")
+        pad += "    "
+    lines.append(f"{pad}e = r * {active} + tx")
+    lines.append(f"{pad}f = (e * {s['a']} + {s['c']}) % {total}")
+    if total % active:
+        lines.append(f"{pad}if e < {total}:")
+        pad += "    "
+    lines.append(f"{pad}{s['dst']}[e // {cols}, e % {cols}] = {s['src']}[f // {cols}, "
+                 f"f % {cols}] * {s['scale']} + T.cast(e % 3, T.{dtype})")
+    return lines
+
+
+def _run_tperm(b, s):
+    torch = b.torch
+    shape = b.p.buffer_shape(b.p.buffer(s["dst"])["kind"])
+    total = shape[0] * shape[1]
+    e = torch.arange(total)
+    f = (e * s["a"] + s["c"]) % total
+    value = b.local[s["src"]].flatten()[f] * s["scale"] + (e % 3).double()
+    size = b.size[s["src"]].flatten()[f] * s["scale"] + 2
+    b.set(s["dst"], value.reshape(shape), size.reshape(shape))
+
+
 _EMIT = {name.removeprefix("_emit_"): fn for name, fn in globals().items()
          if name.startswith("_emit_")}
 _RUN = {name.removeprefix("_run_"): fn for name, fn in globals().items()
@@ -753,7 +789,7 @@ def _reads(step) -> list[str]:
     """Buffers a step reads (they must have been written before)."""
     op = step["op"]
     names = [leaf[1] for leaf in _leaves(step.get("expr")) if leaf[0] == "ld"]
-    if op in ("copy", "reduce", "store", "atomic", "scatter"):
+    if op in ("copy", "reduce", "store", "atomic", "scatter", "tperm"):
         names.append(step["src"])
     if op == "subcopy":
         names += [step["src"], step["dst"]]
@@ -780,6 +816,9 @@ def validate(p: Program) -> bool:
         if step["op"] == "ew" and (step.get("guard") or step.get("flag") or
                                    step.get("mask")) and step["dst"] not in written:
             return False  # some blocks skip the loop: dst must hold something already
+        if step["op"] == "tperm" and (step["active"] > p.threads or any(
+                p.buffer(step[n])["scope"] != "shared" for n in ("src", "dst"))):
+            return False  # thread code reads and writes shared tiles, on threads it has
         if step.get("dst") in buffers:
             written.add(step["dst"])
     return any(step["op"] in ("store", "gstore", "atomic", "scatter", "wsgemm", "attn")
@@ -905,7 +944,7 @@ def _sizes(rng: random.Random, block: int) -> int:
     return rng.randint(1, 3 * block)
 
 
-FAMILIES = ("", "hopper", "roles", "attention")
+FAMILIES = ("", "hopper", "roles", "attention", "threads")
 
 
 def generate(seed: int, index: int, family: str = "") -> Program:
@@ -923,6 +962,9 @@ def generate(seed: int, index: int, family: str = "") -> Program:
     if family == "attention":
         return _attention_program(random.Random(f"tilelab-difftest-attention:{seed}:{index}"),
                                   seed, index)
+    if family == "threads":
+        return _threads_program(random.Random(f"tilelab-difftest-threads:{seed}:{index}"),
+                                seed, index)
     if family:
         raise ValueError(f"no program family {family!r}; there are {FAMILIES}")
     rng = random.Random(f"tilelab-difftest:{seed}:{index}")
@@ -959,6 +1001,30 @@ def _tile_program(rng, seed, index, with_ksum=False) -> Program:
                stages=rng.randint(1, 4))
     for _ in range(rng.randint(1, 5)):
         _random_step(g, dtype, acc, is_int)
+    _outputs(g, dtype, acc)
+    return p
+
+
+def _threads_program(rng, seed, index) -> Program:
+    """Shared tiles rewritten by thread code (`tperm` steps) between the general mix's
+    tile steps."""
+    dtype = rng.choice(DTYPES)
+    is_int = dtype == "int32"
+    acc = "int32" if is_int else "float32"
+    bm, bn = rng.choice((8, 16, 32, 64)), rng.choice((8, 16, 32, 64))
+    p = Program(seed, index, M=_sizes(rng, bm), N=_sizes(rng, bn), K=0, bm=bm, bn=bn, bk=16,
+                threads=rng.choice((32, 64, 128, 256)), family="threads")
+    g = _Gen(rng, p, dtype)
+    src = g.buffer("shared", "mn", dtype)
+    g.step(op="load", dst=src["name"], src=g.tensor("mn", dtype), shift=[0, 0])
+    for _ in range(rng.randint(1, 3)):
+        dst = g.buffer("shared", "mn", dtype)
+        g.step(op="tperm", dst=dst["name"], src=src["name"], a=rng.choice((1, 3, 5, 7)),
+               c=rng.randrange(bm * bn), scale=rng.choice((1, 2, 3)),
+               active=rng.choice([32 * w for w in range(1, p.threads // 32 + 1)]))
+        src = dst
+        if rng.random() < 0.5:
+            _random_step(g, dtype, acc, is_int)
     _outputs(g, dtype, acc)
     return p
 
