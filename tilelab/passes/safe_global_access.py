@@ -27,8 +27,8 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.keys import KERNEL, THREAD_INDEX, THREADS
 from ..ir.tile_ops import is_load, loaded
-from ..ir.visit import rewrite, rewrite_pre
-from ..ops._lowering import seq
+from ..ir.visit import rewrite, rewrite_pre, with_block_body
+from ..ops._lowering import all_of, seq
 
 
 def _global(buffer) -> bool:
@@ -61,7 +61,7 @@ class _Guards:
             conditions = self.outside(load.source, load.indices)
             if not conditions:
                 return load
-            return tirx.if_then_else(_all(conditions), load,
+            return tirx.if_then_else(all_of(conditions), load,
                                      tirx.const(0, str(load.source.dtype)))
 
         return rewrite(expr, tvm.ir.TensorLoad, guard)
@@ -99,36 +99,24 @@ class _Guards:
             store = tirx.BufferStore(stmt.buffer, self.expr(stmt.value), indices,
                                      span=stmt.span)
             conditions = self.outside(stmt.buffer, indices) if _global(stmt.buffer) else []
-            return tirx.IfThenElse(_all(conditions), store, None, span=stmt.span) \
+            return tirx.IfThenElse(all_of(conditions), store, None, span=stmt.span) \
                 if conditions else store
         if isinstance(stmt, tirx.Evaluate):
             return tirx.Evaluate(self.expr(stmt.value), span=stmt.span)
         return stmt
 
 
-def _all(conditions):
-    result = conditions[0]
-    for condition in conditions[1:]:
-        result = tirx.And(result, condition)
-    return result
-
-
 def safe_global_access(kernel):
     """One T.Kernel loop with its global accesses guarded."""
     guards = _Guards()
-    loops, node = [], kernel
+    node = kernel
     while isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
-        guards.bind(node.loop_var, node.min, node.extent)
-        loops.append(node)
+        guards.bind(node.loop_var, node.min, node.extent)  # the block indices' ranges
         node = node.body
     for var, extent in zip(kernel.annotations.get(THREAD_INDEX, []),
                            kernel.annotations[THREADS]):
         guards.bind(var, 0, extent)
-    body = guards.stmt(node)
-    for loop in reversed(loops):
-        body = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
-                        thread_binding=loop.thread_binding, annotations=loop.annotations)
-    return body
+    return with_block_body(kernel, guards.stmt)
 
 
 def SafeGlobalAccess():  # noqa: N802

@@ -54,9 +54,17 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from ..errors import SourceLocation, TileLabTypeError
 from ..ir.keys import KERNEL, PER_THREAD, THREAD_INDEX, THREADS, WARP_ROLE
 from ..ir.tile_ops import is_load, loaded, regions, scalars
-from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
+from ..ir.visit import (
+    block_body,
+    keep_user_errors,
+    rewrite,
+    rewrite_pre,
+    substitute,
+    walk,
+    with_block_body,
+)
 from ..ops import at_user_line, effects, lookup
-from ..ops._lowering import is_fragment, is_sync, seq
+from ..ops._lowering import is_fragment, is_sync, seq, unravel
 
 _REGISTERS = ("local", "local.var")
 
@@ -394,22 +402,6 @@ def _kernels(func, on_kernel):
     return func.with_body(rewrite_pre(func.body, tirx.For, visit))
 
 
-def _block_loops(kernel):
-    loops, node = [], kernel
-    while isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
-        loops.append(node)
-        node = node.body
-    return loops, node
-
-
-def _rebuild(loops, body, annotations):
-    for loop in reversed(loops):
-        body = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
-                        thread_binding=loop.thread_binding,
-                        annotations=annotations if loop is loops[0] else loop.annotations)
-    return body
-
-
 def MarkThreadCode():  # noqa: N802
     """Expects tile ops; marks the thread code of kernels that take the thread index."""
 
@@ -417,10 +409,11 @@ def MarkThreadCode():  # noqa: N802
     @keep_user_errors
     def _pass(func, _mod, _ctx):
         def on_kernel(kernel):
-            loops, body = _block_loops(kernel)
-            private = private_registers(body, kernel.annotations[THREAD_INDEX])
-            marked = _Marker(private, func, kernel).mark(body)
-            return _rebuild(loops, marked, kernel.annotations)
+            def mark(body):
+                private = private_registers(body, kernel.annotations[THREAD_INDEX])
+                return _Marker(private, func, kernel).mark(body)
+
+            return with_block_body(kernel, mark)
 
         return _kernels(func, on_kernel)
 
@@ -429,12 +422,7 @@ def MarkThreadCode():  # noqa: N802
 
 def thread_indices(flat, extents) -> list:
     """The x, y, z thread indices of the flat one (x varies fastest)."""
-    out, stride = [], 1
-    for i, extent in enumerate(extents):
-        index = flat if stride == 1 else tirx.floordiv(flat, stride)
-        out.append(index if i == len(extents) - 1 else tirx.floormod(index, extent))
-        stride *= extent
-    return out
+    return unravel(flat, extents[::-1])[::-1]
 
 
 def ThreadLoops():  # noqa: N802
@@ -445,8 +433,7 @@ def ThreadLoops():  # noqa: N802
         def on_kernel(kernel):
             extents = [int(t) for t in kernel.annotations[THREADS]]
             thread_vars = list(kernel.annotations[THREAD_INDEX])
-            loops, body = _block_loops(kernel)
-            copies = _per_thread_copies(body, math.prod(extents))
+            copies = _per_thread_copies(block_body(kernel), math.prod(extents))
 
             def access(t, node):
                 if isinstance(node, tirx.BufferStore) and node.buffer.name in copies:
@@ -478,12 +465,17 @@ def ThreadLoops():  # noqa: N802
                 return tirx.AttrStmt(attr.node, attr.attr_key, attr.value, rewrite(
                     attr.body, tirx.AttrStmt, loops_over((first, end))))
 
-            body = rewrite_pre(body, tirx.AttrStmt, in_role)
-            body = rewrite(body, tirx.AttrStmt, loops_over((0, math.prod(extents))))
-            body = rewrite(body, tirx.AllocBuffer, lambda a: tirx.AllocBuffer(
-                copies[a.buffer.name]) if a.buffer.name in copies else a)
-            annotations = {k: v for k, v in kernel.annotations.items() if k != THREAD_INDEX}
-            return _rebuild(loops, body, annotations)
+            def run(body):
+                body = rewrite_pre(body, tirx.AttrStmt, in_role)
+                body = rewrite(body, tirx.AttrStmt, loops_over((0, math.prod(extents))))
+                return rewrite(body, tirx.AllocBuffer, lambda a: tirx.AllocBuffer(
+                    copies[a.buffer.name]) if a.buffer.name in copies else a)
+
+            done = with_block_body(kernel, run)  # the thread indices are gone now
+            return tirx.For(done.loop_var, done.min, done.extent, done.kind, done.body,
+                            thread_binding=done.thread_binding,
+                            annotations={k: v for k, v in done.annotations.items()
+                                         if k != THREAD_INDEX})
 
         return _kernels(func, on_kernel)
 
