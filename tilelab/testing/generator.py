@@ -974,14 +974,20 @@ def generate(seed: int, index: int, family: str = "") -> Program:
     return _tile_program(rng, seed, index, with_ksum=family == "ksum")
 
 
-def _tile_program(rng, seed, index, with_ksum=False) -> Program:
+def _tile_start(rng, seed, index, family="") -> tuple:
+    """A tile program's element type, tiles, sizes and threads: (generator, dtype, the
+    accumulator's dtype, integer?)."""
     dtype = rng.choice(DTYPES)
     is_int = dtype == "int32"
-    acc = "int32" if is_int else "float32"
     bm, bn = rng.choice((8, 16, 32, 64)), rng.choice((8, 16, 32, 64))
     p = Program(seed, index, M=_sizes(rng, bm), N=_sizes(rng, bn), K=0, bm=bm, bn=bn, bk=16,
-                threads=rng.choice((32, 64, 128, 256)))
-    g = _Gen(rng, p, dtype)
+                threads=rng.choice((32, 64, 128, 256)), family=family)
+    return _Gen(rng, p, dtype), dtype, "int32" if is_int else "float32", is_int
+
+
+def _tile_program(rng, seed, index, with_ksum=False) -> Program:
+    g, dtype, acc, is_int = _tile_start(rng, seed, index)
+    p = g.p
     # inputs, each loaded into a buffer of its own (a shifted window now and then)
     for kind in ["mn"] + rng.sample(["mn", "nm", "vm", "vn"], rng.randint(0, 2)):
         name = g.tensor(kind, dtype)
@@ -1008,19 +1014,14 @@ def _tile_program(rng, seed, index, with_ksum=False) -> Program:
 def _threads_program(rng, seed, index) -> Program:
     """Shared tiles rewritten by thread code (`tperm` steps) between the general mix's
     tile steps."""
-    dtype = rng.choice(DTYPES)
-    is_int = dtype == "int32"
-    acc = "int32" if is_int else "float32"
-    bm, bn = rng.choice((8, 16, 32, 64)), rng.choice((8, 16, 32, 64))
-    p = Program(seed, index, M=_sizes(rng, bm), N=_sizes(rng, bn), K=0, bm=bm, bn=bn, bk=16,
-                threads=rng.choice((32, 64, 128, 256)), family="threads")
-    g = _Gen(rng, p, dtype)
+    g, dtype, acc, is_int = _tile_start(rng, seed, index, family="threads")
+    p = g.p
     src = g.buffer("shared", "mn", dtype)
     g.step(op="load", dst=src["name"], src=g.tensor("mn", dtype), shift=[0, 0])
     for _ in range(rng.randint(1, 3)):
         dst = g.buffer("shared", "mn", dtype)
         g.step(op="tperm", dst=dst["name"], src=src["name"], a=rng.choice((1, 3, 5, 7)),
-               c=rng.randrange(bm * bn), scale=rng.choice((1, 2, 3)),
+               c=rng.randrange(p.bm * p.bn), scale=rng.choice((1, 2, 3)),
                active=rng.choice([32 * w for w in range(1, p.threads // 32 + 1)]))
         src = dst
         if rng.random() < 0.5:
