@@ -31,6 +31,9 @@ sys.path.insert(0, str(ROOT))
 # name, kernel, compile-time sizes, inputs, reference, tolerance, work
 WS = {"pass_configs": {"tl.force_warp_specialized": True}}  # a producer warp, where it may
 TURNS = {"pass_configs": {**WS["pass_configs"], "tl.enable_warpgroup_turns": True}}
+# the split loop rotated: the next key tile's S = Q Kᵀ issued before this one's O += P V
+ROTATE = {"pass_configs": {**WS["pass_configs"], "tl.enable_intra_warpgroup_overlap": True}}
+ROTATE_TURNS = {"pass_configs": {**TURNS["pass_configs"], **ROTATE["pass_configs"]}}
 
 CHECKS = [
     ("vector_add_coarsened", "vector_add", {"N": (1 << 23) + 3},
@@ -154,6 +157,17 @@ CHECKS = [
      {"shape": (1, 4, 777, 128), "options": {"block_m": 128, "block_n": 128, "threads": 256,
                                              **TURNS}},
      [("randn", (1, 4, 777, 128), "float16")] * 3, "sdpa", 2e-2),
+    # rotated (the next tile's first T.gemm before this one's last), alone and with turns;
+    # a sequence of 100: one key tile, the rotated loop runs no iteration
+    *[(f"flash_attention_d{d}{causal}_ws_{name}{bn}{'_one_tile' if seq < 128 else ''}",
+       "flash_attention",
+       {"shape": (2, 8, seq, d), "options": {
+           "causal": bool(causal), "block_m": 128, "block_n": 128 if bn else 64,
+           "threads": 256, **configs}},
+       [("randn", (2, 8, seq, d), "float16")] * 3, "sdpa_causal" if causal else "sdpa", 2e-2)
+      for name, configs in (("rotate", ROTATE), ("rotate_turns", ROTATE_TURNS))
+      for d, causal, bn, seq in ((128, "", "", 777), (128, "_causal", "", 1000),
+                                 (64, "", "_bn128", 1000), (128, "", "", 100))],
 ]
 
 BENCH = [
@@ -400,7 +414,9 @@ BENCH = [
        [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
        2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
       for causal in ("", "_causal") for bn in ("", "_bn128")
-      for variant, extra in (("", {}), ("_turns", TURNS["pass_configs"]))] +
+      for variant, extra in (("", {}), ("_turns", TURNS["pass_configs"]),
+                             ("_rotate", ROTATE["pass_configs"]),
+                             ("_rotate_turns", ROTATE_TURNS["pass_configs"]))] +
      [("flash_attention_bm128_w8_ws_no_setmaxnreg", "flash_attention",
        {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256,
                                                  "pass_configs": {**WS["pass_configs"],
@@ -420,6 +436,13 @@ BENCH = [
                                               **WS}},
      [("randn", (4, 32, 4096, 64), "float16")] * 3, "sdpa", 2e-2,
      {"flops": 4 * 4 * 32 * 4096 * 4096 * 64}),
+    *[(f"flash_attention_d64_bm128{bn}_w8_ws_{name}", "flash_attention",
+       {"shape": (4, 32, 4096, 64), "options": {"block_m": 128, "block_n": 128 if bn else 64,
+                                                "threads": 256, **configs}},
+       [("randn", (4, 32, 4096, 64), "float16")] * 3, "sdpa", 2e-2,
+       {"flops": 4 * 4 * 32 * 4096 * 4096 * 64})
+      for bn in ("", "_bn128")
+      for name, configs in (("rotate", ROTATE), ("rotate_turns", ROTATE_TURNS))],
 ]
 
 

@@ -143,3 +143,7 @@ class PassConfigKey(str, enum.Enum):
     # and multiplies again take turns at the tensor cores (FlashAttention-3's ping-pong)
     # instead of running side by side; measured to pay only for 128x128 attention tiles
     TL_ENABLE_WARPGROUP_TURNS = "tl.enable_warpgroup_turns"
+    # sm_90a: a warp-specialized loop that multiplies, computes and multiplies again issues
+    # the next iteration's first T.gemm before this iteration's last, and computes while
+    # the last one's MMAs run (FlashAttention-3's intra-warpgroup overlap)
+    TL_ENABLE_INTRA_WARPGROUP_OVERLAP = "tl.enable_intra_warpgroup_overlap"

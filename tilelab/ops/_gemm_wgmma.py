@@ -309,10 +309,11 @@ def lower(call, ctx, p: WgmmaPlan):
     return seq(stmts)
 
 
-def wait_all(c_local):
-    """Wait for every MMA in flight; then the accumulators in `c_local` may be read."""
+def wait_all(c_local, pending: int = 0):
+    """Wait for every MMA in flight but the `pending` groups committed last; then the
+    accumulators in `c_local` (written by an earlier group) may be read."""
     registers = int(c_local.shape[0])
     return seq([
-        tirx.Evaluate(_ptx().wgmma.wait_group.sync.aligned(0)),
+        tirx.Evaluate(_ptx().wgmma.wait_group.sync.aligned(pending)),
         # the accumulators changed behind the compiler's back: no read of them before the wait
         extern(f"tl::wgmma_fence_registers<{registers}>", address(c_local, [0]))])

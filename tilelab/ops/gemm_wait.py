@@ -9,9 +9,14 @@ last iteration: ptxas waits itself wherever it cannot prove the registers
 complete, and a wait inside a branch of the loop made it wait in every
 iteration.
 
+A loop whose next iteration's first T.gemm is issued before this iteration's
+last (`_rotate` there) waits with `pending=1`: for every group but the one
+committed last, whose MMAs still run.
+
 Loop semantics: nothing (the CPU runs every T.gemm to completion).
-Thread lowering: `wgmma.wait_group 0` where a warpgroup MMA writes the
-accumulator; nothing where the T.gemm took the Ampere path.
+Thread lowering: `wgmma.wait_group N` (N = `pending`, 0 unless told) where a
+warpgroup MMA writes the accumulator; nothing where the T.gemm took the Ampere
+path.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ def lower_loops(call):
 def lower_threads(call, ctx):
     accumulator = regions(call)[0].buffer
     if any(regions(gemm)[2].buffer.same_as(accumulator) for gemm in ctx.plan.wgmma):
-        return wait_all(ctx.local(accumulator))
+        return wait_all(ctx.local(accumulator), int(call.config.get("pending", 0)))
     return tirx.Evaluate(0)
 
 

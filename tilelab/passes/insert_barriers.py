@@ -28,8 +28,9 @@ def _shared(buffer) -> bool:
     return is_buffer(buffer) and buffer.scope().startswith("shared")
 
 
-def accesses(stmt) -> tuple[set, set]:
-    """Names of shared buffers a statement reads and writes (anywhere inside it)."""
+def accesses(stmt, keep=_shared) -> tuple[set, set]:
+    """Names of shared buffers (those `keep` takes) a statement reads and writes
+    (anywhere inside it)."""
     reads, writes = set(), set()
 
     def visit(node):
@@ -39,11 +40,11 @@ def accesses(stmt) -> tuple[set, set]:
             if config(node).get("by_barrier"):
                 return  # T.tma_copy: the program's own mbarriers order it (ops/barrier.py)
             done = effects(node)  # as the op's module declares them
-            reads.update(r.buffer.name for r in done.reads if _shared(r.buffer))
-            writes.update(w.buffer.name for w in done.writes if _shared(w.buffer))
-        elif isinstance(node, tirx.BufferStore) and _shared(node.buffer):
+            reads.update(r.buffer.name for r in done.reads if keep(r.buffer))
+            writes.update(w.buffer.name for w in done.writes if keep(w.buffer))
+        elif isinstance(node, tirx.BufferStore) and keep(node.buffer):
             writes.add(node.buffer.name)
-        elif is_load(node) and _shared(node.source):
+        elif is_load(node) and keep(node.source):
             reads.add(node.source.name)
 
     walk(stmt, object, visit)

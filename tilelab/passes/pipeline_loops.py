@@ -397,7 +397,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         front, new, staging = _specialized(
             loop, producers, consumers, staging, issue, barrier_of, full, empty, threads,
             [_describe(s) for s in body], [any(s.same_as(p) for p in producers) for s in body],
-            overlap, specialize.turns, timeline, block, tiles)
+            overlap, specialize.turns, timeline, block, tiles, specialize.rotate)
         return allocs + front, new, staging  # (the producer, at the top, writes them too)
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
@@ -470,6 +470,7 @@ class Roles:
     shared_bytes: int  # the block's shared tiles, one slot each
     always: bool = False  # split wherever the loop allows (tl.force_warp_specialized)
     turns: bool = False  # two consumer warpgroups take turns at the MMAs (_take_turns)
+    rotate: bool = False  # the next iteration's first T.gemm before this one's last (_rotated)
 
     def pays(self, staging, overlap: bool = True) -> bool:
         """Where a split was measured to pay (H200, GEMM 8192^3 float16, two runs): one
@@ -581,7 +582,7 @@ class TileWalk:
 
 def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, empty,
                  threads: int, texts: list, is_copy: list, overlap: bool, turns: bool,
-                 timeline=None, block=None, tiles=None):
+                 timeline=None, block=None, tiles=None, rotate: bool = False):
     """The loop split between a producer warp and the consumer warpgroups (module doc).
     Where it only multiplies (`overlap`), its MMAs stay in flight and each iteration
     releases the slot of the one before, whose MMAs wgmma.wait_group 1 has just waited
@@ -681,6 +682,31 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     stamps = [[]] * 3 if timeline is None else \
         [[_stamp(timeline, block, k, event)] for event in (0, 1, 3)]
     released = tirx.IfThenElse(tirx.GE(k, 1), release(at - 1), None) if overlap else release(at)
+    rotation = Rotation.find(consumers) if rotate and not overlap and tiles is None else None
+    if rotation is not None:
+        plan["rotated"] = (
+            "iteration k+1's first T.gemm is issued before iteration k's last, both in flight; "
+            "wgmma.wait_group 1 waits for the first, " + (
+                f"{len(rotation.early)} statement(s) of the computation between them run "
+                "while the last one's MMAs do" if rotation.early else "nothing runs beside "
+                "the last one's MMAs") + "; wgmma.wait_group 0, the slot released, then " +
+            f"{len(rotation.late)} statement(s) that wait for them")
+
+        def at_iteration(stmts, i):
+            return [staging.retarget(substitute(c, {k: i}), tirx.floormod(i, stages))
+                    for c in stmts]
+
+        def wait_for(i):
+            return extern("tl::mbar_wait", barrier_of(tirx.floormod(i, stages), 1),
+                          tirx.floormod(tirx.floordiv(i, stages), 2))
+
+        def stamp(i, event):
+            return [] if timeline is None else [_stamp(timeline, block, i, event)]
+
+        rotated = _rotated(rotation, k, n, at_iteration, wait_for, release, stamp,
+                           {"num_stages": stages, PIPELINED: True, PIPELINE_PLAN: fact(plan)},
+                           turns=turns and threads == 256)
+        return front, seq(rotated + drain), staging
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
                         seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] + [released]),
                         annotations={"num_stages": stages, PIPELINED: True,
@@ -727,6 +753,118 @@ def _take_turns(computed, k):
                           tile_call("gemm_wait", Region.whole(regions(first)[2].buffer))] + \
         computed[one + 1:last] + [extern("tl::turn_wait")] + computed[last:]
     return stmts, [extern("tl::turn_last")]
+
+
+@dataclass
+class Rotation:
+    """A loop body `A; B; C` cut for `_rotated`: `A` ends with the body's first T.gemm
+    (FlashAttention: S = Q Kᵀ), `C` is its last (O += P V), the body's last statement; `B`
+    (the softmax) split into `early`, which neither C nor anything of `late` needs to wait
+    for, and `late`, what touches C's operands or depends on such a statement."""
+
+    first: list  # A: the statements up to the first T.gemm, it included
+    early: list  # B's statements that may run while C's MMAs do
+    late: list  # B's statements that wait for C's MMAs, in their order
+    last: TilePrimitiveCall  # C
+
+    @staticmethod
+    def find(consumers):
+        """The rotation of a consumer list, or None where its order forbids one."""
+        from .insert_barriers import accesses
+
+        def names(stmt):
+            return accesses(stmt, keep=is_buffer)
+
+        def gemms(stmt):
+            found = []
+            walk(stmt, TilePrimitiveCall, lambda c: found.append(c)
+                 if op_name(c) == "gemm" else None)
+            return found
+
+        at = [i for i, c in enumerate(consumers) if gemms(c)]
+        if len(at) != 2 or at[1] != len(consumers) - 1 or \
+                any(not (isinstance(consumers[i], TilePrimitiveCall) and
+                         op_name(consumers[i]) == "gemm") for i in at):
+            return None
+        first, middle, last = consumers[:at[0] + 1], consumers[at[0] + 1:at[1]], consumers[-1]
+        last_reads, last_writes = names(last)
+        touched = last_reads | last_writes
+
+        def commutes(stmts) -> bool:  # with C: neither writes what the other touches
+            reads, writes = set(), set()
+            for stmt in stmts:
+                r, w = names(stmt)
+                reads, writes = reads | r, writes | w
+            return not (writes & touched or reads & last_writes)
+
+        if not commutes(first) or \
+                regions(consumers[at[0]])[2].buffer.same_as(regions(last)[2].buffer):
+            return None
+        early, late, late_reads, late_writes = [], [], set(), set()
+        for stmt in middle:
+            reads, writes = names(stmt)
+            if not commutes([stmt]) or writes & (late_reads | late_writes) or \
+                    reads & late_writes:
+                late.append(stmt)
+                late_reads, late_writes = late_reads | reads, late_writes | writes
+            else:
+                early.append(stmt)
+        return Rotation(first, early, late, last)
+
+
+def _rotated(rotation, k, n, at_iteration, wait_for, release, stamp, annotations,
+             turns: bool = False):
+    """The consumers' loop rotated (FlashAttention-3's intra-warpgroup overlap): the
+    T.gemm that starts iteration k + 1 (S = Q K[k+1]ᵀ) is issued before the one that ends
+    iteration k (O += P[k] V[k]), both left in flight; `wgmma.wait_group 1` then waits
+    for the first only, the statements of the softmax that C does not need to wait for run
+    while C's MMAs do, `wait_group 0` waits for C, its slot is released, and the rest of
+    the softmax follows:
+
+        A(0); B(0)
+        for k < n - 1:  A(k+1) C(k)  |  B.early(k+1)  |  wait C; release k; B.late(k+1)
+        C(n-1); release n-1
+
+    The order of the program's statements changes only where they commute (Rotation.find).
+    `at_iteration(stmts, i)`: the statements of iteration i (slots and the loop's
+    counter); `wait_for(i)`: wait for iteration i's tiles; `release(i)`: its slot;
+    `stamp(i, event)`: timeline stamps of an instrumented build; `annotations`: the
+    rotated loop's (its plan). With `turns`, two consumer warpgroups take turns (as in
+    `_take_turns`): a turn is what one issues at once, A(k+1) and C(k); the first waits
+    for no turn before A(0), the second for the first's, and each hand-over has its wait.
+    Returns the statements."""
+    r = rotation
+    j = k + 1
+
+    def issued(stmt, **cfg):
+        return TilePrimitiveCall(*stmt.args, op=stmt.op, config={**stmt.config, **cfg})
+
+    def turn(name):
+        return [extern(f"tl::turn_{name}")] if turns else []
+
+    s_acc = Region.whole(regions(r.first[-1])[2].buffer)
+    o_acc = Region.whole(regions(r.last)[2].buffer)
+    first_next = at_iteration(r.first, j)
+    first_next[-1] = issued(first_next[-1], wait_later=True)
+    body = stamp(j, 0) + [wait_for(j)] + stamp(j, 1) + turn("wait") + first_next + \
+        [issued(at_iteration([r.last], k)[0], wait_later=True)] + turn("pass") + \
+        [tile_call("gemm_wait", s_acc, pending=1)] + at_iteration(r.early, j) + \
+        [tile_call("gemm_wait", o_acc), release(k)] + at_iteration(r.late, j) + stamp(j, 3)
+    zero = tirx.const(0, k.ty)
+    loop = tirx.For(k, zero, n - 1, tirx.ForKind.SERIAL, seq(body), annotations=annotations)
+    first = at_iteration(r.first, zero)
+    if turns:
+        first[-1] = issued(first[-1], wait_later=True)
+        first = turn("first") + first + turn("pass") + [tile_call("gemm_wait", s_acc)]
+    last = at_iteration([r.last], n - 1)
+    if turns:  # hand the turn over once the MMAs are issued, then wait for them
+        last = [issued(last[0], wait_later=True)] + turn("last") + [tile_call("gemm_wait", o_acc)]
+    stmts = stamp(zero, 0) + [wait_for(zero)] + stamp(zero, 1) + first + \
+        at_iteration(r.early + r.late, zero) + stamp(zero, 3) + [loop] + turn("wait") + \
+        last + [release(n - 1)]
+    if isinstance(n, tirx.IntImm) and n.value >= 1:
+        return stmts
+    return [tirx.IfThenElse(tirx.GE(n, 1), seq(stmts), None)]
 
 
 def _program_tma(kernel, shared_layouts, views, stagings):
@@ -776,8 +914,8 @@ def _linear_block(body):
 
 
 def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
-                    always: bool = False, turns: bool = False, timeline=None, block=None,
-                    views=None):
+                    always: bool = False, turns: bool = False, rotate: bool = False,
+                    timeline=None, block=None, views=None):
     """Pipeline the loops of the block's own statement list (not inside another loop or
     branch), warp-specializing the first that copies with TMA, keeps its MMAs in flight,
     whose copies a producer warp may issue from the start and where the split pays
@@ -799,7 +937,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
          if a.buffer.scope().startswith("shared") else None)
     roles = Roles(threads[0], allowed, _written_tensors(kernel),
                   sum(buffer_bytes(b) for b in tiles),
-                  always, turns)
+                  always, turns, rotate)
     before, after, front = [], [], []  # the statements before the split loop, and after
     for stmt in stmts:
         # a walk over tiles (not in an instrumented build: its timeline counts one tile)
@@ -833,7 +971,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
 
 def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                   overlap_gemms: bool = False, tma: bool = False, annotated: dict | None = None,
-                  specialize: str = "off", turns: bool = False):
+                  specialize: str = "off", turns: bool = False, rotate: bool = False):
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
     Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace.
     `wgmma_off`: why T.gemm is not warpgroup MMA here (None: it is, sm_90a). With wgmma,
@@ -842,7 +980,9 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
     `specialize`: whether such a loop is split between a producer warp and consumer
     warpgroups (passes/specialize_warps.py finishes the split after lowering): "off",
     "measured" (where `Roles.pays`) or "always" (wherever the loop allows); `turns`: two
-    consumer warpgroups of a split loop may take turns at the tensor cores (_take_turns)."""
+    consumer warpgroups of a split loop may take turns at the tensor cores (_take_turns);
+    `rotate`: a split loop that computes between its T.gemm issues the next iteration's
+    first before this one's last (_rotated)."""
     no_tma = f"no warpgroup MMA ({wgmma_off})" if wgmma_off is not None else \
         "tl.disable_tma_lower" if not tma else ""
     overlap_gemms = overlap_gemms and wgmma_off is None
@@ -873,7 +1013,8 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
             if specialize != "off" and tma:
                 kernel = _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts,
                                          stagings, always=specialize == "always",
-                                         turns=turns, timeline=timeline, block=block,
+                                         turns=turns, rotate=rotate, timeline=timeline,
+                                         block=block,
                                          views=views)
 
             def pipelined(stmt) -> list:

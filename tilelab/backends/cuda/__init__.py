@@ -56,7 +56,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            specialize: str = "measured", heavy_first: bool = True,
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
            turns: bool = False, uniform_selects: bool = True,
-           safe_global: bool = False) -> list:
+           safe_global: bool = False, rotate: bool = False) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -69,7 +69,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     gives its registers to the consumers; `turns`: two consumer warpgroups take turns at
     the tensor cores (asked for); `uniform_selects`: a select a whole tile decides alike is
     decided once for the tile; `safe_global`: global tensors read as 0 and are not written
-    outside their shapes (TileLang's rule)."""
+    outside their shapes (TileLang's rule); `rotate`: such a loop issues its next
+    iteration's first T.gemm before this one's last (asked for)."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -86,7 +87,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         StageOperands(),                       # operands where the ops' lowerings take them
         # T.Pipelined: load ahead with cp.async (or TMA)
         PipelineLoops(wgmma_off, overlap_gemms=overlap_gemms, tma=tma,
-                      annotated=program.layouts, specialize=specialize, turns=turns),
+                      annotated=program.layouts, specialize=specialize, turns=turns, rotate=rotate),
         *([SlotsFit(program, arch)] if arch else []),  # refused now, not after the lowering
         # T.gemm sums leave in rows of 16 bytes a thread
         *([StageStores(shared_memory_limit(arch))] if arch and stage_stores else []),
@@ -574,11 +575,12 @@ class CUDABackend(Backend):
         stage = not configs.get(PassConfigKey.TL_DISABLE_STAGE_STORES.value, False)
         reallocate = not configs.get(PassConfigKey.TL_DISABLE_SETMAXNREG.value, False)
         turns = bool(configs.get(PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value, False))
+        rotate = bool(configs.get(PassConfigKey.TL_ENABLE_INTRA_WARPGROUP_OVERLAP.value, False))
         uniform = not configs.get(PassConfigKey.TL_DISABLE_UNIFORM_SELECTS.value, False)
         safe_global = bool(configs.get(PassConfigKey.TL_SAFE_GLOBAL_ACCESS.value, False))
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
-                           turns, uniform, safe_global)
+                           turns, uniform, safe_global, rotate)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 

@@ -1,0 +1,174 @@
+"""The rotated split loop (passes/pipeline_loops.py: Rotation, _rotated), asked for with
+`tl.enable_intra_warpgroup_overlap`.
+
+FlashAttention's key loop is A (S = Q Kᵀ), B (the softmax), C (O += P V). Rotated, the
+consumers issue iteration k+1's A before iteration k's C, wait for A alone
+(wgmma.wait_group 1), run the part of B that C does not need while C's MMAs run, then
+wait for C, release its slot and finish B. Statements move only where they commute.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilelab
+import tilelab.language as T
+from tilelab import PassConfigKey
+from tilelab.backends.cuda.nvcc import find_nvcc
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
+SPLIT = {PassConfigKey.TL_FORCE_WARP_SPECIALIZED.value: True}
+ROTATE = {**SPLIT, PassConfigKey.TL_ENABLE_INTRA_WARPGROUP_OVERLAP.value: True}
+TURNS = {PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value: True}
+
+
+def _attention(shape=(2, 4, 1000, 128), configs=None, target="cuda:sm_90a", **options):
+    from examples.flash_attention import flash_attention_kernel as fa
+
+    options = {"block_m": 128, "threads": 256, **options}
+    return tilelab.compile(fa.fn(*shape, **options), out_idx=fa.out_idx, target=target,
+                           pass_configs={**fa.pass_configs, **ROTATE, **(configs or {})})
+
+
+def _loop_of(source: str, name: str) -> str:
+    return source.split(f"for (int {name} = ")[1].split("\n    }\n")[0]
+
+
+@needs_nvcc
+def test_the_next_tiles_scores_are_issued_before_this_tiles_product():
+    kernel = _attention()
+    source = kernel.get_kernel_source()
+    plan = kernel.trace.pipelines[0]
+    assert "warp_specialized" in plan and plan["rotated"].startswith("iteration k+1's first")
+    loop = _loop_of(source, "key_block")
+    # the prologue (tile 0's scores and softmax) stands before the loop
+    before = source.split("for (int key_block = ")[0].split("tl::registers_up<240>();")[1]
+    assert "wgmma_f16_ss" in before and "wgmma_f16_rs" not in before
+    assert "exp2" in before
+    # in the loop: S = Q K[k+1]ᵀ, then O += P[k] V[k], both in flight; wait for S alone,
+    # the row maxima while the product runs; wait for it, release the slot, rescale O
+    order = ["tl::mbar_wait", "wgmma_f16_ss", "wgmma_f16_rs", "wait_group_sync_aligned_1()",
+             "running_max_partial", "wait_group_sync_aligned_0()", "tl::mbar_arrive_warp",
+             "output_ptr[0] = (output_ptr[0] * rescale_ptr[0]);"]
+    at = [loop.index(text) for text in order]
+    assert at == sorted(at)
+    assert loop.count("wait_group_sync_aligned_0()") == 1  # no other wait for C
+    # the epilogue multiplies the last tile's P V and releases the last slot
+    after = source.split(loop)[1]
+    assert after.index("wgmma_f16_rs") < after.index("tl::mbar_arrive_warp")
+    assert "(key_block + 1)" in loop  # slot and phase of the next tile
+
+
+@needs_nvcc
+def test_with_turns_a_turn_is_both_products_issued():
+    source = _attention(configs=TURNS).get_kernel_source()
+    loop = _loop_of(source, "key_block")
+    order = ["tl::turn_wait()", "wgmma_f16_ss", "wgmma_f16_rs", "tl::turn_pass()",
+             "wait_group_sync_aligned_1()"]
+    at = [loop.index(text) for text in order]
+    assert at == sorted(at) and loop.count("tl::turn_") == 2
+    before, after = source.split(loop)
+    assert before.rindex("tl::turn_first()") < before.rindex("tl::turn_pass()")
+    # the second warpgroup's last wait has its hand-over: the first's, after the epilogue
+    assert after.index("tl::turn_wait()") < after.index("wgmma_f16_rs") < \
+        after.index("tl::turn_last()") < after.index("wait_group_sync_aligned_0()")
+
+
+@tilelab.jit
+def scaled_after(Q, K, V, block_m: int = 128, block_n: int = 64, threads: int = 256):
+    """O += S V, then O scaled after the product: a statement after the last T.gemm, which
+    the rotation does not move (it keeps the loop as written)."""
+    M, N, D = T.const("M, N, D")
+    Q: T.Tensor((M, D), T.float16)
+    K: T.Tensor((N, D), T.float16)
+    V: T.Tensor((N, D), T.float16)
+    O = T.empty((M, D), T.float32)  # noqa: E741
+    with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bx:
+        q = T.alloc_shared((block_m, D), T.float16)
+        k = T.alloc_shared((block_n, D), T.float16)
+        v = T.alloc_shared((block_n, D), T.float16)
+        s = T.alloc_fragment((block_m, block_n), T.float32)
+        p = T.alloc_fragment((block_m, block_n), T.float16)
+        o = T.alloc_fragment((block_m, D), T.float32)
+        T.copy(Q[bx * block_m, 0], q)
+        T.clear(o)
+        for j in T.Pipelined(T.ceildiv(N, block_n), num_stages=2):
+            T.copy(K[j * block_n, 0], k)
+            T.copy(V[j * block_n, 0], v)
+            T.clear(s)
+            T.gemm(q, k, s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(s, p)
+            T.gemm(p, v, o, policy=T.GemmWarpPolicy.FullRow)
+            for i, d in T.Parallel(block_m, D):
+                o[i, d] = o[i, d] * 0.5
+        T.copy(o, O[bx * block_m, 0])
+
+
+def _scaled_after_reference(q, k, v):
+    out = torch.zeros(q.shape[0], v.shape[1])
+    for j in range(0, k.shape[0], 64):
+        s = (q.float() @ k[j:j + 64].float().T).half().float()
+        out = (out + s @ v[j:j + 64].float()) * 0.5
+    return out
+
+
+def _scaled_after_inputs(device):
+    torch.manual_seed(2)
+    return (torch.randn(300, 64, dtype=torch.float16, device=device) / 4,
+            torch.randn(200, 64, dtype=torch.float16, device=device) / 4,
+            torch.randn(200, 64, dtype=torch.float16, device=device))
+
+
+@needs_nvcc
+def test_a_statement_after_the_last_product_keeps_the_loop_as_written():
+    kernel = scaled_after.compile(M=256, N=256, D=64, target="cuda:sm_90a",
+                                  pass_configs=ROTATE)
+    plan = kernel.trace.pipelines[0]
+    assert "warp_specialized" in plan and "rotated" not in plan
+    assert "wait_group_sync_aligned_1()" not in kernel.get_kernel_source()
+
+
+def test_the_cpu_ignores_the_key():
+    q, k, v = _scaled_after_inputs("cpu")
+    out = scaled_after(q, k, v, target="cpu", pass_configs=ROTATE)
+    torch.testing.assert_close(out, _scaled_after_reference(q, k, v), rtol=1e-2, atol=1e-2)
+
+
+def _hopper():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs a Hopper GPU (sm_90a)")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("options, configs", [
+    ({}, {}),
+    ({}, TURNS),
+    ({"causal": True}, {}),
+    ({"causal": True}, TURNS),
+    ({"block_n": 128}, TURNS),
+    ({}, {PassConfigKey.TL_DISABLE_SETMAXNREG.value: True}),
+])
+def test_rotated_attention_matches_torch_on_the_gpu(options, configs):
+    """Shapes with partial tiles, one key tile (the rotated loop runs no iteration) and
+    head dimension 64 (its registers stay where the launch puts them)."""
+    _hopper()
+    causal = options.get("causal", False)
+    for shape in [(1, 4, 777, 128), (2, 3, 1000, 64), (1, 2, 64, 128), (1, 2, 130, 128)]:
+        torch.manual_seed(shape[2])
+        q, k, v = (torch.randn(*shape, dtype=torch.float16, device="cuda") for _ in range(3))
+        kernel = _attention(shape, configs, target="cuda", **options)
+        assert "rotated" in kernel.trace.pipelines[0]
+        out = kernel(q, k, v)
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.gpu
+def test_a_loop_kept_as_written_matches_torch_on_the_gpu():
+    _hopper()
+    q, k, v = _scaled_after_inputs("cuda")
+    out = scaled_after(q, k, v, pass_configs=ROTATE)
+    want = _scaled_after_reference(q.cpu(), k.cpu(), v.cpu())
+    torch.testing.assert_close(out.cpu(), want, rtol=1e-2, atol=2e-2)
