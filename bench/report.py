@@ -118,6 +118,11 @@ VARIANTS = {
                    "(`tl.disable_heavy_first`)",
     "_direct": "; C stored straight from the accumulator's registers "
                "(`tl.disable_stage_stores`)",
+    "_rotate_turns": "; rotated (the next key tile's S = Q Kᵀ issued before this tile's "
+                     "O += P V, `tl.enable_intra_warpgroup_overlap`) and the consumer "
+                     "warpgroups taking turns at the tensor cores",
+    "_rotate": "; rotated: the next key tile's S = Q Kᵀ issued before this tile's O += P V, "
+               "the softmax beside its MMAs (`tl.enable_intra_warpgroup_overlap`)",
     "_turns": "; the consumer warpgroups taking turns at the tensor cores "
               "(`tl.enable_warpgroup_turns`)",
     "_select_per_element": "; the causal mask tested at every element of every key tile "
@@ -165,6 +170,23 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_twentieth.json",
+     "FlashAttention's split key loop rotated (`_rotate` rows, "
+     "`tl.enable_intra_warpgroup_overlap`: the next key tile's S = Q Kᵀ issued before this "
+     "tile's O += P V, the softmax beside its MMAs) beside the split loop as written and the "
+     "default one-role loop, in the same run (2026-12-03, twentieth session, a subset; the "
+     "checks cover the suite but the `_rotate_turns` checks, run by the GPU tests instead)",
+     "`python bench/gpu_suite.py build --only "
+     "gemm_fp16_128x256_t256_s4,gemm_fp16_4096_128x256_t256_s4,flash_attention_bm128_w"
+     "8,flash_attention_causal_bm128_w8,flash_attention_bm128_w8_ws,flash_attention_bm"
+     "128_w8_ws_turns,flash_attention_bm128_w8_ws_rotate,flash_attention_bm128_bn128_w"
+     "8_ws,flash_attention_bm128_bn128_w8_ws_turns,flash_attention_bm128_bn128_w8_ws_r"
+     "otate,flash_attention_causal_bm128_w8_ws,flash_attention_causal_bm128_w8_ws_turn"
+     "s,flash_attention_causal_bm128_w8_ws_rotate,flash_attention_causal_bm128_bn128_w"
+     "8_ws_rotate,flash_attention_d64_bm128_w8,flash_attention_d64_bm128_w8_ws,flash_a"
+     "ttention_d64_bm128_bn128_w8_ws,flash_attention_d64_bm128_w8_ws_rotate,flash_atte"
+     "ntion_d64_bm128_bn128_w8_ws_rotate"
+     "` (the `rotate_turns` entries then taken out of the manifest)"),
     ("gpu_suite_h200_eighteenth.json",
      "causal attention's mask decided once per key tile where the whole tile is kept "
      "(passes/uniform_selects.py: only the diagonal tiles test each element); "

@@ -60,7 +60,9 @@ loop one-role, `tl.force_warp_specialized` splits every loop that allows it. A
 loop that computes between its T.gemm (FlashAttention's softmax) is split only
 so: each T.gemm then waits for its MMAs and an iteration releases its own slot
 at its end; two consumer warpgroups may take turns at the tensor cores
-(`_take_turns`, `tl.enable_warpgroup_turns`).
+(`_take_turns`, `tl.enable_warpgroup_turns`), and the loop may be rotated so that
+each warpgroup computes while its own MMAs run (`_rotated`,
+`tl.enable_intra_warpgroup_overlap`).
 
 A persistent block (`T.Persistent`: a loop over output tiles around the
 pipelined loop, a `TileWalk`) is always split where the loop allows: the
@@ -830,8 +832,12 @@ def _rotated(rotation, k, n, at_iteration, wait_for, release, stamp, annotations
     counter); `wait_for(i)`: wait for iteration i's tiles; `release(i)`: its slot;
     `stamp(i, event)`: timeline stamps of an instrumented build; `annotations`: the
     rotated loop's (its plan). With `turns`, two consumer warpgroups take turns (as in
-    `_take_turns`): a turn is what one issues at once, A(k+1) and C(k); the first waits
-    for no turn before A(0), the second for the first's, and each hand-over has its wait.
+    `_take_turns`): a turn is what one issues at once, A(k+1) and C(k), and C(n-1) after
+    the loop. Both compute iteration 0 at once; then the second hands the first turn to
+    the first (`turn_start`), and after the last turn the first hands one back
+    (`turn_last`), so that each wait has its hand-over. No turn is waited for before
+    iteration 0: the barrier of all consumers that publishes tiles written before the
+    loop stands there, and a warpgroup waiting for its turn would never reach it.
     Returns the statements."""
     r = rotation
     j = k + 1
@@ -852,16 +858,12 @@ def _rotated(rotation, k, n, at_iteration, wait_for, release, stamp, annotations
         [tile_call("gemm_wait", o_acc), release(k)] + at_iteration(r.late, j) + stamp(j, 3)
     zero = tirx.const(0, k.ty)
     loop = tirx.For(k, zero, n - 1, tirx.ForKind.SERIAL, seq(body), annotations=annotations)
-    first = at_iteration(r.first, zero)
-    if turns:
-        first[-1] = issued(first[-1], wait_later=True)
-        first = turn("first") + first + turn("pass") + [tile_call("gemm_wait", s_acc)]
     last = at_iteration([r.last], n - 1)
     if turns:  # hand the turn over once the MMAs are issued, then wait for them
         last = [issued(last[0], wait_later=True)] + turn("last") + [tile_call("gemm_wait", o_acc)]
-    stmts = stamp(zero, 0) + [wait_for(zero)] + stamp(zero, 1) + first + \
-        at_iteration(r.early + r.late, zero) + stamp(zero, 3) + [loop] + turn("wait") + \
-        last + [release(n - 1)]
+    stmts = stamp(zero, 0) + [wait_for(zero)] + stamp(zero, 1) + \
+        at_iteration(r.first + r.early + r.late, zero) + stamp(zero, 3) + turn("start") + \
+        [loop] + turn("wait") + last + [release(n - 1)]
     if isinstance(n, tirx.IntImm) and n.value >= 1:
         return stmts
     return [tirx.IfThenElse(tirx.GE(n, 1), seq(stmts), None)]

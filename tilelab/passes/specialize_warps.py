@@ -60,7 +60,7 @@ from ..ops._lowering import extern, narrow_barriers
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg and warpgroup-wide rules act per warpgroup
 PRODUCER_REGISTERS = 24  # setmaxnreg's least: the producer holds a few indices
 REGISTERS_PER_SM = 65536
-TURNS = ("tl::turn_first", "tl::turn_pass", "tl::turn_wait", "tl::turn_last")
+TURNS = ("tl::turn_first", "tl::turn_pass", "tl::turn_wait", "tl::turn_last", "tl::turn_start")
 
 
 def _extern_name(stmt) -> str:

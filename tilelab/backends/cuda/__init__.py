@@ -393,7 +393,7 @@ def fit_registers(source: str, compiled: dict, config: dict, arch: str, compile_
 
 
 MOVES = re.compile(r"\n\s*tl::registers_(down|up)<(\d+)>\(\);")
-TURNS = re.compile(r"\n\s*tl::turn_(first|pass|wait|last)\(\);")
+TURNS = re.compile(r"\n\s*tl::turn_(first|pass|wait|last|start)\(\);")
 
 
 def keep_register_moves(source: str, compiled: dict, threads: int | None, compile_again):

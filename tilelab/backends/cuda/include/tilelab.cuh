@@ -177,6 +177,8 @@ __device__ __forceinline__ void turn_pass() {
 // the first hands over once more, for the second's last wait
 __device__ __forceinline__ void turn_first() { if (threadIdx.x >> 7) turn_wait(); }
 __device__ __forceinline__ void turn_last() { if (!(threadIdx.x >> 7)) turn_pass(); }
+// a rotated loop (pipeline_loops._rotated): the second warpgroup hands the first turn over
+__device__ __forceinline__ void turn_start() { if (threadIdx.x >> 7) turn_pass(); }
 
 // warp-specialized blocks: the producer warpgroup gives registers back, the consumer
 // warpgroups take them (passes/specialize_warps.py); counts are per thread
