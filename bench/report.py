@@ -170,6 +170,27 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_twentieth_b.json",
+     "warp-specialized blocks that move registers to their consumers put the consumers' "
+     "branch first in the code (passes/specialize_warps.py): in the other order ptxas kept "
+     "them within the launch's 168 registers despite setmaxnreg, and 128×128 attention "
+     "tiles spilled (rotated ones serialized their MMAs); no FlashAttention kernel spills "
+     "now. The GEMM rows that split (`_split`, persistent) were built that way too and "
+     "measured slower than before (×0.87 and ×0.88 against ×0.98 and ×1.00 in the sixteenth "
+     "session's run): blocks that move no registers keep the producer's branch first, "
+     "their code as before (2026-12-03, twentieth session, a subset)",
+     "`python bench/gpu_suite.py build --only "
+     "ws_gemm_s4,gemm_fp16_128x256_t256_s4,gemm_fp16_128x256_t256_s4_split,persistent_"
+     "gemm_fp16,flash_attention_bm128_w8,flash_attention_causal_bm128_w8,flash_attenti"
+     "on_bm128_w8_ws,flash_attention_bm128_w8_ws_turns,flash_attention_bm128_w8_ws_rot"
+     "ate,flash_attention_bm128_w8_ws_rotate_turns,flash_attention_bm128_bn128_w8_ws,f"
+     "lash_attention_bm128_bn128_w8_ws_turns,flash_attention_bm128_bn128_w8_ws_rotate,"
+     "flash_attention_bm128_bn128_w8_ws_rotate_turns,flash_attention_causal_bm128_w8_w"
+     "s,flash_attention_causal_bm128_bn128_w8_ws,flash_attention_causal_bm128_bn128_w8"
+     "_ws_turns,flash_attention_causal_bm128_bn128_w8_ws_rotate,flash_attention_d64_bm"
+     "128_w8,flash_attention_d64_bm128_bn128_w8_ws,flash_attention_d64_bm128_bn128_w8_"
+     "ws_rotate"
+     "`"),
     ("gpu_suite_h200_twentieth.json",
      "FlashAttention's split key loop rotated (`_rotate` rows, "
      "`tl.enable_intra_warpgroup_overlap`: the next key tile's S = Q Kᵀ issued before this "

@@ -32,6 +32,11 @@ def _attention(shape=(2, 4, 1000, 128), configs=None, target="cuda:sm_90a", **op
                            pass_configs={**fa.pass_configs, **ROTATE, **(configs or {})})
 
 
+def _hopper():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs a Hopper GPU (sm_90a)")
+
+
 def _loop_of(source: str, name: str) -> str:
     return source.split(f"for (int {name} = ")[1].split("\n    }\n")[0]
 
@@ -62,6 +67,15 @@ def test_the_next_tiles_scores_are_issued_before_this_tiles_product():
 
 
 @needs_nvcc
+def test_the_pipeline_view_says_the_loop_is_rotated():
+    from tilelab.viz.pipeline import pipeline_view
+
+    view = pipeline_view(_attention().trace)
+    assert "  rotated: iteration k+1's first T.gemm" in view.text()
+    assert "<br>rotated: iteration k+1&#x27;s first T.gemm" in view.body_html()
+
+
+@needs_nvcc
 def test_with_turns_a_turn_is_both_products_issued():
     source = _attention(configs=TURNS).get_kernel_source()
     loop = _loop_of(source, "key_block")
@@ -78,6 +92,80 @@ def test_with_turns_a_turn_is_both_products_issued():
     # the second warpgroup's last wait has its hand-over: the first's, after the epilogue
     assert after.index("tl::turn_wait()") < after.index("wgmma_f16_rs") < \
         after.index("tl::turn_last()") < after.index("wait_group_sync_aligned_0()")
+
+
+@needs_nvcc
+def test_the_softmax_statements_that_need_not_wait_run_beside_the_product():
+    """The example's key loop: between the products, the mask, the row maxima, the
+    exponentials and the sums (8 statements) run beside O += P V; the rescale of O (it
+    touches C's accumulator) and P's conversion (C reads P) wait for it."""
+    plan = _attention().trace.pipelines[0]
+    assert "8 statement(s) of the computation between them" in plan["rotated"]
+    assert plan["rotated"].endswith("then 2 statement(s) that wait for them")
+
+
+@tilelab.jit
+def cleared_after_use(Q, K, V, block_m: int = 128, block_n: int = 64, threads: int = 256):
+    """S's row sums kept, S converted to P, then S cleared for the next tile's product:
+    the clearing writes what the conversion reads, so it waits with it although it
+    touches none of C's operands."""
+    M, N, D = T.const("M, N, D")
+    Q: T.Tensor((M, D), T.float16)
+    K: T.Tensor((N, D), T.float16)
+    V: T.Tensor((N, D), T.float16)
+    O = T.empty((M, D), T.float32)  # noqa: E741
+    first = T.empty((M,), T.float32)
+    with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bx:
+        q = T.alloc_shared((block_m, D), T.float16)
+        k = T.alloc_shared((block_n, D), T.float16)
+        v = T.alloc_shared((block_n, D), T.float16)
+        s = T.alloc_fragment((block_m, block_n), T.float32)
+        p = T.alloc_fragment((block_m, block_n), T.float16)
+        o = T.alloc_fragment((block_m, D), T.float32)
+        kept = T.alloc_fragment((block_m,), T.float32)
+        tile_sums = T.alloc_fragment((block_m,), T.float32)
+        T.copy(Q[bx * block_m, 0], q)
+        T.clear(o)
+        T.clear(kept)
+        T.clear(s)
+        for j in T.Pipelined(T.ceildiv(N, block_n), num_stages=2):
+            T.copy(K[j * block_n, 0], k)
+            T.copy(V[j * block_n, 0], v)
+            T.gemm(q, k, s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            T.reduce_sum(s, tile_sums, dim=1)
+            for i in T.Parallel(block_m):
+                kept[i] += tile_sums[i]
+            T.copy(s, p)
+            for i, c in T.Parallel(block_m, block_n):
+                s[i, c] = 0.0
+            T.gemm(p, v, o, policy=T.GemmWarpPolicy.FullRow)
+        T.copy(o, O[bx * block_m, 0])
+        T.copy(kept, first[bx * block_m])
+
+
+def _cleared_reference(q, k, v):
+    s = q.float() @ k.float().T  # each tile's S starts from the zeros the last one left
+    return s.half().float() @ v.float(), s.sum(1)
+
+
+@needs_nvcc
+def test_a_statement_that_overwrites_what_a_waiting_one_reads_waits_too():
+    kernel = cleared_after_use.compile(M=256, N=256, D=64, target="cuda:sm_90a",
+                                       pass_configs=ROTATE)
+    rotated = kernel.trace.pipelines[0]["rotated"]
+    assert "2 statement(s) of the computation" in rotated and "then 2 statement(s)" in rotated
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_cleared_after_use_matches_torch(device):
+    if device == "cuda":
+        _hopper()
+    q, k, v = _scaled_after_inputs(device)
+    out, first = cleared_after_use(q, k, v, pass_configs=ROTATE,
+                                   **({"target": "cpu"} if device == "cpu" else {}))
+    want, want_first = _cleared_reference(q.cpu(), k.cpu(), v.cpu())
+    torch.testing.assert_close(out.cpu(), want, rtol=1e-2, atol=2e-2)
+    torch.testing.assert_close(first.cpu(), want_first, rtol=1e-2, atol=1e-2)
 
 
 @tilelab.jit
@@ -138,11 +226,6 @@ def test_the_cpu_ignores_the_key():
     q, k, v = _scaled_after_inputs("cpu")
     out = scaled_after(q, k, v, target="cpu", pass_configs=ROTATE)
     torch.testing.assert_close(out, _scaled_after_reference(q, k, v), rtol=1e-2, atol=1e-2)
-
-
-def _hopper():
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs a Hopper GPU (sm_90a)")
 
 
 @pytest.mark.gpu

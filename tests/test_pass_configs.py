@@ -70,7 +70,8 @@ def test_every_key_is_tested_here():
               "TL_DISABLE_TMA_LOWER", "TL_DISABLE_WARP_SPECIALIZED",
               "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST", "TL_DISABLE_STAGE_STORES",
               "TL_DISABLE_SETMAXNREG", "TL_ENABLE_WARPGROUP_TURNS",
-              "TL_DISABLE_UNIFORM_SELECTS", "TL_SAFE_GLOBAL_ACCESS"}
+              "TL_DISABLE_UNIFORM_SELECTS", "TL_SAFE_GLOBAL_ACCESS",
+              "TL_ENABLE_INTRA_WARPGROUP_OVERLAP"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -81,6 +82,15 @@ def test_safe_global_access_reads_zero_outside_a_tensor():
     program = gather_rows(tilelab.jit,
                           pass_configs={PassConfigKey.TL_SAFE_GLOBAL_ACCESS: True})
     torch.testing.assert_close(program(x, idx), expected(x, idx))
+
+
+@needs_nvcc
+def test_intra_warpgroup_overlap_rotates_the_split_attention_loop():
+    from tests.test_warpgroup_turns import _attention
+
+    assert "rotated" not in _attention().trace.pipelines[0]
+    key = PassConfigKey.TL_ENABLE_INTRA_WARPGROUP_OVERLAP.value
+    assert "wait_group_sync_aligned_1()" in _attention(configs={key: True}).get_kernel_source()
 
 
 @needs_nvcc

@@ -146,5 +146,5 @@ class PassConfigKey(str, enum.Enum):
     # sm_90a: a warp-specialized loop that multiplies, computes and multiplies again issues
     # the next iteration's first T.gemm before this iteration's last, and computes while
     # the last one's MMAs run (FlashAttention-3's intra-warpgroup overlap); measured to pay
-    # only for head dimension 64 with 128x128 tiles (d128 outgrows ptxas's registers)
+    # only for head dimension 64 with 128x128 tiles (d128: x0.88 of SDPA, x0.95 without)
     TL_ENABLE_INTRA_WARPGROUP_OVERLAP = "tl.enable_intra_warpgroup_overlap"

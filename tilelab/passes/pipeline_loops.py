@@ -636,11 +636,13 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
                                      tirx.const(threads, "int32"), producer))]
     # consumers: wait for the slot's bytes; multiply, leaving the MMAs in flight; release
     # the previous iteration's slot, whose MMAs wgmma.wait_group 1 has just waited for
+    rotation = Rotation.find(consumers) if rotate and not overlap and tiles is None else None
     computed = [staging.retarget(c, slot) for c in consumers]
     if overlap:
         computed = [_in_flight(c, staging) for c in computed]
+    two_groups = turns and not overlap and tiles is None and threads == 256
     last_turn = []
-    if turns and not overlap and tiles is None and threads == 256:  # two warpgroups
+    if two_groups and rotation is None:  # (a rotated loop takes turns its own way)
         computed, last_turn = _take_turns(computed, k)
 
     def release(iteration):
@@ -684,7 +686,6 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     stamps = [[]] * 3 if timeline is None else \
         [[_stamp(timeline, block, k, event)] for event in (0, 1, 3)]
     released = tirx.IfThenElse(tirx.GE(k, 1), release(at - 1), None) if overlap else release(at)
-    rotation = Rotation.find(consumers) if rotate and not overlap and tiles is None else None
     if rotation is not None:
         plan["rotated"] = (
             "iteration k+1's first T.gemm is issued before iteration k's last, both in flight; "
@@ -707,7 +708,7 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
 
         rotated = _rotated(rotation, k, n, at_iteration, wait_for, release, stamp,
                            {"num_stages": stages, PIPELINED: True, PIPELINE_PLAN: fact(plan)},
-                           turns=turns and threads == 256)
+                           turns=two_groups)
         return front, seq(rotated + drain), staging
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
                         seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] + [released]),

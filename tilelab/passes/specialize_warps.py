@@ -40,6 +40,8 @@ Two more things happen here, where the lowered code can be read:
   which only issues TMA copies, gives all but 24 back and each consumer takes
   240 (128 x 24 + 256 x 240 fits the SM's 65,536). `tl.disable_setmaxnreg`
   keeps the launch's counts; GEMM loops (their accumulators fit) keep them too.
+  Where registers move, the consumers' branch comes first in the code: in the
+  other order ptxas compiled them within the launch's 168 all the same.
 - Two consumer warpgroups that take turns at the tensor cores
   (pipeline_loops._take_turns) wait for each other on named barriers; a loop
   that also needs a barrier of all consumers would deadlock there (one
@@ -120,7 +122,16 @@ def _split(launch, reallocate: bool):
     if more is not None:
         producer = tirx.SeqStmt([extern(f"tl::registers_down<{PRODUCER_REGISTERS}>"), producer])
         consumers = tirx.SeqStmt([extern(f"tl::registers_up<{more}>"), consumers])
-    roles = tirx.IfThenElse(tirx.GE(tx, threads), producer, consumers)
+    if more is not None:
+        # the consumers' branch first: with the producer's first, ptxas (CUDA 13.0)
+        # compiled the consumers within the launch's registers despite their setmaxnreg
+        # (the producer's setmaxnreg.dec alone in its branch was enough), spilling
+        # FlashAttention d128's 128x128 tiles and serializing its MMAs (H200: x0.95 of SDPA
+        # split with turns, x0.99 consumers first). Blocks that move no registers keep the
+        # producer's first: the split GEMMs measured 10-15% slower the other way round
+        roles = tirx.IfThenElse(tirx.LT(tx, threads), consumers, producer)
+    else:
+        roles = tirx.IfThenElse(tirx.GE(tx, threads), producer, consumers)
     total = threads + PRODUCER_THREADS
     iv = launch.node
     wider = tirx.IterVar(tvm.ir.Range(0, total), iv.var, iv.iter_type, iv.thread_tag)

@@ -230,7 +230,7 @@ class PipelineView(View):
                          f"units ({waits:g} waiting); "
                          + ", ".join(f"{PHASE_NAMES[k]} {a:g}-{b:g}" for k, (a, b) in
                                      spans.items() if b > a))
-            for what in ("copies", "waits", "across_tiles"):
+            for what in ("copies", "waits", "across_tiles", "rotated"):
                 if plan.get(what):
                     lines.append(f"  {what.replace('_', ' ')}: {plan[what]}")
         return "\n".join(lines)
@@ -506,6 +506,7 @@ def _plan_tables(panels) -> str:
                    f'<th>stage</th></tr>{rows}</table><p class="tl-note">slots: {slots}<br>'
                    f'async group: {groups}<br>copies: {escape(plan.get("copies", ""))}<br>'
                    f'waits: {escape(plan.get("waits", ""))}'
-                   + (f'<br>across tiles: {escape(plan["across_tiles"])}'
-                      if plan.get("across_tiles") else "") + "</p></details>")
+                   + "".join(f'<br>{what.replace("_", " ")}: {escape(plan[what])}'
+                             for what in ("across_tiles", "rotated") if plan.get(what))
+                   + "</p></details>")
     return "".join(out)
