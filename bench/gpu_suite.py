@@ -352,6 +352,13 @@ BENCH = [
      {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
      {"flops": 4 * 4 * 32 * 4096 * 4096 * 128}),
+    # 128-key tiles in one role (beside the split rows below)
+    *[(f"flash_attention{causal}{d}_bm128_bn128_w8", "flash_attention",
+       {"shape": (4, 32, 4096, dim), "options": {"causal": bool(causal), "block_m": 128,
+                                                 "block_n": 128, "threads": 256}},
+       [("randn", (4, 32, 4096, dim), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
+       2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * dim})
+      for causal, d, dim in (("", "", 128), ("_causal", "", 128), ("", "_d64", 64))],
     ("flash_attention_bm128_w8_s3", "flash_attention",
      {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256, "num_stages": 3}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,

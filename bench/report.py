@@ -37,6 +37,10 @@ SHAPES = {
     "flash_attention": "batch 4, heads 32, seq 4096, dim 128, fp16, non-causal; "
                        "block 64×64, 4 warps, 2 stages",
     "flash_attention_bm128_w8": "same shapes; block 128×64, 8 warps, 2 stages",
+    "flash_attention_bm128_bn128_w8": "same shapes; block 128×128, 8 warps, 2 stages, one role",
+    "flash_attention_causal_bm128_bn128_w8": "same shapes, causal; block 128×128, 8 warps, "
+                                             "2 stages, one role",
+    "flash_attention_d64_bm128_bn128_w8": "dim 64; block 128×128, 8 warps, 2 stages, one role",
     "fa_bm128_w8_2blocks": "same shapes; block 128×64, 8 warps, 2 stages, compiled by hand "
                            "for two blocks per SM (32 bytes spilled)",
     "flash_attention_bm128_w8_s3": "same shapes; block 128×64, 8 warps, 3 stages",
