@@ -11,34 +11,21 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import tilelab
 import tilelab.language as T
+from tests import test_warpgroup_turns as turns
+from tests.test_warpgroup_turns import SPLIT, TURNS, _hopper, _loop_of
 from tilelab import PassConfigKey
 from tilelab.backends.cuda.nvcc import find_nvcc
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
-SPLIT = {PassConfigKey.TL_FORCE_WARP_SPECIALIZED.value: True}
 ROTATE = {**SPLIT, PassConfigKey.TL_ENABLE_INTRA_WARPGROUP_OVERLAP.value: True}
-TURNS = {PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value: True}
 
 
 def _attention(shape=(2, 4, 1000, 128), configs=None, target="cuda:sm_90a", **options):
-    from examples.flash_attention import flash_attention_kernel as fa
-
-    options = {"block_m": 128, "threads": 256, **options}
-    return tilelab.compile(fa.fn(*shape, **options), out_idx=fa.out_idx, target=target,
-                           pass_configs={**fa.pass_configs, **ROTATE, **(configs or {})})
-
-
-def _hopper():
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs a Hopper GPU (sm_90a)")
-
-
-def _loop_of(source: str, name: str) -> str:
-    return source.split(f"for (int {name} = ")[1].split("\n    }\n")[0]
+    """The example's attention, split and rotated (and `configs`)."""
+    return turns._attention(shape, {**ROTATE, **(configs or {})}, target, **options)
 
 
 @needs_nvcc
@@ -240,16 +227,8 @@ def test_the_cpu_ignores_the_key():
 def test_rotated_attention_matches_torch_on_the_gpu(options, configs):
     """Shapes with partial tiles, one key tile (the rotated loop runs no iteration) and
     head dimension 64 (its registers stay where the launch puts them)."""
-    _hopper()
-    causal = options.get("causal", False)
-    for shape in [(1, 4, 777, 128), (2, 3, 1000, 64), (1, 2, 64, 128), (1, 2, 130, 128)]:
-        torch.manual_seed(shape[2])
-        q, k, v = (torch.randn(*shape, dtype=torch.float16, device="cuda") for _ in range(3))
-        kernel = _attention(shape, configs, target="cuda", **options)
-        assert "rotated" in kernel.trace.pipelines[0]
-        out = kernel(q, k, v)
-        want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
+    turns.attention_matches_torch({**ROTATE, **configs}, options, "rotated", shapes=(
+        (1, 4, 777, 128), (2, 3, 1000, 64), (1, 2, 64, 128), (1, 2, 130, 128)))
 
 
 @pytest.mark.gpu

@@ -217,13 +217,21 @@ def _hopper():
     ({"block_m": 64, "threads": 128, "causal": True}, TURNS),
 ])
 def test_split_attention_matches_torch_on_the_gpu(options, configs):
+    attention_matches_torch(configs, options, "warp_specialized")
+
+
+def attention_matches_torch(configs, options, planned: str,
+                            shapes=((1, 4, 777, 128), (2, 3, 1000, 64), (1, 2, 64, 128))):
+    """The example's attention, split with `configs` and `options`, against torch on fresh
+    inputs of each shape (partial tiles, head dims 64 and 128, one key tile); its plan
+    names `planned`."""
     _hopper()
     causal = options.get("causal", False)
-    for shape in [(1, 4, 777, 128), (2, 3, 1000, 64), (1, 2, 64, 128)]:
+    for shape in shapes:
         torch.manual_seed(shape[2])
         q, k, v = (torch.randn(*shape, dtype=torch.float16, device="cuda") for _ in range(3))
         kernel = _attention(shape, configs, target="cuda", **options)
-        assert "warp_specialized" in kernel.trace.pipelines[0]
+        assert planned in kernel.trace.pipelines[0]
         out = kernel(q, k, v)
         want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-2)
