@@ -234,15 +234,23 @@ def disable_warp_group_reg_alloc():
 no_set_max_nreg = disable_warp_group_reg_alloc  # TileLang's other name for the same hint
 
 
-def sync_threads():
+def sync_threads(barrier_id=None, arrive_count=None):
     """A barrier of the whole block, as TileLang writes it. tilelab puts the barriers that
     its tile ops need itself (passes/insert_barriers.py) and counts this one among them;
     it is kept where the program wrote it (on the CPU, where one thread runs a block's
     statements in order, it has nothing to wait for). Every thread must reach it, so it
-    may not stand inside a T.Parallel loop, whose elements are dealt to threads."""
+    may not stand inside a T.Parallel loop, whose elements are dealt to threads.
+    TileLang's named barrier of part of the block, `T.sync_threads(id, count)`, is
+    refused: tilelab has no barrier of some threads in code written for one thread."""
     from ..ops._lowering import sync
 
     builder = current("T.sync_threads")
+    if barrier_id is not None or arrive_count is not None:
+        raise TileLangFeatureError(
+            "T.sync_threads(barrier_id, arrive_count) is a named barrier of part of the "
+            "block, which tilelab does not have",
+            hint="T.sync_threads() where every thread of the block reaches it, or roles by "
+                 "thread index around tile ops (tilelab gives each role its own barriers)")
     if builder.parallel_depth:
         raise TileLabSyntaxError(
             "T.sync_threads() inside a T.Parallel loop: each thread runs only its own "
