@@ -606,7 +606,6 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     before = 0 if done is None else tirx.BufferLoad(done, [0])  # iterations of earlier tiles
     count_tile = [] if done is None else [tirx.BufferStore(done, before + n, [0])]
     at = k + before
-    slot, phase = tirx.floormod(at, stages), tirx.floormod(tirx.floordiv(at, stages), 2)
     # producer: before refilling slot s, wait until every consumer warp released it (the
     # phase of `empty` that the consumers of iteration k - stages completed)
     j = tirx.Var(f"{k.name}_load", k.ty)
@@ -637,7 +636,7 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     # consumers: wait for the slot's bytes; multiply, leaving the MMAs in flight; release
     # the previous iteration's slot, whose MMAs wgmma.wait_group 1 has just waited for
     rotation = Rotation.find(consumers) if rotate and not overlap and tiles is None else None
-    computed = [staging.retarget(c, slot) for c in consumers]
+    computed = [staging.retarget(c, tirx.floormod(at, stages)) for c in consumers]
     if overlap:
         computed = [_in_flight(c, staging) for c in computed]
     two_groups = turns and not overlap and tiles is None and threads == 256
@@ -649,7 +648,13 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
         return extern("tl::mbar_arrive_warp",
                       barrier_of(tirx.floormod(iteration, stages), 1, empty))
 
-    wait = extern("tl::mbar_wait", barrier_of(slot, 1), phase)
+    def wait_for(iteration):  # until the slot of `iteration` (counted from 0) is full
+        return extern("tl::mbar_wait", barrier_of(tirx.floormod(iteration, stages), 1),
+                      tirx.floormod(tirx.floordiv(iteration, stages), 2))
+
+    def stamp(iteration, event):
+        return [] if timeline is None else [_stamp(timeline, block, iteration, event)]
+
     accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers} \
         if overlap else {}  # (only multiplies: each consumer is a T.gemm)
     waited = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
@@ -683,8 +688,6 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
             f"the loop over {tiles.loop.loop_var.name} around it (a walk over tiles): the "
             "producer walks it too and refills slots for the next trip while the consumers "
             "finish this one; slots and phases count the iterations of all trips so far")
-    stamps = [[]] * 3 if timeline is None else \
-        [[_stamp(timeline, block, k, event)] for event in (0, 1, 3)]
     released = tirx.IfThenElse(tirx.GE(k, 1), release(at - 1), None) if overlap else release(at)
     if rotation is not None:
         plan["rotated"] = (
@@ -699,19 +702,13 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
             return [staging.retarget(substitute(c, {k: i}), tirx.floormod(i, stages))
                     for c in stmts]
 
-        def wait_for(i):
-            return extern("tl::mbar_wait", barrier_of(tirx.floormod(i, stages), 1),
-                          tirx.floormod(tirx.floordiv(i, stages), 2))
-
-        def stamp(i, event):
-            return [] if timeline is None else [_stamp(timeline, block, i, event)]
-
         rotated = _rotated(rotation, k, n, at_iteration, wait_for, release, stamp,
                            {"num_stages": stages, PIPELINED: True, PIPELINE_PLAN: fact(plan)},
                            turns=two_groups)
         return front, seq(rotated + drain), staging
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
-                        seq(stamps[0] + [wait] + stamps[1] + computed + stamps[2] + [released]),
+                        seq(stamp(k, 0) + [wait_for(at)] + stamp(k, 1) + computed +
+                            stamp(k, 3) + [released]),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
     if tiles is None:
@@ -720,6 +717,11 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     last = [tirx.IfThenElse(tirx.GE(n, 1), release(before + n - 1), None)] if overlap else []
     return front, seq([tiles.replacing([new_loop] + waited + last + count_tile)] + drain), \
         staging
+
+
+def _waits_later(gemm):
+    """The T.gemm, told to leave its MMAs in flight for a `gemm_wait` further on."""
+    return gemm.replace(config={**gemm.config, "wait_later": True})
 
 
 def _take_turns(computed, k):
@@ -749,8 +751,7 @@ def _take_turns(computed, k):
         return computed, []
     one, last = gemms[0], gemms[-1]
     first = computed[one]
-    issued = TilePrimitiveCall(*first.args, op=first.op,
-                               config={**first.config, "wait_later": True})
+    issued = _waits_later(first)
     stmts = [tirx.IfThenElse(tirx.EQ(k, 0), extern("tl::turn_first"), None)] + \
         computed[:one] + [issued, extern("tl::turn_pass"),
                           tile_call("gemm_wait", Region.whole(regions(first)[2].buffer))] + \
@@ -843,25 +844,22 @@ def _rotated(rotation, k, n, at_iteration, wait_for, release, stamp, annotations
     r = rotation
     j = k + 1
 
-    def issued(stmt, **cfg):
-        return TilePrimitiveCall(*stmt.args, op=stmt.op, config={**stmt.config, **cfg})
-
     def turn(name):
         return [extern(f"tl::turn_{name}")] if turns else []
 
     s_acc = Region.whole(regions(r.first[-1])[2].buffer)
     o_acc = Region.whole(regions(r.last)[2].buffer)
     first_next = at_iteration(r.first, j)
-    first_next[-1] = issued(first_next[-1], wait_later=True)
+    first_next[-1] = _waits_later(first_next[-1])
     body = stamp(j, 0) + [wait_for(j)] + stamp(j, 1) + turn("wait") + first_next + \
-        [issued(at_iteration([r.last], k)[0], wait_later=True)] + turn("pass") + \
+        [_waits_later(at_iteration([r.last], k)[0])] + turn("pass") + \
         [tile_call("gemm_wait", s_acc, pending=1)] + at_iteration(r.early, j) + \
         [tile_call("gemm_wait", o_acc), release(k)] + at_iteration(r.late, j) + stamp(j, 3)
     zero = tirx.const(0, k.ty)
     loop = tirx.For(k, zero, n - 1, tirx.ForKind.SERIAL, seq(body), annotations=annotations)
     last = at_iteration([r.last], n - 1)
     if turns:  # hand the turn over once the MMAs are issued, then wait for them
-        last = [issued(last[0], wait_later=True)] + turn("last") + [tile_call("gemm_wait", o_acc)]
+        last = [_waits_later(last[0])] + turn("last") + [tile_call("gemm_wait", o_acc)]
     stmts = stamp(zero, 0) + [wait_for(zero)] + stamp(zero, 1) + \
         at_iteration(r.first + r.early + r.late, zero) + stamp(zero, 3) + turn("start") + \
         [loop] + turn("wait") + last + [release(n - 1)]

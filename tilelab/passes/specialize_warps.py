@@ -122,7 +122,6 @@ def _split(launch, reallocate: bool):
     if more is not None:
         producer = tirx.SeqStmt([extern(f"tl::registers_down<{PRODUCER_REGISTERS}>"), producer])
         consumers = tirx.SeqStmt([extern(f"tl::registers_up<{more}>"), consumers])
-    if more is not None:
         # the consumers' branch first: with the producer's first, ptxas (CUDA 13.0)
         # compiled the consumers within the launch's registers despite their setmaxnreg
         # (the producer's setmaxnreg.dec alone in its branch was enough), spilling

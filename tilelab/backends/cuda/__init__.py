@@ -36,6 +36,7 @@ from ...passes.scalar_bools import ScalarBools
 from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
 from ...passes.shared_conditions import BindSharedConditions
 from ...passes.specialize_warps import PRODUCER_THREADS, SpecializeWarps
+from ...passes.specialize_warps import TURNS as TURN_CALLS
 from ...passes.spill_fragments import SpillFragments
 from ...passes.stage_operands import StageOperands
 from ...passes.stage_stores import StageStores
@@ -393,7 +394,7 @@ def fit_registers(source: str, compiled: dict, config: dict, arch: str, compile_
 
 
 MOVES = re.compile(r"\n\s*tl::registers_(down|up)<(\d+)>\(\);")
-TURNS = re.compile(r"\n\s*tl::turn_(first|pass|wait|last|start)\(\);")
+TURNS = re.compile(r"\n\s*(" + "|".join(TURN_CALLS) + r")\(\);")  # (their calls' lines)
 
 
 def keep_register_moves(source: str, compiled: dict, threads: int | None, compile_again):
