@@ -191,6 +191,15 @@ class ThreadLowering:
         cond = simplify(frag.valid(self.tx, tirx.const(reg, "int32")))
         return guard_each(cond, stmt)
 
+    def valid_or(self, frag: Fragment, reg: int, value, default):
+        """`value` (of register `reg`) where the thread has that register of a padded
+        fragment, `default` elsewhere."""
+        elements = thread_elements(frag)
+        if all(elements[t][reg] is not None for t in range(frag.threads)):
+            return value
+        return tirx.Select(simplify(frag.valid(self.tx, tirx.const(reg, "int32"))), value,
+                           default)
+
     # ------------------------------------------------------------ statements
 
     def lower(self, stmt):
