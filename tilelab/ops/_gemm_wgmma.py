@@ -20,7 +20,8 @@ Per `T.gemm` each warpgroup then runs:
 1. `fence.proxy.async`: the tile copies wrote shared memory through ordinary
    stores; the tensor cores read it through the *async proxy*, so make the
    writes visible to it (not needed for tiles that TMA wrote: it writes
-   through the async proxy itself);
+   through the async proxy itself; a pipelined loop fences the tiles it only
+   reads once, before it);
 2. `wgmma.fence`, then for each 16-wide step along K and each 64-row piece of
    the warpgroup's tile, one `wgmma.mma_async` (N up to 256 at a time),
    accumulating into the fp32 registers laid out as `Fragment.wgmma_accumulator`;
@@ -196,6 +197,12 @@ def _ptx():
     return PTXNamespace()
 
 
+def proxy_fence():
+    """`fence.proxy.async.shared::cta`: this thread's ordinary shared-memory accesses so far
+    ordered before its async-proxy ones (the tensor cores', TMA's) that follow."""
+    return tirx.Evaluate(_ptx().fence.proxy.async_.shared__cta())
+
+
 class _Descriptors:
     """Matrix descriptors of one shared operand tile.
 
@@ -271,9 +278,10 @@ def lower(call, ctx, p: WgmmaPlan):
     descriptors = [d for d in (a_desc, b_desc) if d is not None]
     stmts += [d.alloc for d in descriptors] + [d.encode for d in descriptors]
     # the copies wrote the tiles with ordinary stores (the generic proxy); the tensor cores
-    # read them through the async proxy (tiles that TMA wrote are there already)
-    if not cfg.get("operands_by_tma"):
-        stmts.append(tirx.Evaluate(ptx.fence.proxy.async_.shared__cta()))
+    # read them through the async proxy (tiles that TMA wrote are there already, and a
+    # pipelined loop fences the tiles it does not write once, before it: `proxy_fenced`)
+    if not cfg.get("proxy_fenced"):
+        stmts.append(proxy_fence())
     in_flight = bool(cfg.get("in_flight"))  # a pipelined loop's: wait for the previous ones
     if cfg.get("clear_accum") or not in_flight:
         # the accumulators' last writes stay before wgmma.fence (ptxas would count this as

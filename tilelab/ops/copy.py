@@ -170,10 +170,9 @@ def lower_threads(call, ctx):
         return tma_load(ctx, call)
     if config(call).get("by_barrier"):  # T.tma_copy: the readers may be warpgroup MMAs, which
         # read through the async proxy; each writer orders its stores before its arrival
-        from ._gemm_wgmma import _ptx
+        from ._gemm_wgmma import proxy_fence
 
-        return seq([cooperative(ctx, src, dst),
-                    tirx.Evaluate(_ptx().fence.proxy.async_.shared__cta())])
+        return seq([cooperative(ctx, src, dst), proxy_fence()])
     return cooperative(ctx, src, dst, bool(config(call).get("asynchronous")))
 
 

@@ -99,7 +99,9 @@ from ..ir.keys import (
 )
 from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
 from ..ir.visit import UserErrors, keep_user_errors, rewrite, rewrite_pre, substitute, walk
+from ..ops._gemm_wgmma import proxy_fence
 from ..ops._lowering import address, extern, sync
+from .insert_barriers import accesses
 from .tensor_views import tensor_views
 from .warp_roles import has_roles
 
@@ -120,16 +122,37 @@ def _only_multiplies(consumers) -> bool:
         all(r.dtype in ("float16", "bfloat16") for r in regions(c)[:2]) for c in consumers)
 
 
-def _in_flight(call, staging=None):
-    """The T.gemm `call`, told to leave its MMAs in flight (a `gemm_wait` follows the loop).
-    `staging`: the loop's tiles come by TMA; where the T.gemm reads only those, it is told
-    so: TMA writes through the async proxy, the one the tensor cores read through, so no
-    proxy fence is needed before the MMAs."""
-    cfg = {**call.config, "in_flight": True}
-    if staging is not None and all(r.buffer.name in staging.buffers for r in regions(call)[:2]
-                                   if r.scope.startswith("shared")):
-        cfg["operands_by_tma"] = True
-    return TilePrimitiveCall(*call.args, op=call.op, config=cfg)
+def _in_flight(call):
+    """The T.gemm `call`, told to leave its MMAs in flight (a `gemm_wait` follows the loop)."""
+    return TilePrimitiveCall(*call.args, op=call.op, config={**call.config, "in_flight": True})
+
+
+def _fenced_once(computed: list, staging, tma: bool) -> tuple[list, list]:
+    """The loop's T.gemms told which of them need no `fence.proxy.async` before their MMAs
+    (`proxy_fenced`), and the fence to put before the loop for them (or none).
+    Warpgroup MMA reads shared memory through the async proxy; ordinary stores write it
+    through the generic one, and a fence between the two makes the stores visible. Tiles
+    that TMA filled (`tma`: the loop's staged ones) were written through the async proxy
+    already; tiles the loop does not write (FlashAttention's Q, copied before the loop)
+    need a fence once, before the loop, not one per iteration."""
+    _, written = accesses(seq(computed), keep=is_buffer)  # (the TMA copies are not in it)
+    once = False
+
+    def fenced(call):
+        nonlocal once
+        if not (isinstance(call, TilePrimitiveCall) and op_name(call) == "gemm"):
+            return call
+        shared = [r.buffer.name for r in regions(call)[:2] if r.scope.startswith("shared")]
+        by_tma = {name for name in shared if tma and name in staging.buffers}
+        if any(name in written or name in staging.buffers and name not in by_tma
+               for name in shared):
+            return call  # written in the loop (cp.async too): a fence every iteration
+        once = once or len(by_tma) < len(shared)
+        return TilePrimitiveCall(*call.args, op=call.op,
+                                 config={**call.config, "proxy_fenced": True})
+
+    computed = [fenced(c) for c in computed]
+    return computed, [proxy_fence()] if once else []
 
 
 def _describe(stmt) -> str:
@@ -418,11 +441,12 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     later = k + ahead
     refill = tirx.AttrStmt(tirx.const(0, "int32"), REFILL, tirx.const(1, "int32"),
                            guarded(later, issue(later, tirx.floormod(later, stages))))
-    computed = [staging.retarget(c, tirx.floormod(k, stages)) for c in consumers]
+    computed, fence = _fenced_once(
+        [staging.retarget(c, tirx.floormod(k, stages)) for c in consumers], staging, tma)
     drain = []
     if overlap:  # after the loop, wait for the last iteration's MMAs - before the barrier:
         # past it the tiles they read may hold other tiles (the merge of shared memory)
-        computed = [_in_flight(c, staging if tma else None) for c in computed]
+        computed = [_in_flight(c) for c in computed]
         accumulators = {regions(c)[2].buffer.name: regions(c)[2] for c in consumers}
         drain = [tile_call("gemm_wait", Region.whole(r.buffer)) for r in accumulators.values()]
     if tma:  # every thread is past its last wait: the barriers' memory may be reused
@@ -456,7 +480,7 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind, seq(new_body),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
-    return [], seq(allocs + prologue + [new_loop] + drain), staging
+    return [], seq(allocs + prologue + fence + [new_loop] + drain), staging
 
 
 SHARED_PER_SM = 228 * 1024  # sm_90 (TMA implies it); the runtime keeps 1 KB per block
@@ -636,9 +660,10 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
     # consumers: wait for the slot's bytes; multiply, leaving the MMAs in flight; release
     # the previous iteration's slot, whose MMAs wgmma.wait_group 1 has just waited for
     rotation = Rotation.find(consumers) if rotate and not overlap and tiles is None else None
-    computed = [staging.retarget(c, tirx.floormod(at, stages)) for c in consumers]
+    computed, fence = _fenced_once(
+        [staging.retarget(c, tirx.floormod(at, stages)) for c in consumers], staging, True)
     if overlap:
-        computed = [_in_flight(c, staging) for c in computed]
+        computed = [_in_flight(c) for c in computed]
     two_groups = turns and not overlap and tiles is None and threads == 256
     last_turn = []
     if two_groups and rotation is None:  # (a rotated loop takes turns its own way)
@@ -705,17 +730,18 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
         rotated = _rotated(rotation, k, n, at_iteration, wait_for, release, stamp,
                            {"num_stages": stages, PIPELINED: True, PIPELINE_PLAN: fact(plan)},
                            turns=two_groups)
-        return front, seq(rotated + drain), staging
+        return front, seq(fence + rotated + drain), staging
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
                         seq(stamp(k, 0) + [wait_for(at)] + stamp(k, 1) + computed +
                             stamp(k, 3) + [released]),
                         annotations={"num_stages": stages, PIPELINED: True,
                                      PIPELINE_PLAN: fact(plan)})
     if tiles is None:
-        return front, seq([new_loop] + last_turn + waited + drain), staging
+        return front, seq(fence + [new_loop] + last_turn + waited + drain), staging
     # the tile's last slot is released once its MMAs are done; the epilogue follows
     last = [tirx.IfThenElse(tirx.GE(n, 1), release(before + n - 1), None)] if overlap else []
-    return front, seq([tiles.replacing([new_loop] + waited + last + count_tile)] + drain), \
+    return front, seq([tiles.replacing(fence + [new_loop] + waited + last + count_tile)] +
+                      drain), \
         staging
 
 
