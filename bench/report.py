@@ -129,16 +129,20 @@ VARIANTS = {
                "the softmax beside its MMAs (`tl.enable_intra_warpgroup_overlap`)",
     "_turns": "; the consumer warpgroups taking turns at the tensor cores "
               "(`tl.enable_warpgroup_turns`)",
+    "_before": "; built from the code before this run's change, for an A/B in one run",
     "_select_per_element": "; the causal mask tested at every element of every key tile "
                            "(`tl.disable_uniform_selects`)",
 }
 
 
 def _variant_of(name: str) -> tuple[str, str]:
-    """(the config's own name, what the variant changes) of a suite entry."""
+    """(the config's own name, what the variants change) of a suite entry; a variant of a
+    variant (`_ws_turns_before`) names both changes."""
     for suffix, what in VARIANTS.items():
         if name.endswith(suffix):
-            return name[: -len(suffix)], what
+            base = name[: -len(suffix)]
+            base, more = (base, "") if base in SHAPES else _variant_of(base)
+            return base, more + what
     return name, ""
 
 
@@ -174,6 +178,50 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_twentyfirst_c.json",
+     "A/B in one run: each `_before` row is the same config built from the code before this "
+     "session's two changes (the twentieth session's last commit, 4a69f4d), beside it built "
+     "with them: `T.reduce_*` folds a thread's registers of a row in two independent chains, "
+     "not one (ops/reduce.py: 16 dependent steps for FlashAttention's 32 registers a row, not "
+     "31 - ncu on the H200 showed the single chain's `FMNMX`/`FADD` waiting on each other "
+     "where cuDNN's kernel folds pairwise; four chains, eight and a balanced tree measured "
+     "slower, `bench/results/reduce_chains_h200.json` and the notes below), and a pipelined "
+     "loop's `T.gemm` fences the tiles the loop only reads (Q) once, before the loop, not every "
+     "iteration (passes/pipeline_loops.py `_fenced_once`). Causal 128×64 in one role, the "
+     "causal default: 1.141 against 1.233 ms (×0.93 of SDPA causal against ×0.86); 128×64: "
+     "2.090 against 2.153 ms; d64 128×128: 1.148 against 1.187 ms (×1.09); the split rows "
+     "within 1%; d64 128×64 2% slower (1.342 against 1.314 ms, as in the chains' run); no "
+     "GEMM's code changed. Same call: difftest general mix seed 81 (183 programs) and "
+     "attention family seed 82 (80), 0 mismatches (2026-12-04, twenty-first session, a subset)",
+     "`python bench/gpu_suite.py build --only softmax,softmax_t256_fast,layer_norm,layer_nor"
+     "m_registers,rms_norm,gemm_fp16_128x256_t256_s4,flash_attention_bm128_w8,flash_attent"
+     "ion_causal_bm128_w8,flash_attention_d64_bm128_w8,flash_attention_bm128_bn128_w8,flash_"
+     "attention_d64_bm128_bn128_w8,flash_attention_causal_bm128_bn128_w8,flash_attention_bm1"
+     "28_bn128_w8_ws,flash_attention_bm128_bn128_w8_ws_turns,flash_attention_causal_bm128_bn"
+     "128_w8_ws,flash_attention_causal_bm128_bn128_w8_ws_turns` with this session's code, and "
+     "`--only flash_attention_bm128_w8,flash_attention_causal_bm128_w8,flash_attention_bm128_b"
+     "n128_w8_ws_turns,flash_attention_causal_bm128_bn128_w8_ws,flash_attention_d64_bm128_bn1"
+     "28_w8,softmax,layer_norm` in a worktree at 4a69f4d (and flash_attention_d64_bm128_w8, "
+     "compiled there by `compile_kernel` and exported alone), its artifacts added to the "
+     "manifest as `before_*`, named `*_before`"),
+    ("gpu_suite_h200_twentyfirst_b.json",
+     "the same A/B with four chains in `T.reduce_*` (the first version of the change, "
+     "superseded by two): one-role FlashAttention 2-3% faster but d64 128×64 10% slower "
+     "(1.429 ms; 1.445 against 1.314 in a second run, where the fence alone measured 1.307 "
+     "and the chains alone 1.435: `bench/results/reduce_fence_ab_h200.json`) (2026-12-03, "
+     "twenty-first session, a subset)",
+     "as the run above, with `CHAINS = 4`"),
+    ("gpu_suite_h200_twentyfirst.json",
+     "FlashAttention's 128×128 tiles in one role (`flash_attention_bm128_bn128_w8`, causal, "
+     "d64) beside the split rows and the 128×64 defaults, in one run: at d64 the 128×128 tile "
+     "in one role is the fastest (×1.07 of SDPA; split ×0.89, 128×64 ×0.94); at d128 and "
+     "causal it is no faster than 128×64 in one role (×0.88, ×0.87), and the split 128×128 "
+     "tiles stay ahead (×0.93 and with turns ×0.98; causal ×0.94) (2026-12-03, twenty-first "
+     "session, a subset)",
+     "the artifacts of the twentieth session's second build (`gpu_suite_h200_twentieth_b`, "
+     "with the rows a99e0b1 added: `python bench/gpu_suite.py build --only ...,flash_attentio"
+     "n_bm128_bn128_w8,flash_attention_causal_bm128_bn128_w8,flash_attention_d64_bm128_bn128_w"
+     "8`), run unchanged"),
     ("gpu_suite_h200_twentieth_b.json",
      "warp-specialized blocks that move registers to their consumers put the consumers' "
      "branch first in the code (passes/specialize_warps.py): in the other order ptxas kept "
