@@ -800,8 +800,6 @@ class Rotation:
     @staticmethod
     def find(consumers):
         """The rotation of a consumer list, or None where its order forbids one."""
-        from .insert_barriers import accesses
-
         def names(stmt):
             return accesses(stmt, keep=is_buffer)
 
