@@ -20,6 +20,7 @@ from tilelab.viz.pipeline import replay
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
 ONE_ROLE = {"tl.disable_warp_specialized": True}
+SPLIT = {"tl.force_warp_specialized": True}
 
 
 def _meta(*shape, dtype=torch.float16):
@@ -74,10 +75,32 @@ def staged_epilogue(A, B, block_m: int = 128, block_n: int = 128, block_k: int =
 
 
 @needs_nvcc
+@pytest.mark.parametrize("dimension, block_n, causal, split", [
+    (128, 128, False, True), (128, 128, True, True),  # Q, K and V slots: 160 KB, alone
+    (128, 64, False, False), (64, 128, False, False),  # 96 and 80 KB: room for a second
+])
+def test_attention_splits_where_its_block_has_the_sm_to_itself(dimension, block_n, causal,
+                                                                split):
+    """Two consumer warpgroups (128-row query tiles, 256 threads) of FlashAttention: split
+    where the tiles in use up to the key loop's end, with its slots, keep a second block off
+    the SM (the output's shared tile, used after the loop, does not count: it takes the
+    slots' bytes then). H200, d128: 128x128 split x0.90-0.93 of SDPA, one role x0.88-0.90;
+    128x64 one role x0.89, split x0.86; d64 128x128 one role x1.07-1.10, split x0.89."""
+    from examples.flash_attention import flash_attention_kernel as fa
+
+    kernel = tilelab.compile(fa.fn(2, 4, 1000, dimension, block_m=128, block_n=block_n,
+                                   threads=256, causal=causal),
+                             out_idx=fa.out_idx, target="cuda:sm_90a",
+                             pass_configs=fa.pass_configs)
+    assert ("warp_specialized" in kernel.trace.pipelines[0]) is split
+
+
+@needs_nvcc
 def test_barriers_outside_the_loop_wait_for_the_consumers_only():
     """The epilogue's barriers (between the register tile's copy into shared memory and the
     copy out) must not wait for the producer warpgroup, which never gets there."""
-    kernel = staged_epilogue.compile(_meta(512, 512), _meta(512, 512), target="cuda:sm_90a")
+    kernel = staged_epilogue.compile(_meta(512, 512), _meta(512, 512), target="cuda:sm_90a",
+                                     pass_configs=SPLIT)  # (96 KB in the loop: room for two)
     source = kernel.get_kernel_source()
     assert kernel.launch["block"] == [128 + 128, 1, 1]
     assert source.count("__syncthreads()") == 1 and "tl::consumer_sync(128)" in source
@@ -89,9 +112,9 @@ def test_barriers_outside_the_loop_wait_for_the_consumers_only():
 def test_loops_where_the_split_measured_slower_keep_one_role(which):
     """Measured on the H200: the course GEMM (128x128x32, 3 stages: 48 KB, room for four
     blocks) ran at 296 TFLOP/s split, its registers letting one block share an SM instead
-    of three; FlashAttention's key loop, which waits for its MMAs (softmax in between),
-    ran 6-10% slower split; a 128x256x64 GEMM on two warpgroups 3-5% slower. All keep one
-    role."""
+    of three; FlashAttention's key loop in 64x64 tiles on one warpgroup, which waits for its
+    MMAs (softmax in between), ran 6-10% slower split; a 128x256x64 GEMM on two warpgroups
+    3-5% slower. All keep one role."""
     from examples.flash_attention import flash_attention_kernel as fa
     from examples.gemm import gemm_kernel
 
@@ -274,7 +297,7 @@ def test_the_replay_lets_the_producer_fill_every_slot():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("configs", [{}, ONE_ROLE])
+@pytest.mark.parametrize("configs", [{}, ONE_ROLE, SPLIT])
 def test_kept_and_split_loops_compute_the_same_on_the_gpu(configs):
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs a Hopper GPU (sm_90a)")

@@ -53,16 +53,17 @@ wait for a slot's `full` mbarrier and release it on an `empty` one - no
 block-wide barrier is left in the loop (`passes/specialize_warps.py` finishes
 the split after lowering). The extra warpgroup's registers cost a block per SM
 where shared memory would let several share it, so a loop is split only where
-it keeps its MMAs in flight and the block's shared memory keeps it alone on its
-SM, and where the block is one warpgroup - the cases the H200 measured it to
-pay (`Roles.pays`); `tl.disable_warp_specialized` (TileLang's key) keeps every
-loop one-role, `tl.force_warp_specialized` splits every loop that allows it. A
-loop that computes between its T.gemm (FlashAttention's softmax) is split only
-so: each T.gemm then waits for its MMAs and an iteration releases its own slot
-at its end; two consumer warpgroups may take turns at the tensor cores
-(`_take_turns`, `tl.enable_warpgroup_turns`), and the loop may be rotated so that
-each warpgroup computes while its own MMAs run (`_rotated`,
-`tl.enable_intra_warpgroup_overlap`).
+the block's shared memory (the tiles in use up to the loop's end, with its
+slots) keeps it alone on its SM, and where it keeps its MMAs in flight on one
+warpgroup or computes between two T.gemm (FlashAttention's softmax) on two -
+the cases the H200 measured it to pay (`Roles.pays`);
+`tl.disable_warp_specialized` (TileLang's key) keeps every loop one-role,
+`tl.force_warp_specialized` splits every loop that allows it. In a loop that
+computes between its T.gemm, each T.gemm then waits for its MMAs and an
+iteration releases its own slot at its end; two consumer warpgroups may take
+turns at the tensor cores (`_take_turns`, `tl.enable_warpgroup_turns`), and the
+loop may be rotated so that each warpgroup computes while its own MMAs run
+(`_rotated`, `tl.enable_intra_warpgroup_overlap`).
 
 A persistent block (`T.Persistent`: a loop over output tiles around the
 pipelined loop, a `TileWalk`) is always split where the loop allows: the
@@ -369,7 +370,8 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     if tma and specialize is not None and \
             _may_hoist([loop.min, loop.extent] + ([] if tiles is None else tiles.bounds),
                        producers, allowed, specialize.written) and \
-            (tiles is not None and overlap or specialize.pays(staging, overlap)):
+            (tiles is not None and overlap or specialize.pays(staging, overlap, sum(
+                isinstance(c, TilePrimitiveCall) and op_name(c) == "gemm" for c in consumers))):
         threads = specialize.threads
     elif tiles is not None:
         return [], written, None
@@ -493,23 +495,28 @@ class Roles:
     threads: int  # the block's threads: the consumers
     allowed: list  # variables a producer may read: block indices, scalar parameters
     written: set  # names of the tensors the kernel writes (a producer must not read them)
-    shared_bytes: int  # the block's shared tiles, one slot each
+    shared_bytes: int  # the block's shared tiles in use up to the loop's end, one slot each
     always: bool = False  # split wherever the loop allows (tl.force_warp_specialized)
     turns: bool = False  # two consumer warpgroups take turns at the MMAs (_take_turns)
     rotate: bool = False  # the next iteration's first T.gemm before this one's last (_rotated)
 
-    def pays(self, staging, overlap: bool = True) -> bool:
-        """Where a split was measured to pay (H200, GEMM 8192^3 float16, two runs): one
-        consumer warpgroup (128 threads; 128x128x64 tiles in 4 stages: 588 TFLOP/s split,
-        548-556 not) in a block whose shared memory, with the loop's slots, keeps a second
-        block off the SM - otherwise the producer's registers cost blocks (128x128x32 in 3
-        stages, room for four blocks: 296 split, 469 not). With two consumer warpgroups
-        (128x256x64) the split measured 3-5% slower; they keep one role.
-        A loop that computes more than MMAs (`overlap` False: FlashAttention's softmax
-        between its two T.gemm) is split only where asked (tl.force_warp_specialized)."""
+    def pays(self, staging, overlap: bool = True, gemms: int = 0) -> bool:
+        """Where a split was measured to pay (H200): a block whose shared memory, with the
+        loop's slots, keeps a second block off the SM - otherwise the producer's registers
+        cost blocks (GEMM 8192^3, 128x128x32 in 3 stages, room for four blocks: 296
+        TFLOP/s split, 469 not) - and
+        - a loop that only multiplies (`overlap`) on one consumer warpgroup (128 threads;
+          128x128x64 tiles in 4 stages: 588 TFLOP/s split, 548-556 not; with two, 128x256x64,
+          the split measured 3-5% slower);
+        - a loop that computes between two T.gemm (`gemms`: FlashAttention's softmax) on
+          two consumer warpgroups (d128, 128x128 tiles: x0.90-0.93 of SDPA split, x0.88-0.90
+          not; causal x0.94-0.96 against x0.84-0.87; where a second block fits, one role
+          won: 128x64 tiles x0.89 against x0.86, d64 128x128 x1.07-1.10 against x0.89).
+        Other loops split only where asked (tl.force_warp_specialized)."""
         slots = sum((staging.stages - 1) * buffer_bytes(old) for old, _ in staging.buffers.values())
-        return self.always or overlap and \
-            self.threads == 128 and 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
+        alone = 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
+        measured = self.threads == 128 if overlap else self.threads == 256 and gemms >= 2
+        return self.always or alone and measured
 
 
 def _may_hoist(bounds, producers, allowed, written) -> bool:
@@ -957,14 +964,22 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
         body = body.body
     stmts = list(body) if isinstance(body, tirx.SeqStmt) else [body]
     allowed = [b.loop_var for b in blocks] + [p for p in func.params if not is_buffer(p)]
-    tiles: list = []
-    walk(body, tirx.AllocBuffer, lambda a: tiles.append(a.buffer)
+    shared: list = []
+    walk(body, tirx.AllocBuffer, lambda a: shared.append(a.buffer)
          if a.buffer.scope().startswith("shared") else None)
-    roles = Roles(threads[0], allowed, _written_tensors(kernel),
-                  sum(buffer_bytes(b) for b in tiles),
-                  always, turns, rotate)
+    written = _written_tensors(kernel)
+
+    def roles(at: int) -> Roles:
+        """The block as the loop `stmts[at]` sees it: its shared tiles are those in use up
+        to the loop's end (a tile only later statements use, an epilogue's, takes the
+        slots' bytes once the loop is done: the merge of shared memory)."""
+        used = buffer_uses(seq(stmts[:at + 1]))
+        return Roles(threads[0], allowed, written,
+                     sum(buffer_bytes(b) for b in shared if used.get(b.name)),
+                     always, turns, rotate)
+
     before, after, front = [], [], []  # the statements before the split loop, and after
-    for stmt in stmts:
+    for at, stmt in enumerate(stmts):
         # a walk over tiles (not in an instrumented build: its timeline counts one tile)
         tiles = TileWalk.find(stmt) if not front and timeline is None else None
         if tiles is None and not (isinstance(stmt, tirx.For) and
@@ -975,7 +990,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
         loop_front, new, staging = pipeline_loop(stmt if tiles is None else tiles.inner,
                                                  timeline, block, uses, overlap_gemms,
                                                  shared_layouts,
-                                                 specialize=None if front else roles,
+                                                 specialize=None if front else roles(at),
                                                  views=views, tiles=tiles)
         if tiles is not None and staging is None:  # not split: pipelined on its own later
             before.append(stmt)
