@@ -29,7 +29,8 @@ ARTIFACTS = ROOT / "bench" / "artifacts" / "suite"
 sys.path.insert(0, str(ROOT))
 
 # name, kernel, compile-time sizes, inputs, reference, tolerance, work
-WS = {"pass_configs": {"tl.force_warp_specialized": True}}  # a producer warp, where it may
+WS = {"pass_configs": {"tl.force_warp_specialized": True,  # a producer warp, where it may
+                       "tl.enable_warpgroup_turns": False}}  # (without turns: the `_ws` rows)
 TURNS = {"pass_configs": {**WS["pass_configs"], "tl.enable_warpgroup_turns": True}}
 # the split loop rotated: the next key tile's S = Q Kᵀ issued before this one's O += P V
 ROTATE = {"pass_configs": {**WS["pass_configs"], "tl.enable_intra_warpgroup_overlap": True}}

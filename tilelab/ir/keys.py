@@ -142,6 +142,7 @@ class PassConfigKey(str, enum.Enum):
     # sm_90a: two consumer warpgroups of a warp-specialized loop that multiplies, computes
     # and multiplies again take turns at the tensor cores (FlashAttention-3's ping-pong)
     # instead of running side by side; measured to pay only for 128x128 attention tiles
+    # without the causal bound, where they are the default (False turns them off there)
     TL_ENABLE_WARPGROUP_TURNS = "tl.enable_warpgroup_turns"
     # sm_90a: a warp-specialized loop that multiplies, computes and multiplies again issues
     # the next iteration's first T.gemm before this iteration's last, and computes while

@@ -365,13 +365,13 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
     if not tma:
         no_tma = next(spec for spec in specs if isinstance(spec, str))
     threads = None  # the consumers' threads, where a producer warp issues the copies
+    gemms = sum(isinstance(c, TilePrimitiveCall) and op_name(c) == "gemm" for c in consumers)
     allowed = [k] + ([] if specialize is None else specialize.allowed) + \
         ([] if tiles is None else [tiles.loop.loop_var])
     if tma and specialize is not None and \
             _may_hoist([loop.min, loop.extent] + ([] if tiles is None else tiles.bounds),
                        producers, allowed, specialize.written) and \
-            (tiles is not None and overlap or specialize.pays(staging, overlap, sum(
-                isinstance(c, TilePrimitiveCall) and op_name(c) == "gemm" for c in consumers))):
+            (tiles is not None and overlap or specialize.pays(staging, overlap, gemms)):
         threads = specialize.threads
     elif tiles is not None:
         return [], written, None
@@ -424,7 +424,8 @@ def pipeline_loop(loop, timeline=None, block=None, uses=None, overlap_gemms=Fals
         front, new, staging = _specialized(
             loop, producers, consumers, staging, issue, barrier_of, full, empty, threads,
             [_describe(s) for s in body], [any(s.same_as(p) for p in producers) for s in body],
-            overlap, specialize.turns, timeline, block, tiles, specialize.rotate)
+            overlap, specialize.turns_pay(staging, loop, gemms), timeline, block, tiles,
+            specialize.rotate)
         return allocs + front, new, staging  # (the producer, at the top, writes them too)
     ahead = stages - 2 if overlap else stages - 1  # iterations a copy runs ahead of its use
     # cp.async: a group per iteration, and at most ahead-1 groups left in flight at the top
@@ -497,7 +498,8 @@ class Roles:
     written: set  # names of the tensors the kernel writes (a producer must not read them)
     shared_bytes: int  # the block's shared tiles in use up to the loop's end, one slot each
     always: bool = False  # split wherever the loop allows (tl.force_warp_specialized)
-    turns: bool = False  # two consumer warpgroups take turns at the MMAs (_take_turns)
+    turns: bool | None = None  # two consumer warpgroups take turns at the MMAs (_take_turns;
+    # None: where measured to pay, `turns_pay`)
     rotate: bool = False  # the next iteration's first T.gemm before this one's last (_rotated)
 
     def pays(self, staging, overlap: bool = True, gemms: int = 0) -> bool:
@@ -517,6 +519,26 @@ class Roles:
         alone = 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
         measured = self.threads == 128 if overlap else self.threads == 256 and gemms >= 2
         return self.always or alone and measured
+
+    def turns_pay(self, staging, loop, gemms: int) -> bool:
+        """Whether the two consumer warpgroups of a split loop take turns at the tensor cores:
+        where asked (tl.enable_warpgroup_turns), else where measured to pay (H200, d128,
+        128x128 tiles, four runs: x0.97-1.00 of SDPA with turns, x0.90-0.95 without): a loop
+        split by measurement (`pays`) whose trip count is the same in every block. With the
+        causal bound (a block-dependent count) they measured x0.88-0.97 against x0.94; with
+        128x64 tiles (not split by measurement) x0.81 against x0.86."""
+        if self.turns is not None:
+            return self.turns
+        same_everywhere = not any(isinstance(v, tirx.Var) and not v.same_as(loop.loop_var)
+                                  for v in _vars_of(loop.extent))
+        return same_everywhere and Roles(self.threads, self.allowed, self.written,
+                                         self.shared_bytes).pays(staging, False, gemms)
+
+
+def _vars_of(expr) -> list:
+    found = []
+    walk(expr, tirx.Var, found.append)
+    return found
 
 
 def _may_hoist(bounds, producers, allowed, written) -> bool:
@@ -770,9 +792,10 @@ def _take_turns(computed, k):
     first T.gemm, after the loop the first hands over once more, so each wait has its
     hand-over. The barriers only order the warpgroups, they guard no memory; a loop whose
     statements need a barrier of all consumers (passes/specialize_warps.py checks after
-    lowering) keeps no turns. Asked for (`tl.enable_warpgroup_turns`): on the H200 they
-    paid only for 128x128 tiles of non-causal attention (d128: x0.98 of SDPA against x0.95
-    side by side); 128x64 tiles ran x0.82 against x0.86, causal ones x0.58 against x0.82
+    lowering) keeps no turns. Where measured to pay (`Roles.turns_pay`) or asked for
+    (`tl.enable_warpgroup_turns`): on the H200 they paid only for 128x128 tiles of
+    non-causal attention (d128: x0.98 of SDPA against x0.95 side by side); 128x64 tiles ran
+    x0.82 against x0.86, causal ones x0.58 against x0.82
     (docs/PERFORMANCE.md), and waiting for the last T.gemm in the next iteration instead
     (so that the tensor cores never drain at a turn) made every case slower
     (bench/results/notes.md).
@@ -946,7 +969,7 @@ def _linear_block(body):
 
 
 def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
-                    always: bool = False, turns: bool = False, rotate: bool = False,
+                    always: bool = False, turns: bool | None = None, rotate: bool = False,
                     timeline=None, block=None, views=None):
     """Pipeline the loops of the block's own statement list (not inside another loop or
     branch), warp-specializing the first that copies with TMA, keeps its MMAs in flight,
@@ -1011,7 +1034,7 @@ def _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts, stagings,
 
 def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                   overlap_gemms: bool = False, tma: bool = False, annotated: dict | None = None,
-                  specialize: str = "off", turns: bool = False, rotate: bool = False):
+                  specialize: str = "off", turns: bool | None = None, rotate: bool = False):
     """Expects tile ops; rewrites T.Pipelined loops with num_stages >= 2 (see module doc).
     Each rewritten loop carries its schedule (`PIPELINE_PLAN`) for the Trace.
     `wgmma_off`: why T.gemm is not warpgroup MMA here (None: it is, sm_90a). With wgmma,

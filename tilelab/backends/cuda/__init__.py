@@ -56,7 +56,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            coarsen: bool = True, overlap_gemms: bool = True, tma: bool = True,
            specialize: str = "measured", heavy_first: bool = True,
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
-           turns: bool = False, uniform_selects: bool = True,
+           turns: bool | None = None, uniform_selects: bool = True,
            safe_global: bool = False, rotate: bool = False) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
@@ -575,7 +575,8 @@ class CUDABackend(Backend):
         heavy_first = not configs.get(PassConfigKey.TL_DISABLE_HEAVY_FIRST.value, False)
         stage = not configs.get(PassConfigKey.TL_DISABLE_STAGE_STORES.value, False)
         reallocate = not configs.get(PassConfigKey.TL_DISABLE_SETMAXNREG.value, False)
-        turns = bool(configs.get(PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value, False))
+        turns = configs.get(PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value)  # None: measured
+        turns = None if turns is None else bool(turns)
         rotate = bool(configs.get(PassConfigKey.TL_ENABLE_INTRA_WARPGROUP_OVERLAP.value, False))
         uniform = not configs.get(PassConfigKey.TL_DISABLE_UNIFORM_SELECTS.value, False)
         safe_global = bool(configs.get(PassConfigKey.TL_SAFE_GLOBAL_ACCESS.value, False))
