@@ -183,22 +183,24 @@ class ThreadLowering:
         kind = tirx.ForKind.UNROLLED if rounds <= unroll_up_to else tirx.ForKind.SERIAL
         return tirx.For(c, 0, rounds, kind, stmt)
 
-    def only_if_valid(self, frag: Fragment, reg: int, stmt):
-        """Guard a statement on register `reg` of a padded fragment (some threads lack it)."""
+    def _has(self, frag: Fragment, reg: int):
+        """Whether this thread has register `reg` of a padded fragment (some threads lack
+        it): a condition on the thread, or None where every thread has it."""
         elements = thread_elements(frag)
         if all(elements[t][reg] is not None for t in range(frag.threads)):
-            return stmt
-        cond = simplify(frag.valid(self.tx, tirx.const(reg, "int32")))
-        return guard_each(cond, stmt)
+            return None
+        return simplify(frag.valid(self.tx, tirx.const(reg, "int32")))
+
+    def only_if_valid(self, frag: Fragment, reg: int, stmt):
+        """Guard a statement on register `reg` of a padded fragment."""
+        cond = self._has(frag, reg)
+        return stmt if cond is None else guard_each(cond, stmt)
 
     def valid_or(self, frag: Fragment, reg: int, value, default):
         """`value` (of register `reg`) where the thread has that register of a padded
         fragment, `default` elsewhere."""
-        elements = thread_elements(frag)
-        if all(elements[t][reg] is not None for t in range(frag.threads)):
-            return value
-        return tirx.Select(simplify(frag.valid(self.tx, tirx.const(reg, "int32"))), value,
-                           default)
+        cond = self._has(frag, reg)
+        return value if cond is None else tirx.Select(cond, value, default)
 
     # ------------------------------------------------------------ statements
 

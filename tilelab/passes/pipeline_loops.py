@@ -515,10 +515,13 @@ class Roles:
           not; causal x0.94-0.96 against x0.84-0.87; where a second block fits, one role
           won: 128x64 tiles x0.89 against x0.86, d64 128x128 x1.07-1.10 against x0.89).
         Other loops split only where asked (tl.force_warp_specialized)."""
+        return self.always or self._measured_to_pay(staging, overlap, gemms)
+
+    def _measured_to_pay(self, staging, overlap: bool, gemms: int) -> bool:
         slots = sum((staging.stages - 1) * buffer_bytes(old) for old, _ in staging.buffers.values())
         alone = 2 * (self.shared_bytes + slots + 1024) > SHARED_PER_SM
         measured = self.threads == 128 if overlap else self.threads == 256 and gemms >= 2
-        return self.always or alone and measured
+        return alone and measured
 
     def turns_pay(self, staging, loop, gemms: int) -> bool:
         """Whether the two consumer warpgroups of a split loop take turns at the tensor cores:
@@ -529,16 +532,9 @@ class Roles:
         128x64 tiles (not split by measurement) x0.81 against x0.86."""
         if self.turns is not None:
             return self.turns
-        same_everywhere = not any(isinstance(v, tirx.Var) and not v.same_as(loop.loop_var)
-                                  for v in _vars_of(loop.extent))
-        return same_everywhere and Roles(self.threads, self.allowed, self.written,
-                                         self.shared_bytes).pays(staging, False, gemms)
-
-
-def _vars_of(expr) -> list:
-    found = []
-    walk(expr, tirx.Var, found.append)
-    return found
+        names = []  # the variables the trip count reads (block indices, sizes)
+        walk(loop.extent, tirx.Var, names.append)
+        return not names and self._measured_to_pay(staging, False, gemms)
 
 
 def _may_hoist(bounds, producers, allowed, written) -> bool:
