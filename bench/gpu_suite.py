@@ -362,6 +362,14 @@ BENCH = [
        [("randn", (4, 32, 4096, dim), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
        2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * dim})
       for causal, d, dim in (("", "", 128), ("_causal", "", 128), ("", "_d64", 64))],
+    # the same tiles as the compiler chooses for them without pass configs (d128: split,
+    # the consumers taking turns where the loop is as long in every block)
+    *[(f"flash_attention{causal}_bm128_bn128_w8_default", "flash_attention",
+       {"shape": (4, 32, 4096, 128), "options": {"causal": bool(causal), "block_m": 128,
+                                                 "block_n": 128, "threads": 256}},
+       [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
+       2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
+      for causal in ("", "_causal")],
     ("flash_attention_bm128_w8_s3", "flash_attention",
      {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256, "num_stages": 3}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,

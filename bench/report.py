@@ -41,6 +41,12 @@ SHAPES = {
     "flash_attention_causal_bm128_bn128_w8": "same shapes, causal; block 128×128, 8 warps, "
                                              "2 stages, one role",
     "flash_attention_d64_bm128_bn128_w8": "dim 64; block 128×128, 8 warps, 2 stages, one role",
+    "flash_attention_bm128_bn128_w8_default": "same shapes; block 128×128, 8 warps, 2 stages, "
+                                              "no pass configs: split by default, the "
+                                              "consumers taking turns",
+    "flash_attention_causal_bm128_bn128_w8_default": "same shapes, causal; block 128×128, 8 "
+                                                     "warps, 2 stages, no pass configs: split "
+                                                     "by default",
     "fa_bm128_w8_2blocks": "same shapes; block 128×64, 8 warps, 2 stages, compiled by hand "
                            "for two blocks per SM (32 bytes spilled)",
     "flash_attention_bm128_w8_s3": "same shapes; block 128×64, 8 warps, 3 stages",
@@ -178,6 +184,16 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_twentysecond.json",
+     "FlashAttention's 128×128 tiles at d128 as the compiler chooses for them without pass "
+     "configs (`_default`: split, the consumers taking turns where the key loop is as long in "
+     "every block), beside the `_ws_turns` and causal `_ws` rows they compile to. Same day: "
+     "the GPU tests of warp specialization and turns (13 passed), difftest attention family "
+     "with default configs seed 91 (217 programs, 0 mismatches) (2026-12-04, twenty-second "
+     "session, a subset)",
+     "`python bench/gpu_suite.py build --only flash_attention_bm128_bn128_w8_default,flash_att"
+     "ention_causal_bm128_bn128_w8_default,flash_attention_bm128_bn128_w8_ws_turns,flash_atten"
+     "tion_causal_bm128_bn128_w8_ws`"),
     ("gpu_suite_h200_twentyfirst_c.json",
      "A/B in one run: each `_before` row is the same config built from the code before this "
      "session's two changes (the twentieth session's last commit, 4a69f4d), beside it built "
