@@ -281,6 +281,12 @@ BENCH = [
                                                           "num_stages": 6, "threads": 256,
                                                           "panel": 8}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    *[(f"gemm_fp16_4096_128x256{'x32' if bk == 32 else ''}_t256_s{stages}", "gemm",
+       {"M": 4096, "N": 4096, "K": 4096,
+        "options": {"block_n": 256, "block_k": bk, "num_stages": stages, "threads": 256,
+                    "panel": 8}},
+       [("randn", (4096, 4096), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 4096 ** 3})
+      for bk, stages in ((64, 3), (32, 6))],
     ("gemm_fp16_4096_128x256_t256_s4", "gemm", {"M": 4096, "N": 4096, "K": 4096,
                                                 "options": {"block_n": 256, "block_k": 64,
                                                             "num_stages": 4, "threads": 256,
@@ -370,6 +376,14 @@ BENCH = [
        [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
        2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
       for causal in ("", "_causal")],
+    # three slots of 128 keys: 224 KB of K and V tiles and Q, the block alone on its SM
+    *[(f"flash_attention{causal}{d}_bm128_bn128_w8_s3", "flash_attention",
+       {"shape": (4, 32, 4096, dim), "options": {"causal": bool(causal), "block_m": 128,
+                                                 "block_n": 128, "threads": 256,
+                                                 "num_stages": 3}},
+       [("randn", (4, 32, 4096, dim), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
+       2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * dim})
+      for causal, d, dim in (("", "", 128), ("_causal", "", 128), ("", "_d64", 64))],
     ("flash_attention_bm128_w8_s3", "flash_attention",
      {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "threads": 256, "num_stages": 3}},
      [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,

@@ -50,6 +50,11 @@ SHAPES = {
     "fa_bm128_w8_2blocks": "same shapes; block 128×64, 8 warps, 2 stages, compiled by hand "
                            "for two blocks per SM (32 bytes spilled)",
     "flash_attention_bm128_w8_s3": "same shapes; block 128×64, 8 warps, 3 stages",
+    "flash_attention_bm128_bn128_w8_s3": "same shapes; block 128×128, 8 warps, 3 stages (split "
+                                         "by default, the consumers taking turns)",
+    "flash_attention_causal_bm128_bn128_w8_s3": "same shapes, causal; block 128×128, 8 warps, 3 "
+                                                "stages (split by default)",
+    "flash_attention_d64_bm128_bn128_w8_s3": "dim 64; block 128×128, 8 warps, 3 stages",
     "flash_attention_bm128_w8_cp_async": "same shapes; block 128×64, 8 warps, 2 stages; K and V "
                                          "by every thread's cp.async (`tl.disable_tma_lower`)",
     "gemm_fp16_128x256_t256": "8192³ fp16; 128×256×64 tiles, 8 warps (two warpgroups), "
@@ -73,6 +78,10 @@ SHAPES = {
                                     "of 8",
     "gemm_fp16_4096_128x256_t256_s4": "4096³ fp16; 128×256×64 tiles, 8 warps, 4 stages, "
                                       "panels of 8",
+    "gemm_fp16_4096_128x256_t256_s3": "4096³ fp16; 128×256×64 tiles, 8 warps, 3 stages, "
+                                      "panels of 8",
+    "gemm_fp16_4096_128x256x32_t256_s6": "4096³ fp16; 128×256×32 tiles, 8 warps, 6 stages, "
+                                         "panels of 8",
     "gemm_bf16_128x256_t256_s4": "8192³ bf16; 128×256×64 tiles, 8 warps, 4 stages, panels of 8",
     "persistent_gemm_fp16": "8192³ fp16; persistent (examples/persistent_gemm.py): 132 blocks "
                             "walk the tiles in groups of 8 columns, 128×256×64 tiles, 8 warps "
@@ -170,6 +179,8 @@ BASELINES = {
     "gemm_fp16_128x256_t256_s4_cp_async": "`torch.matmul`",
     "gemm_fp16_128x256x32_t256_s6": "`torch.matmul`",
     "gemm_fp16_4096_128x256_t256_s4": "`torch.matmul`",
+    "gemm_fp16_4096_128x256_t256_s3": "`torch.matmul`",
+    "gemm_fp16_4096_128x256x32_t256_s6": "`torch.matmul`",
     "gemm_bf16_128x256_t256_s4": "`torch.matmul`",
     "ws_gemm_s2": "`torch.matmul`", "ws_gemm_s4": "`torch.matmul`",
     **{name: "`torch.matmul`" for name in (
@@ -184,6 +195,20 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("stages_h200.json",
+     "More slots, measured: FlashAttention's 128×128 tiles with 3 stages (224 KB of K, V and Q "
+     "tiles: the block alone on its SM, as with 2) beside 2, and the 4096³ GEMM's 128×256 "
+     "tiles in 3 stages of 64 and 6 of 32 beside 4 of 64 and the persistent kernel. A second "
+     "run of the same artifacts right after (`stages_h200_b.json`): d128 1.935 ms with 2 "
+     "stages, 1.961 with 3; causal 1.153 and 1.161; d64 1.149 and 1.186; GEMM 0.196 ms in 4 "
+     "stages, 0.254 in 3, 0.234 in 6 of 32, persistent 0.198. A third slot does not pay "
+     "FlashAttention (its key loop waits for its MMAs and exponentials, not for its copies); "
+     "the GEMM keeps 4 slots of 64 (2026-12-04, twenty-second session, a subset)",
+     "`python bench/gpu_suite.py build --only flash_attention_bm128_bn128_w8_default,flash_att"
+     "ention_bm128_bn128_w8_s3,flash_attention_causal_bm128_bn128_w8_default,flash_attention_c"
+     "ausal_bm128_bn128_w8_s3,flash_attention_d64_bm128_bn128_w8,flash_attention_d64_bm128_bn"
+     "128_w8_s3,gemm_fp16_4096_128x256_t256_s4,gemm_fp16_4096_128x256_t256_s3,gemm_fp16_4096_1"
+     "28x256x32_t256_s6,persistent_gemm_fp16_4096`"),
     ("gpu_suite_h200_twentysecond.json",
      "FlashAttention's 128×128 tiles at d128 as the compiler chooses for them without pass "
      "configs (`_default`: split, the consumers taking turns where the key loop is as long in "
