@@ -35,6 +35,7 @@ from examples.rms_norm import rms_norm_kernel
 from examples.row_sum import row_sum_kernel
 from examples.softmax import softmax_kernel
 from examples.vector_add import vector_add_kernel
+from tests.cuda_source import loop_text
 from tilelab.backends.cuda import SMALL_SPILL
 from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.runtime.artifact import load_artifact
@@ -174,10 +175,6 @@ def test_flash_attention_layouts_and_pipeline(name, target):
     assert [p["num_stages"] for p in trace.pipelines] == [2]
 
 
-def pipelined_loop_body(source: str, loop_var: str) -> str:
-    return source.split(f"for (int {loop_var} = 0;")[1].split("\n  }\n")[0]
-
-
 @pytest.mark.parametrize("name, target", cases(["flash_attention_d64", "gemm_fp16"]))
 def test_a_pipelined_iteration_has_one_barrier(name, target):
     """The barrier at the top of each iteration orders the refill of a slot against both
@@ -185,7 +182,7 @@ def test_a_pipelined_iteration_has_one_barrier(name, target):
     ThreadSync does not see the refill (passes/hide_refills.py) and adds none of its own."""
     source = compiled(name, target).trace.code["cuda"]
     loop = "key_block" if name.startswith("flash") else "reduction_block"
-    body = pipelined_loop_body(source, loop)
+    body = loop_text(source, loop)
     assert "tl::cp_async<16>" in body or "tl::tma_load(" in body  # the refill is back in place
     assert body.count("__syncthreads()") == 1
 
@@ -193,7 +190,7 @@ def test_a_pipelined_iteration_has_one_barrier(name, target):
 def test_gemm_loop_keeps_one_iteration_of_mmas_in_flight():
     """sm_90a: wait_group 1 in the loop, wait_group 0 once after it (gemm_wait)."""
     source = compiled("gemm_fp16", "cuda:sm_90a").trace.code["cuda"]
-    body = pipelined_loop_body(source, "reduction_block")
+    body = loop_text(source, "reduction_block")
     after = source.split(body)[1]
     assert "wait_group_sync_aligned_1();" in body and "aligned_0();" not in body
     assert after.index("wait_group_sync_aligned_0();") < after.index("C_ptr")

@@ -15,7 +15,8 @@ import torch
 import tilelab
 import tilelab.language as T
 from tests import test_warpgroup_turns as turns
-from tests.test_warpgroup_turns import SPLIT, TURNS, _hopper, _loop_of
+from tests.cuda_source import loop_text
+from tests.test_warpgroup_turns import SPLIT, TURNS, _hopper
 from tilelab import PassConfigKey
 from tilelab.backends.cuda.nvcc import find_nvcc
 
@@ -34,7 +35,7 @@ def test_the_next_tiles_scores_are_issued_before_this_tiles_product():
     source = kernel.get_kernel_source()
     plan = kernel.trace.pipelines[0]
     assert "warp_specialized" in plan and plan["rotated"].startswith("iteration k+1's first")
-    loop = _loop_of(source, "key_block")
+    loop = loop_text(source, "key_block")
     # the prologue (tile 0's scores and softmax) stands before the loop
     before = source.split("for (int key_block = ")[0].split("tl::registers_up<240>();")[1]
     assert "wgmma_f16_ss" in before and "wgmma_f16_rs" not in before
@@ -65,7 +66,7 @@ def test_the_pipeline_view_says_the_loop_is_rotated():
 @needs_nvcc
 def test_with_turns_a_turn_is_both_products_issued():
     source = _attention(configs=TURNS).get_kernel_source()
-    loop = _loop_of(source, "key_block")
+    loop = loop_text(source, "key_block")
     order = ["tl::turn_wait()", "wgmma_f16_ss", "wgmma_f16_rs", "tl::turn_pass()",
              "wait_group_sync_aligned_1()"]
     at = [loop.index(text) for text in order]

@@ -14,6 +14,7 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from tests.cuda_source import split_at_loop
 from tests.test_warpgroup_turns import SPLIT, TURNS, _attention, _hopper
 from tilelab import PassConfigKey
 from tilelab.backends.cuda.nvcc import find_nvcc
@@ -59,9 +60,8 @@ def _reference(q, k):
 
 def _fences(source: str, loop: str) -> tuple[int, int]:
     """(fences before the loop, fences inside it)."""
-    before, rest = source.split(f"for (int {loop} = ", 1)
-    indent = before[before.rindex("\n") + 1:]
-    return before.count(FENCE), rest.split(f"\n{indent}}}\n")[0].count(FENCE)
+    before, body = split_at_loop(source, loop)
+    return before.count(FENCE), body.count(FENCE)
 
 
 @needs_nvcc

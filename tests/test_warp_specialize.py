@@ -14,6 +14,7 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from tests.cuda_source import loop_text
 from tests.test_wgmma import _inputs, _reference, matmul
 from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.viz.pipeline import replay
@@ -27,11 +28,6 @@ def _meta(*shape, dtype=torch.float16):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
-def _loop_of(source: str, name: str) -> str:
-    """The text of the loop over `name` (not `name_load`, the producer's)."""
-    return source.split(f"for (int {name} = ")[1].split("\n    }\n")[0]
-
-
 @needs_nvcc
 def test_the_block_gains_a_producer_warpgroup_and_the_loop_its_barriers_go():
     cfg = {"block_k": 64, "stages": 4}  # 128 KB: alone on an SM; one warpgroup
@@ -43,7 +39,7 @@ def test_the_block_gains_a_producer_warpgroup_and_the_loop_its_barriers_go():
     assert "if (128 <= ((int)threadIdx.x))" in source  # the producer's side
     assert "if (((int)threadIdx.x) == 128)" in source  # one thread of it issues the copies
     assert source.count("__syncthreads()") == 1  # after the mbarriers' initialization
-    consumers = _loop_of(source, "ko")
+    consumers = loop_text(source, "ko")
     assert "__syncthreads" not in consumers and "consumer_sync" not in consumers
     assert "tl::mbar_wait" in consumers and "tl::mbar_arrive_warp" in consumers
     assert "tl::tma_load" not in consumers
@@ -104,7 +100,7 @@ def test_barriers_outside_the_loop_wait_for_the_consumers_only():
     source = kernel.get_kernel_source()
     assert kernel.launch["block"] == [128 + 128, 1, 1]
     assert source.count("__syncthreads()") == 1 and "tl::consumer_sync(128)" in source
-    assert "consumer_sync" not in _loop_of(source, "ko")
+    assert "consumer_sync" not in loop_text(source, "ko")
 
 
 @needs_nvcc
@@ -248,7 +244,7 @@ def test_an_instrumented_split_loop_stamps_both_roles():
     assert kernel.launch["block"] == [256, 1, 1]
     source = kernel.get_kernel_source()
     producer = source.split("for (int ko_load = ")[1].split("} else {")[0]
-    consumers = _loop_of(source, "ko")
+    consumers = loop_text(source, "ko")
     assert producer.count("tl::globaltimer()") == 1 and "* 4)) + 2)] = " in producer
     assert consumers.count("tl::globaltimer()") == 3
 

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 import tilelab
 import tilelab.language as T
+from tests.cuda_source import loop_text
 from tilelab import PassConfigKey
 from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.passes.specialize_warps import _registers
@@ -32,10 +33,6 @@ def _attention(shape=(2, 4, 1000, 128), configs=None, target="cuda:sm_90a", **op
     options = {"block_m": 128, "threads": 256, **options}
     return tilelab.compile(fa.fn(*shape, **options), out_idx=fa.out_idx, target=target,
                            pass_configs={**fa.pass_configs, **SPLIT, **(configs or {})})
-
-
-def _loop_of(source: str, name: str) -> str:
-    return source.split(f"for (int {name} = ")[1].split("\n    }\n")[0]
 
 
 @needs_nvcc
@@ -79,7 +76,7 @@ def test_attention_split_takes_turns_and_moves_registers():
              "if (((int)threadIdx.x) == 256) {"]
     assert [source.index(text) for text in order] == sorted(source.index(t) for t in order)
     assert kernel.trace.resources["registers"] == 168  # what 384 threads get: the pool holds
-    loop = _loop_of(source, "key_block")
+    loop = loop_text(source, "key_block")
     assert "consumer_sync" not in loop and "__syncthreads" not in loop
     # the second warpgroup waits for the first's first product; a turn is handed over once
     # the first T.gemm's MMAs are issued (before its wgmma.wait_group 0) and taken before
@@ -201,7 +198,7 @@ def test_a_loop_that_needs_a_barrier_of_all_consumers_keeps_no_turns():
                                     target="cuda:sm_90a", pass_configs={**SPLIT, **TURNS})
     source = kernel.get_kernel_source()
     assert "warp_specialized" in kernel.trace.pipelines[0]
-    assert "tl::consumer_sync" in _loop_of(source, "j")
+    assert "tl::consumer_sync" in loop_text(source, "j")
     assert "tl::turn_" not in source  # waiting for a turn there would deadlock
 
 
