@@ -125,19 +125,6 @@ def test_slotted_tiles_and_barrier_lists_on_the_cpu(stages):
     _check(_slotted(stages, "cpu"), M, N, K)
 
 
-def test_a_gemm_on_part_of_a_tiles_rows_is_refused():
-    with pytest.raises(TileLabError, match=r"whole 2-d tiles; this is a 32x64 part of A_s"):
-        @T.prim_func
-        def cut(A: T.Tensor((64, 64), T.float16), C: T.Tensor((32, 64), T.float32)):
-            with T.Kernel(1, threads=128):
-                A_s = T.alloc_shared((64, 64), T.float16)
-                C_l = T.alloc_fragment((32, 64), T.float32)
-                T.copy(A, A_s)
-                T.clear(C_l)
-                T.gemm(A_s[0:32, :], A_s, C_l)
-                T.copy(C_l, C)
-
-
 def test_roles_without_barriers_run_on_the_cpu():
     M, N, K = 136, 256, 96
     _check(tilelab.compile(two_consumers(M, N, K), target="cpu"), M, N, K)

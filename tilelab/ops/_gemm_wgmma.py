@@ -154,8 +154,6 @@ def plan(call, ctx) -> WgmmaPlan | str:
             operands.append(Operand(k_major=True))
             continue
         tile = tuple(int(s) for s in region.buffer.shape[-2:])
-        if [int(e) for e in region.extents[-2:]] != list(tile):
-            return f"{role} is part of a shared tile"
         known = ctx.plan.shared_layouts.get(region.buffer.name)
         taken = None
         if known is not None:
@@ -167,8 +165,26 @@ def plan(call, ctx) -> WgmmaPlan | str:
         width = _swizzle(tile, k_major, mn_step, taken)
         if width is None:
             return f"{role} tile {tile[0]}x{tile[1]} fits no wgmma swizzle atom"
+        misaligned = _misaligned(region, k_major, width)
+        if misaligned:
+            return f"{role} is a part of {region.buffer.name} {misaligned}"
         operands.append(Operand(k_major=k_major, swizzle_bytes=width))
     return WgmmaPlan((gm, gn), n_instr, *operands)
+
+
+def _misaligned(region: Region, k_major: bool, width: int) -> str:
+    """Why an instruction's piece of this part of a shared tile (stored in atoms `width`
+    bytes wide) would not start where a descriptor can point; '' where it would. The
+    tensor cores swizzle an address by its place in an atom of 8 rows, so a part starts
+    on an atom's row boundary; along the contiguous dimension at a whole 16-element step
+    of K (K-major), or at a panel's edge (MN-major: a descriptor steps panel by panel)."""
+    row, col = (int(s) for s in region.starts[-2:])
+    step = 16 if k_major else width // 2
+    if row % 8:
+        return f"starting at row {row}, not a multiple of 8"
+    if col % step:
+        return f"starting at column {col}, not a multiple of {step}"
+    return ""
 
 
 def fix_layouts(call, ctx, p: WgmmaPlan) -> None:
@@ -217,6 +233,7 @@ class _Descriptors:
 
         buf = region.buffer
         self.rows = int(buf.shape[-2])
+        self.first = tuple(int(s) for s in region.starts[-2:])  # a part's place in the tile
         self.width = operand.swizzle_bytes  # bytes of an atom row
         self.k_major = operand.k_major
         self.local = tirx.decl_buffer((1,), "uint64", name=name, scope="local")
@@ -230,8 +247,10 @@ class _Descriptors:
                 _SWIZZLE_MODES[self.width]))])
 
     def piece(self, mn, k):
-        """The descriptor of the piece that starts at (M or N index, K index)."""
+        """The descriptor of the piece that starts at (M or N index, K index) of the
+        operand (of the part, where the operand is a part of the tile)."""
         row, col = (mn, k) if self.k_major else (k, mn)
+        row, col = row + self.first[0], col + self.first[1]
         offset = simplify(tirx.floordiv(piece_offset(self.rows, self.width, row, col), 16))
         return tirx.BufferLoad(self.local, [0]) + tirx.Cast("uint64", offset)
 

@@ -91,9 +91,11 @@ def grown_source(src, dst) -> Region | None:
 
 
 def tile_2d(value, primitive) -> tuple[Region, tuple]:
-    """A 2-d tile operand: a whole 2-d buffer, or one 2-d tile of a buffer with more
-    dimensions (`A_s[stage, :, :]`: leading indices of extent 1, the last two whole).
-    Returns its region and its (rows, columns)."""
+    """A 2-d tile operand: a whole 2-d buffer, one 2-d tile of a buffer with more
+    dimensions (`A_s[stage, :, :]`: leading indices of extent 1), or a rectangle of a
+    shared tile's last two dimensions (`Q_s[:, 0:512]`, `K_s[stage, :, 64:128]`) at
+    constant offsets. A fragment is taken whole: its elements are spread over the
+    threads by the layout of the whole tile. Returns the region and its (rows, columns)."""
     if is_buffer(value):
         return Region.whole(value), whole_2d(value, primitive)
     region = value if isinstance(value, Region) else None
@@ -101,16 +103,23 @@ def tile_2d(value, primitive) -> tuple[Region, tuple]:
         raise TileLabTypeError(f"T.{primitive} takes tiles (buffers, or one 2-d tile of a "
                                f"buffer such as A_s[k % 2, :, :]), got {type(value).__name__}")
     shape = [_const_int(e) for e in region.buffer.shape]
+    starts = [_const_int(s) for s in region.starts[-2:]]
     tile = tuple(int(_const_int(e) or 0) for e in region.extents[-2:])
-    whole = len(shape) >= 2 and all(_const_int(s) == 0 for s in region.starts[-2:]) and \
-        list(tile) == shape[-2:] and all(_const_int(e) == 1 for e in region.extents[:-2])
-    if not whole:
+    whole = list(tile) == shape[-2:] and starts == [0, 0]
+    inside = None not in starts and all(
+        0 < e and st + e <= int(n or 0) for st, e, n in zip(starts, tile, shape[-2:]))
+    shared = region.scope.startswith("shared")
+    if len(shape) < 2 or any(_const_int(e) != 1 for e in region.extents[:-2]) or \
+            not (whole or shared and inside):
+        what = "a fragment is taken whole" if not shared else \
+            "a part of a shared tile must lie inside it, at constant offsets"
         raise TileLabTypeError(
-            f"T.{primitive} takes whole 2-d tiles; this is a "
-            f"{'x'.join(str(e) for e in region.extents)} part of {region.buffer.name} "
-            f"({'x'.join(str(e) for e in shape)})",
-            hint="index only the leading dimensions (A_s[k % 2, :, :]) or copy the part "
-                 "into a tile of its own")
+            f"T.{primitive} takes 2-d tiles and, of shared tiles, rectangles of their last "
+            f"two dimensions; this is a {'x'.join(str(e) for e in region.extents)} part of "
+            f"{region.buffer.name} ({'x'.join(str(e) for e in shape)}): {what}",
+            hint="index the leading dimensions (A_s[k % 2, :, :]), slice a shared tile's "
+                 "rows or columns by constants (Q_s[:, 0:64]), or copy the part into a "
+                 "tile of its own")
     return region, tile
 
 

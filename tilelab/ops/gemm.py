@@ -111,9 +111,16 @@ def _tensor_core_types(a: Region, b: Region, c_dtype: str, k: int) -> bool:
         and k % 16 == 0
 
 
+def _rows_aligned(region: Region) -> bool:
+    """Does each row of a part of a shared tile start on a 16-byte boundary, as `ldmatrix`
+    reads it (a whole tile does; a part, where its first column is a multiple of 8)?"""
+    return is_fragment(region.buffer) or int(region.starts[-1]) % 8 == 0
+
+
 def _tensor_cores(a: Region, b: Region, c_dtype: str, k: int) -> bool:
     """Can mma.sync take these tiles (B from memory)?"""
-    return _tensor_core_types(a, b, c_dtype, k) and not is_fragment(b.buffer)
+    return _tensor_core_types(a, b, c_dtype, k) and not is_fragment(b.buffer) and \
+        _rows_aligned(a) and _rows_aligned(b)
 
 
 def fix_layouts(call, ctx) -> None:
@@ -138,8 +145,12 @@ def fix_layouts(call, ctx) -> None:
         return
     k = int(a.extents[-2] if cfg["transpose_A"] else a.extents[-1])
     ampere = "mma.sync" if _tensor_cores(a, b, str(c.buffer.dtype), k) else "fma"
+    why = f"not wgmma: {choice}"
+    if ampere == "fma" and _tensor_core_types(a, b, str(c.buffer.dtype), k) and \
+            not (_rows_aligned(a) and _rows_aligned(b)):
+        why += "; not mma.sync: a part of a shared tile whose rows start off a 16-byte line"
     ctx.plan.instructions.append({"op": "gemm", "loc": loc, **names, "instruction": ampere,
-                                  "why": f"not wgmma: {choice}"})
+                                  "why": why})
     wm, wn = warp_grid(cfg["policy"], m, n, ctx.warps)
     ctx.plan.gemm_warps[call] = (wm, wn)
     if is_fragment(c.buffer):
