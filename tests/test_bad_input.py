@@ -461,6 +461,25 @@ def test_return_names_the_outputs():
     torch.testing.assert_close(result, (a + b) * 2)
 
 
+def test_a_tensor_declared_but_not_a_parameter_is_an_error_at_its_line():
+    """An output written `C: T.Tensor(...)` as a prim_func's parameter would be, in an
+    eager kernel whose parameters do not name it (TVM failed deep in its passes)."""
+    @tilelab.jit(out_idx=[1])
+    def copy_out(A):
+        N = T.const("N")
+        A: T.Tensor((N,), T.float32)
+        C: T.Tensor((N,), T.float32)  # noqa: F842
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                C[i] = A[i]  # noqa: F821
+
+    with pytest.raises(TileLabError, match="C is declared as a tensor but is not a "
+                                           "parameter of copy_out") as error:
+        copy_out(torch.randn(64))
+    assert error.value.location.line == copy_out.fn.__code__.co_firstlineno + 4
+    assert "T.empty" in str(error.value)
+
+
 # ---------------------------------------------------------------- raw internals become errors
 
 

@@ -812,6 +812,13 @@ def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
         ([returned] if returned is not None else [])
     order = eager_tensor_params(source)
     by_name = {p.name: (p, b) for p, b in zip(program.params, builder.param_buffers)}
+    for param in program.params:
+        if not param.output and param.name not in order:
+            raise TileLabSyntaxError(
+                f"{param.name} is declared as a tensor but is not a parameter of "
+                f"{fn.__name__}", param.location,
+                hint=f"add {param.name} to the parameters, or make an output with "
+                     f"`{param.name} = T.empty(shape, dtype)` and return it")
     inputs = [by_name[n] for n in order if n in by_name]
     outs = []
     for out in outputs:
