@@ -40,7 +40,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKS = re.compile(r"assert_close|assert_allclose|torch_assert_close|allclose|assert_similar|"
+CHECKS = re.compile(r"assert_close|assert_allclose|torch_assert_close|allclose|"
+                    r"assert_(?:tensors_)?similar|"
                     r"\bassert\b.*(?:diff|err|close)", re.IGNORECASE)
 KEEP = re.compile(r"block|thread|stage|split|warp|tile|group_size|panel|rep|warmup|iter",
                   re.IGNORECASE)

@@ -15,6 +15,7 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from tilelab.errors import TileLabError
 
 RNG = np.random.default_rng
 
@@ -451,6 +452,63 @@ def test_atomic_add_tile_from_many_blocks():
         expected = c + a.reshape(M // bm, bm, N).sum(axis=0)
         tilelab.compile(program)(a, c)
         np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+
+
+def _scatter_rows(lanes: int, M=24, N=32, rows=40, bm=8):
+    """Each block adds its (bm, N) tile of A into the rows of C that Idx names, `lanes`
+    elements at a time with TileLang's vector atomics (rows named twice get both)."""
+    vector_add = {2: T.atomic_addx2, 4: T.atomic_addx4}[lanes]
+
+    @T.prim_func
+    def scatter(A: T.Tensor((M, N), T.float32), Idx: T.Tensor((M,), T.int32),
+                C: T.Tensor((rows, N), T.float32)):
+        with T.Kernel(T.ceildiv(M, bm), threads=64) as bx:
+            tile = T.alloc_shared((bm, N), T.float32)
+            T.copy(A[bx * bm, 0], tile)
+            for i, j in T.Parallel(bm, N // lanes):
+                vector_add(C[Idx[bx * bm + i], j * lanes], tile[i, j * lanes])
+
+    return scatter
+
+
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_vector_atomics_add_consecutive_elements(lanes):
+    M, N, rows = 24, 32, 40
+    rng = RNG(17)
+    a, c = randn(rng, M, N), randn(rng, rows, N)
+    idx = (np.arange(M) * 7 % 13).astype(np.int32)  # rows 0..12, several named twice
+    expected = c.copy()
+    np.add.at(expected, idx, a)
+    tilelab.compile(_scatter_rows(lanes))(a, idx, c)
+    np.testing.assert_allclose(c, expected, rtol=1e-5, atol=1e-5)
+    from tilelab.backends.cuda.nvcc import find_nvcc
+
+    if find_nvcc() is not None:  # one atomicAdd per element
+        source = tilelab.compile(_scatter_rows(lanes), target="cuda:sm_90a").get_kernel_source()
+        assert source.count("atomicAdd(") == lanes
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_vector_atomics_on_the_gpu(lanes):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.manual_seed(lanes)
+    a, c = torch.randn(24, 32, device="cuda"), torch.randn(40, 32, device="cuda")
+    idx = (torch.arange(24, device="cuda") * 7 % 13).int()
+    expected = c.clone().index_add_(0, idx, a)
+    tilelab.compile(_scatter_rows(lanes), target="cuda")(a, idx, c)
+    torch.testing.assert_close(c, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_vector_atomics_take_elements():
+    with pytest.raises(TileLabError, match=r"T.atomic_addx4 takes two elements"):
+        @T.prim_func
+        def whole(A: T.Tensor((8, 8), T.float32), C: T.Tensor((8, 8), T.float32)):
+            with T.Kernel(1, threads=32):
+                tile = T.alloc_shared((8, 8), T.float32)
+                T.copy(A, tile)
+                T.atomic_addx4(C, tile)
 
 
 # ---------------------------------------------------------------- scalars in registers

@@ -300,8 +300,6 @@ MISSING: dict[str, tuple[str, str]] = {
     "finalize_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum"),
     "PersistentTileScheduler": ("persistent blocks that loop over tiles",
                                 "one block per tile with T.Kernel"),
-    "atomic_addx2": ("vector atomics", "T.atomic_add on a region"),
-    "atomic_addx4": ("vector atomics", "T.atomic_add on a region"),
     "atomic_load": ("atomic loads and stores", "T.atomic_add, or separate kernels"),
     "atomic_store": ("atomic loads and stores", "T.atomic_add, or separate kernels"),
     "call_extern": ("calls into hand-written device code", "the T.* math functions"),

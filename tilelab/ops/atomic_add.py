@@ -66,6 +66,34 @@ def atomic_add(dst, value, memory_order="relaxed", return_prev=False, use_tma=Fa
     builder.emit(tile_call("atomic_add", dst, src))
 
 
+def _vector_add(name: str, lanes: int, dst, value) -> None:
+    """TileLang's vector atomics: the `lanes` consecutive elements starting at `value`
+    added to those starting at `dst` (the last index counting up), each atomically."""
+    if not (is_load(dst) and is_load(value)):
+        raise TileLabTypeError(
+            f"T.{name} takes two elements, dst[..., j] and value[..., j]: the first of the "
+            f"{lanes} consecutive elements to add",
+            hint=f"T.atomic_add(dst[..., j:j + {lanes}], value[..., j:j + {lanes}]) adds a "
+                 "region")
+    for lane in range(lanes):
+        def at(load, lane=lane):
+            *lead, last = load.indices
+            return tirx.BufferLoad(load.source, [*lead, last + lane])
+
+        atomic_add(at(dst), at(value))
+
+
+def atomic_addx2(dst, value):
+    """`dst[..., j:j + 2] += value[..., j:j + 2]`, each element atomically (TileLang's
+    AtomicAddx2; tilelab issues one atomic add per element)."""
+    _vector_add("atomic_addx2", 2, dst, value)
+
+
+def atomic_addx4(dst, value):
+    """`dst[..., j:j + 4] += value[..., j:j + 4]`, each element atomically."""
+    _vector_add("atomic_addx4", 4, dst, value)
+
+
 def _operands(call):
     regs = regions(call)
     return regs[0], regs[1] if len(regs) > 1 else scalars(call)[0]
@@ -151,6 +179,6 @@ def atomic_threads(ctx, dst: Region, src):
     return ctx.deal(math.prod(extents), add_one)
 
 
-register(TileOp("atomic_add", primitives=(atomic_add,), effects=effects, in_parallel=True,
-                in_thread_code=True,
+register(TileOp("atomic_add", primitives=(atomic_add, atomic_addx2, atomic_addx4),
+                effects=effects, in_parallel=True, in_thread_code=True,
                 lowerings={"cpu": lower_loops, "cuda": lower_threads}))
