@@ -593,3 +593,7 @@ def test_the_occupancy_repair_keeps_the_first_build_unless_the_second_fits():
     assert second["resources"]["registers"] == 128 and "at most 128 registers" in why
     small = dict(first, resources={"registers": 120})  # two blocks fit already
     assert fit_registers(source, small, config, "sm_90a", fits)[2] is None
+    # more shared memory than an SM has (the check before the repair stops such a block,
+    # but the repair must not divide by its zero blocks either)
+    large = dict(config, dynamic_smem=300 * 1024)
+    assert fit_registers(source, first, large, "sm_90a", fits) == (source, first, None)

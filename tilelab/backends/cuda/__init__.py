@@ -370,6 +370,8 @@ def fit_registers(source: str, compiled: dict, config: dict, arch: str, compile_
     fits = blocks_per_sm(arch, threads, config["dynamic_smem"] + config["static_smem"],
                          registers)
     wanted = min(fits["shared memory"], fits["threads"], 32)
+    if wanted < 1:  # more shared memory than this table knows the SM to have: no repair
+        return source, compiled, None
     cap = REGISTERS_PER_SM // (wanted * -(-threads // 32) * 32) // 8 * 8
     bounds = f"__launch_bounds__({threads})"
     if fits["registers"] >= wanted or cap < 0.9 * registers or bounds not in source:
