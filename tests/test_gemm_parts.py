@@ -20,6 +20,7 @@ import torch
 import tilelab
 import tilelab.language as T
 from tests.test_wgmma import _canonical_byte, _hardware_swizzle
+from tilelab import PassConfigKey
 from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.errors import TileLabError
 from tilelab.ir.layout import Layout
@@ -211,22 +212,29 @@ def test_a_part_of_a_fragment_or_at_a_moving_offset_is_refused():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("target", ["cuda:sm_90a", "cuda:sm_80"])
-def test_parts_on_the_gpu(target):
+@pytest.mark.parametrize("configs", [{}, {PassConfigKey.TL_DISABLE_WGMMA.value: True}])
+def test_parts_on_the_gpu(configs):
+    """On the H200: wgmma where the parts allow it (else mma.sync or FMAs), and the
+    Ampere path with wgmma turned off."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs a Hopper GPU (sm_90a)")
+
+    def run(program, *args, **options):
+        kernel = program.compile(*args, target="cuda:sm_90a", pass_configs=configs, **options)
+        return kernel(*args)
+
     for seed in range(2):
         torch.manual_seed(seed)
         q, k = _scores_inputs(device="cuda")
-        torch.testing.assert_close(split_scores(q, k, target=target), q.float() @ k.float().T,
+        torch.testing.assert_close(run(split_scores, q, k), q.float() @ k.float().T,
                                    rtol=1e-3, atol=1e-3)
         a, v = _column_inputs(device="cuda")
         for first, width in ((64, 64), (8, 32), (4, 32)):
-            out = column_part(a, v, first=first, width=width, target=target)
+            out = run(column_part, a, v, first=first, width=width)
             torch.testing.assert_close(out, a.float() @ v.float()[:, first:first + width],
                                        rtol=1e-3, atol=1e-3)
         a, b = (torch.randn(64, 64, dtype=torch.float16, device="cuda") for _ in range(2))
         for first in (0, 8, 32):
-            torch.testing.assert_close(row_part(a, b, first=first, target=target),
+            torch.testing.assert_close(run(row_part, a, b, first=first),
                                        a.float()[first:first + 32] @ b.float(),
                                        rtol=1e-3, atol=1e-3)
