@@ -12,19 +12,15 @@ Trace says why. Fragments are taken whole.
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
 
 import tilelab
 import tilelab.language as T
-from tests.test_wgmma import _canonical_byte, _hardware_swizzle
+from tests.test_wgmma import check_pieces
 from tilelab import PassConfigKey
 from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.errors import TileLabError
-from tilelab.ir.layout import Layout
-from tilelab.ops._gemm_wgmma import descriptor_strides, piece_offset
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
 
@@ -103,20 +99,25 @@ def _gemms(kernel) -> list:
     return [r for r in kernel.trace.instructions if r["op"] == "gemm"]
 
 
+def _check_every_part(run, device):
+    """Each kernel above against torch, `run(program, *inputs, **options)` running it."""
+    q, k = _scores_inputs(device=device)
+    torch.testing.assert_close(run(split_scores, q, k), q.float() @ k.float().T,
+                               rtol=1e-3, atol=1e-3)
+    a, v = _column_inputs(device=device)
+    for first, width in ((64, 64), (8, 32), (4, 32)):
+        torch.testing.assert_close(run(column_part, a, v, first=first, width=width),
+                                   a.float() @ v.float()[:, first:first + width],
+                                   rtol=1e-3, atol=1e-3)
+    a, b = (torch.randn(64, 64, dtype=torch.float16, device=device) for _ in range(2))
+    for first in (0, 8, 32):
+        torch.testing.assert_close(run(row_part, a, b, first=first),
+                                   a.float()[first:first + 32] @ b.float(), rtol=1e-3, atol=1e-3)
+
+
 def test_parts_multiply_as_the_whole_tile_on_the_cpu():
     torch.manual_seed(0)
-    q, k = _scores_inputs()
-    torch.testing.assert_close(split_scores(q, k), q.float() @ k.float().T,
-                               rtol=1e-3, atol=1e-3)
-    a, v = _column_inputs()
-    for first, width in ((64, 64), (8, 32), (4, 32)):
-        out = column_part(a, v, first=first, width=width)
-        torch.testing.assert_close(out, a.float() @ v.float()[:, first:first + width],
-                                   rtol=1e-3, atol=1e-3)
-    a, b = (torch.randn(64, 64, dtype=torch.float16) for _ in range(2))
-    for first in (0, 8, 32):
-        torch.testing.assert_close(row_part(a, b, first=first),
-                                   a.float()[first:first + 32] @ b.float(), rtol=1e-3, atol=1e-3)
+    _check_every_part(lambda program, *inputs, **options: program(*inputs, **options), "cpu")
 
 
 @pytest.mark.parametrize("k_major, rows, cols, width, piece_mn, first", [
@@ -129,21 +130,7 @@ def test_descriptors_of_a_part_reach_its_elements(k_major, rows, cols, width, pi
                                                   first):
     """Each instruction's piece of a part, addressed from the part's offset, reaches the
     bytes where `Layout.wgmma_panels` stored the tile's elements."""
-    layout = Layout.wgmma_panels((rows, cols), 16, width)
-    leading, stride = descriptor_strides(rows, width, k_major)
-    r0, c0 = first
-    mn_first, k_first = (r0, c0) if k_major else (c0, r0)
-    mn_extent, k_extent = ((rows - r0, cols - c0) if k_major else (cols - c0, rows - r0))
-    for mn0, k0 in itertools.product(range(0, mn_extent - piece_mn + 1, piece_mn),
-                                     range(0, k_extent - 15, 16)):
-        mn_at, k_at = mn_first + mn0, k_first + k0
-        start = piece_offset(rows, width, *((mn_at, k_at) if k_major else (k_at, mn_at)))
-        assert start % 16 == 0
-        for mn, k in itertools.product(range(piece_mn), range(16)):
-            byte = _hardware_swizzle(
-                _canonical_byte(start, leading, stride, width, k_major, mn, k), width)
-            row, col = (mn_at + mn, k_at + k) if k_major else (k_at + k, mn_at + mn)
-            assert byte == 2 * layout.offset(row, col), (mn0, k0, mn, k)
+    check_pieces(k_major, rows, cols, width, piece_mn, first)
 
 
 @needs_nvcc
@@ -219,22 +206,11 @@ def test_parts_on_the_gpu(configs):
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("needs a Hopper GPU (sm_90a)")
 
-    def run(program, *args, **options):
-        kernel = program.compile(*args, target="cuda:sm_90a", pass_configs=configs, **options)
-        return kernel(*args)
+    def run(program, *inputs, **options):
+        kernel = program.compile(*inputs, target="cuda:sm_90a", pass_configs=configs,
+                                 **options)
+        return kernel(*inputs)
 
     for seed in range(2):
         torch.manual_seed(seed)
-        q, k = _scores_inputs(device="cuda")
-        torch.testing.assert_close(run(split_scores, q, k), q.float() @ k.float().T,
-                                   rtol=1e-3, atol=1e-3)
-        a, v = _column_inputs(device="cuda")
-        for first, width in ((64, 64), (8, 32), (4, 32)):
-            out = run(column_part, a, v, first=first, width=width)
-            torch.testing.assert_close(out, a.float() @ v.float()[:, first:first + width],
-                                       rtol=1e-3, atol=1e-3)
-        a, b = (torch.randn(64, 64, dtype=torch.float16, device="cuda") for _ in range(2))
-        for first in (0, 8, 32):
-            torch.testing.assert_close(run(row_part, a, b, first=first),
-                                       a.float()[first:first + 32] @ b.float(),
-                                       rtol=1e-3, atol=1e-3)
+        _check_every_part(run, "cuda")

@@ -183,16 +183,26 @@ def _canonical_byte(start, leading, stride, width, k_major, mn, k):
 def test_descriptors_reach_every_element(k_major, rows, cols, width, piece_mn):
     """For each instruction's piece of a tile (piece_mn x 16), the descriptor tilelab builds
     addresses each element where `Layout.wgmma_panels` stored it."""
+    check_pieces(k_major, rows, cols, width, piece_mn)
+
+
+def check_pieces(k_major, rows, cols, width, piece_mn, first=(0, 0)):
+    """Every piece (piece_mn x 16) of the part of a rows x cols tile from row, column
+    `first` on, addressed by the descriptor tilelab builds, reaches each element's byte."""
     layout = Layout.wgmma_panels((rows, cols), 16, width)
     leading, stride = descriptor_strides(rows, width, k_major)
-    mn_extent, k_extent = (rows, cols) if k_major else (cols, rows)
-    for mn0, k0 in itertools.product(range(0, mn_extent, piece_mn), range(0, k_extent, 16)):
-        start = piece_offset(rows, width, *((mn0, k0) if k_major else (k0, mn0)))
+    r0, c0 = first
+    mn_first, k_first = (r0, c0) if k_major else (c0, r0)
+    mn_extent, k_extent = (rows - r0, cols - c0) if k_major else (cols - c0, rows - r0)
+    for mn0, k0 in itertools.product(range(0, mn_extent - piece_mn + 1, piece_mn),
+                                     range(0, k_extent - 15, 16)):
+        mn_at, k_at = mn_first + mn0, k_first + k0
+        start = piece_offset(rows, width, *((mn_at, k_at) if k_major else (k_at, mn_at)))
         assert start % 16 == 0
         for mn, k in itertools.product(range(piece_mn), range(16)):
             byte = _hardware_swizzle(
                 _canonical_byte(start, leading, stride, width, k_major, mn, k), width)
-            row, col = (mn0 + mn, k0 + k) if k_major else (k0 + k, mn0 + mn)
+            row, col = (mn_at + mn, k_at + k) if k_major else (k_at + k, mn_at + mn)
             assert byte == 2 * layout.offset(row, col), (mn0, k0, mn, k)
 
 
