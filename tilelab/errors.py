@@ -77,11 +77,13 @@ class TileLabTypeError(TileLabError):
 
 class LayoutConflict(TileLabTypeError):
     """No register layout serves every use of one fragment, named by `fragment` (the CUDA
-    compiler then keeps that fragment in shared memory; see passes/spill_fragments.py)."""
+    compiler then keeps that fragment in shared memory, see passes/spill_fragments.py -
+    unless `spillable` is False: where shared memory would not serve either)."""
 
-    def __init__(self, fragment: str, message: str, hint: str = ""):
+    def __init__(self, fragment: str, message: str, hint: str = "", spillable: bool = True):
         super().__init__(message, hint=hint)
         self.fragment = fragment
+        self.spillable = spillable
 
 
 class TileLabArgumentError(TileLabError):

@@ -53,6 +53,10 @@ class ParallelNest:
     loop_vars: list
     extents: list
     accesses: list = field(default_factory=list)  # (buffer, indices, written)
+    # per fragment store: (buffer, indices, the loop variables its value reads, whether
+    # its value reads the buffer it stores to); and the variables any `if` inside tests
+    stores: list = field(default_factory=list)
+    tested: set = field(default_factory=set)
 
     def positions(self, indices) -> tuple | None:
         """Map an access's indices to loop-dimension numbers (or None for a constant 0)."""
@@ -217,8 +221,12 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
                 def access(n):
                     if isinstance(n, tirx.BufferStore) and _is_fragment(n.buffer):
                         nest.accesses.append((n.buffer, n.indices, True))
+                        nest.stores.append((n.buffer, n.indices, _vars_in(n.value),
+                                            _reads(n.value, n.buffer)))
                     elif is_load(n) and _is_fragment(n.source):
                         nest.accesses.append((n.source, n.indices, False))
+                    elif isinstance(n, tirx.IfThenElse):
+                        nest.tested |= _vars_in(n.condition)
 
                 walk(innermost.body, object, access)
                 for buffer, _, _ in nest.accesses:
@@ -353,6 +361,66 @@ def _propagate_nest(nest, layouts, assign, plan) -> bool:
     return changed
 
 
+def _vars_in(expr) -> set:
+    found = set()
+    walk(expr, tirx.Var, lambda v: found.add(v))
+    return found
+
+
+def _reads(expr, buffer) -> bool:
+    found = []
+    walk(expr, object, lambda n: found.append(n) if is_load(n) and n.source.same_as(buffer)
+         else None)
+    return bool(found)
+
+
+def _check_copies_agree(nest, table, layouts):
+    """A fragment stored at fewer dimensions than its loop's (`acc[i]` in a loop over i, j)
+    is written by several iterations per element. The CPU runs them all, in order; on the
+    GPU each thread runs its own iterations on its own copy of the element, and one copy
+    reaches memory. The copies agree where every thread that keeps an element runs every
+    iteration that writes it, or where every such iteration writes the same value: one
+    that reads neither the element nor a loop variable the index leaves out, under no `if`
+    on one. Otherwise each thread would keep its own part - `acc[i] += s[i, j]` with the
+    columns of s dealt to four threads summed a quarter of each row - and in shared
+    memory their writes would race, so the conflict is refused, not moved there."""
+    for buffer, indices, value_vars, self_read in nest.stores:
+        pos = nest.positions(indices)
+        if pos is None:
+            continue  # refused by the check of computed indices
+        left_out = [d for d in range(len(nest.extents))
+                    if d not in pos and nest.extents[d] > 1]
+        if not left_out:
+            continue
+        unindexed = {nest.loop_vars[d] for d in left_out}
+        if not self_read and not any(v in unindexed for v in value_vars | nest.tested):
+            continue  # every iteration writes the same value
+        writes = math.prod(nest.extents[d] for d in left_out)
+        runs: dict = {}  # element -> {thread: iterations writing it that the thread runs}
+        for t, elements in enumerate(table):
+            for element in elements:
+                if element is not None:
+                    wanted = tuple(0 if p is None else element[p] for p in pos)
+                    by_thread = runs.setdefault(wanted, {})
+                    by_thread[t] = by_thread.get(t, 0) + 1
+        owners = owner_table(layouts[buffer.name])
+        for element, by_thread in runs.items():
+            short = [t for t in owners.get(element, {}) if by_thread.get(t, 0) != writes]
+            if short:
+                names = ", ".join(str(nest.loop_vars[d].name) for d in left_out)
+                raise LayoutConflict(
+                    buffer.name, f"fragment {buffer.name!r} is written at "
+                    f"[{', '.join(str(i) for i in indices)}] in every iteration over {names} "
+                    f"of its T.Parallel loop, from values that differ between them, but the "
+                    f"threads share those iterations (thread {short[0]} runs "
+                    f"{by_thread.get(short[0], 0)} of the {writes} that write element "
+                    f"{element}): each would keep its own part of the result",
+                    hint="T.reduce_sum/T.reduce_max (clear=False to add to what it holds) "
+                         "combines a dimension across threads; or write the element in a "
+                         "loop that does not run over that dimension",
+                    spillable=False)  # in shared memory the threads' writes would race
+
+
 def _check_nest(nest, layouts, plan, threads):
     """Every fragment element a parallel iteration touches must live on its thread."""
     layout = _nest_layout(nest, layouts, plan)
@@ -363,6 +431,7 @@ def _check_nest(nest, layouts, plan, threads):
         else:
             return
     table = thread_elements(layout)
+    _check_copies_agree(nest, table, layouts)  # first: moving these to shared would not do
     for buffer, indices, written in nest.accesses:
         pos = nest.positions(indices)
         if pos is None:

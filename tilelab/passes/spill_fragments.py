@@ -90,8 +90,11 @@ def spill(kernel, threads: int, annotated: dict, func, wgmma_off, locations: dic
         except LayoutConflict as conflict:
             name, why = conflict.fragment, conflict.message
             buffer = _allocation(kernel, name)
-            if buffer is None or buffer.scope() != "local.fragment" or name in annotated or \
+            if not conflict.spillable or buffer is None or \
+                    buffer.scope() != "local.fragment" or name in annotated or \
                     name in moved or _written_by_every_thread(kernel, buffer):
+                if conflict.location is None and locations.get(name) is not None:
+                    conflict.with_location(locations[name])
                 raise
             del UserErrors.pending[pending:]  # resolved here, not the user's to see
         moved.add(name)
