@@ -1270,6 +1270,34 @@ def test_a_size_may_name_sizes_a_later_tensor_gives():
     assert "Q: T.Tensor" in info.value.location.excerpt()
 
 
+@tilelab.jit
+def weighted_row_pairs(X, W):
+    """TileLang's fp8_lighting_indexer shape: the output is made (T.empty) before the tensor
+    that gives its size, with `T.dynamic` names."""
+    seq = T.dynamic("seq")
+    d = T.dynamic("d")
+    X: T.Tensor((seq * 2, d), T.float32)  # two rows a position
+    Y = T.empty((seq, d), T.float32)
+    W: T.Tensor((seq,), T.float32)
+    with T.Kernel(seq, threads=32) as b:
+        for j in T.Parallel(d):
+            Y[b, j] = (X[2 * b, j] + X[2 * b + 1, j]) * W[b]
+    return Y
+
+
+def test_an_output_may_be_made_before_the_tensor_that_gives_its_size():
+    x, w = torch.randn(20, 8), torch.randn(10)
+    torch.testing.assert_close(weighted_row_pairs(x, w), (x[0::2] + x[1::2]) * w[:, None])
+    with pytest.raises(TileLabError, match=r"X must have shape \(20, 8\) but the tensor "
+                                           r"passed has shape \(21, 8\)"):
+        weighted_row_pairs(torch.randn(21, 8), w)
+    # compiled without tensors, a size no tensor gives stays unknown, at its first use
+    with pytest.raises(TileLabError, match=r"the size \(seq \* 2\) of X uses names no "
+                                           "tensor has given yet") as info:
+        weighted_row_pairs.compile(d=8)
+    assert "X: T.Tensor" in info.value.location.excerpt()
+
+
 def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
     """scripts/tilelang_examples.py runs a script's `__main__` block after its definitions,
     its own functions taking integer sizes above 256 cut (head dimensions and block,

@@ -75,6 +75,10 @@ class TileLabTypeError(TileLabError):
     """Mismatched shapes, extents or dtypes inside a kernel."""
 
 
+class UnknownSize(TileLabTypeError):
+    """A tensor's size names what no tensor has given yet (a T.const or T.dynamic name)."""
+
+
 class LayoutConflict(TileLabTypeError):
     """No register layout serves every use of one fragment, named by `fragment` (the CUDA
     compiler then keeps that fragment in shared memory, see passes/spill_fragments.py -

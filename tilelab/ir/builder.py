@@ -143,10 +143,14 @@ class Builder:
     # sizes written with names a later tensor gives (`T.Tensor[[seq_len * heads, d]]` before
     # the tensor that has seq_len): (tensor, axis, size, the example's extent, location)
     later_sizes: list = field(default_factory=list)
+    # a first look at an eager kernel whose output is made before the tensor that gives its
+    # size (`Logits = T.empty((seq_len, n))` above `Weights: T.Tensor((seq_len, h))`): sizes
+    # not known yet are taken as 1, only to learn the others (language/frontend.trace_eager)
+    guess_sizes: bool = False
 
     def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
         """A global tensor of the signature; sizes given by `T.const` names are resolved here."""
-        from ..errors import TileLabArgumentError, TileLabTypeError
+        from ..errors import TileLabArgumentError, TileLabTypeError, UnknownSize
 
         example = self.example_shapes.get(name)
         if example is not None and len(example) != len(shape):
@@ -158,15 +162,21 @@ class Builder:
             if isinstance(extent, SymbolicSize):
                 extent = extent.resolve(self.shape_constants)
             if isinstance(extent, SymbolicDim):
+                if example is None and self.guess_sizes:
+                    resolved.append(1)
+                    continue
                 if example is None:
-                    raise TileLabTypeError(
+                    raise UnknownSize(
                         f"the size {extent.name} of {name} is not known",
                         hint=f"pass a tensor for {name}, or {extent.name}=... to .compile()")
                 self.shape_constants[extent.name] = int(example[axis])
                 extent = int(example[axis])
             elif isinstance(extent, SymbolicSize):
+                if example is None and self.guess_sizes:
+                    resolved.append(1)
+                    continue
                 if example is None:
-                    raise TileLabTypeError(
+                    raise UnknownSize(
                         f"the size {extent!r} of {name} uses names no tensor has given yet",
                         hint="declare first the tensors whose shapes have these names")
                 # the tensor passed gives the extent; the names, once known, must agree

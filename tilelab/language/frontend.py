@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 import tvm
 from tvm import tirx
 
-from ..errors import SourceLocation, TileLabError, TileLabSyntaxError, TileLabTypeError
+from ..errors import (
+    SourceLocation,
+    TileLabError,
+    TileLabSyntaxError,
+    TileLabTypeError,
+    UnknownSize,
+)
 from ..ir.builder import Builder, ParamInfo, SymbolicSize, activate, seq
 from ..ir.dtypes import DType
 from ..ir.keys import KERNEL, PROGRAM_CONFIGS, SOURCE_FILE
@@ -790,9 +796,41 @@ def eager_tensor_params(source: FunctionSource) -> list[str]:
 
 def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
                 example_shapes: dict) -> TileProgram:
-    """Eager style: trace the whole function with compile-time `values` for its parameters."""
+    """Eager style: trace the whole function with compile-time `values` for its parameters.
+
+    A size may be named before the tensor that gives it (`Logits = T.empty((seq_len, n))`
+    above `Weights: T.Tensor((seq_len, heads))`, as TileLang's `T.dynamic` sizes allow):
+    then a first look at the function, taking unknown sizes as 1, learns the sizes the
+    tensors give, and the function is traced again knowing them."""
+    try:
+        return _trace_eager(fn, source, values, shape_constants, example_shapes)
+    except UnknownSize:
+        learned = _sizes_given_later(fn, source, values, shape_constants, example_shapes)
+        if not learned:
+            raise
+    return _trace_eager(fn, source, values, shape_constants, example_shapes, learned)
+
+
+def _sizes_given_later(fn, source, values, shape_constants, example_shapes) -> dict:
+    """The sizes the tensors of a call give that `shape_constants` does not hold, learned
+    by tracing with unknown sizes taken as 1 (as far as that trace gets)."""
     builder = Builder(shape_constants=dict(shape_constants), example_shapes=example_shapes,
-                      source_file=source.filename)
+                      source_file=source.filename, guess_sizes=True)
+    interp = Interpreter(builder, source, _function_env(fn), _plain_globals(fn))
+    interp.locals.update(values)
+    with activate(builder), E.kernel_truth_values():
+        try:
+            interp.run(source.node.body)
+        except (_Return, TileLabError):
+            pass
+    return {name: size for name, size in builder.shape_constants.items()
+            if name not in shape_constants}
+
+
+def _trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
+                 example_shapes: dict, learned: dict | None = None) -> TileProgram:
+    builder = Builder(shape_constants={**shape_constants, **(learned or {})},
+                      example_shapes=example_shapes, source_file=source.filename)
     interp = Interpreter(builder, source, _function_env(fn), _plain_globals(fn))
     interp.locals.update(values)
     returned, has_return = None, False
