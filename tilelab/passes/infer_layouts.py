@@ -411,8 +411,9 @@ def _check_copies_agree(nest, table, layouts):
                 raise LayoutConflict(
                     buffer.name, f"fragment {buffer.name!r} is written at "
                     f"[{', '.join(str(i) for i in indices)}] in every iteration over {names} "
-                    f"of its T.Parallel loop, from values that differ between them, but the "
-                    f"threads share those iterations (thread {short[0]} runs "
+                    f"of its T.Parallel loop, a value that changes from one to the next (it "
+                    f"reads {names} or the element itself), but the threads share those "
+                    f"iterations (thread {short[0]} runs "
                     f"{by_thread.get(short[0], 0)} of the {writes} that write element "
                     f"{element}): each would keep its own part of the result",
                     hint="T.reduce_sum/T.reduce_max (clear=False to add to what it holds) "
