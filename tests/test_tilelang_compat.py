@@ -133,6 +133,13 @@ def test_install_makes_tilelang_imports_find_tilelab():
         importlib.import_module("tilelang.cuda")
 
 
+def test_tilelang_env_names_the_cache_folder():
+    """TileLang's minference example keeps its torch extension under TILELANG_CACHE_DIR."""
+    from tilelab.cache import cache_dir
+
+    assert tilelang.env.TILELANG_CACHE_DIR == str(cache_dir())
+
+
 def test_the_roller_is_importable_and_refused_where_used():
     """TileLang's autotuning examples import the roller's names at the top and use them
     only with `with_roller=True`."""

@@ -22,6 +22,7 @@ import sys
 import types
 
 from .. import kernel as _kernel
+from ..cache import cache_dir
 from ..compiler import TILELANG_ONLY_CONFIGS
 from ..compiler import PassConfigKey as _PassConfigKey
 from ..errors import TileLabError
@@ -394,6 +395,8 @@ def _submodules() -> dict[str, types.ModuleType]:
         "tilelang.engine.callback": _module(
             "tilelang.engine.callback", "Compilation hooks.",
             register_cuda_postproc_callback=register_cuda_postproc_callback),
+        "tilelang.env": _module("tilelang.env", "Where things are kept.",
+                                TILELANG_CACHE_DIR=str(cache_dir())),
         "tilelang.testing": _module("tilelang.testing", "Test helpers.",
                                     set_random_seed=set_random_seed,
                                     torch_assert_close=torch_assert_close),
@@ -414,7 +417,7 @@ class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                           "math, layout, autotuner, profiler, transform, testing, tileop, "
                           "utils.tensor, carver.arch (CUDA, CDNA, driver), carver.template "
                           "and carver.roller.rasterization (names only), contrib.nvcc, "
-                          "engine.callback, tools (Analyzer))",
+                          "engine.callback, tools (Analyzer), env (TILELANG_CACHE_DIR))",
                           name=spec.name)
 
     def exec_module(self, module):  # never reached: create_module refuses
@@ -449,7 +452,7 @@ def _tvm_spellings() -> None:
 
 
 _PROVIDED = {"language", "math", "layout", "autotuner", "profiler", "transform", "utils",
-             "testing", "tileop", "carver", "tools"}
+             "testing", "tileop", "carver", "tools", "env"}
 
 
 def __getattr__(name: str):
