@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -157,13 +158,25 @@ def test_difftest_cpu_batch(capsys):
 def test_pass_configs_reach_the_cuda_compiles(capsys, monkeypatch):
     """`--pass-configs` compiles the CUDA side with them, in the workers too (through the
     environment, which they inherit): here every loop a producer warp can run is split."""
+    cache_before = os.environ.get("TILELAB_CACHE_DIR")
     monkeypatch.setenv(difftest.CONFIGS_VARIABLE, "")  # restored after the test
     forced = '{"tl.force_warp_specialized": true}'
+    seen = []
+    start_workers = difftest.in_workers
+
+    def in_workers(*args):  # what the workers inherit when they start
+        seen.append(difftest.cuda_pass_configs())
+        return start_workers(*args)
+
+    monkeypatch.setattr(difftest, "in_workers", in_workers)
     code = difftest.main(["--count", "6", "--seed", str(CI_SEED), "--jobs", "2",
                           "--shrink-seconds", "0", "--pass-configs", forced])
     assert capsys.readouterr().out.strip().splitlines()[-1] == \
         "difftest: 6 programs, 0 mismatches, 0 compile errors"
-    assert code == 0 and difftest.cuda_pass_configs() == {"tl.force_warp_specialized": True}
+    assert code == 0 and seen == [{"tl.force_warp_specialized": True}]
+    # the caller's environment is as it was: the configs and the (removed) cache folder gone
+    assert difftest.cuda_pass_configs() == {}
+    assert os.environ.get("TILELAB_CACHE_DIR") == cache_before
     with pytest.raises(ValueError):
         difftest.main(["--count", "1", "--pass-configs", "{not json"])
 

@@ -133,11 +133,13 @@ def test_install_makes_tilelang_imports_find_tilelab():
         importlib.import_module("tilelang.cuda")
 
 
-def test_tilelang_env_names_the_cache_folder():
-    """TileLang's minference example keeps its torch extension under TILELANG_CACHE_DIR."""
-    from tilelab.cache import cache_dir
-
-    assert tilelang.env.TILELANG_CACHE_DIR == str(cache_dir())
+def test_tilelang_env_names_the_cache_folder(tmp_path, monkeypatch):
+    """TileLang's minference example keeps its torch extension under TILELANG_CACHE_DIR: the
+    folder tilelab's cache is in when the example asks, not when tilelang was imported."""
+    monkeypatch.setenv("TILELAB_CACHE_DIR", str(tmp_path))
+    assert tilelang.env.TILELANG_CACHE_DIR == str(tmp_path)
+    with pytest.raises(AttributeError, match="TILELANG_CACHE_DIR only"):
+        tilelang.env.TILELANG_HOME  # noqa: B018
 
 
 def test_the_roller_is_importable_and_refused_where_used():

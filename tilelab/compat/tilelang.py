@@ -341,6 +341,14 @@ def _module(name: str, doc: str, **names) -> types.ModuleType:
     return module
 
 
+def _env_value(name: str) -> str:
+    """`tilelang.env.TILELANG_CACHE_DIR`: tilelab's cache folder as it is when asked (it
+    follows TILELAB_CACHE_DIR set after the import)."""
+    if name == "TILELANG_CACHE_DIR":
+        return str(cache_dir())
+    raise AttributeError(f"tilelang.env has TILELANG_CACHE_DIR only, not {name}")
+
+
 def _submodules() -> dict[str, types.ModuleType]:
     from .. import language
     from ..language.tilelang_names import make_swizzled_layout
@@ -396,7 +404,7 @@ def _submodules() -> dict[str, types.ModuleType]:
             "tilelang.engine.callback", "Compilation hooks.",
             register_cuda_postproc_callback=register_cuda_postproc_callback),
         "tilelang.env": _module("tilelang.env", "Where things are kept.",
-                                TILELANG_CACHE_DIR=str(cache_dir())),
+                                __getattr__=_env_value),
         "tilelang.testing": _module("tilelang.testing", "Test helpers.",
                                     set_random_seed=set_random_seed,
                                     torch_assert_close=torch_assert_close),

@@ -456,6 +456,18 @@ def in_workers(work: list, jobs: int, cache_dir: str, run=run_one, alone=run_alo
 
 
 def main(argv=None) -> int:
+    """The command line. Run in a caller's process (as the tests do), it leaves the
+    environment and the warning filters as it found them: its cache folder is gone after."""
+    environment = dict(os.environ)
+    try:
+        with warnings.catch_warnings():
+            return _main(argv)
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
+
+
+def _main(argv) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
