@@ -110,6 +110,32 @@ def _product(values) -> int:
     return math.prod(values) if values else 1
 
 
+def _reindexed(idx, shape, into) -> list:
+    """The index in shape `into` of the element at `idx` in shape `shape`, both row-major."""
+    flat = 0
+    for i, extent in zip(idx, shape):
+        flat = flat * extent + i
+    out = []
+    for extent in reversed(into):
+        out.append(fmod(flat, extent))
+        flat = fdiv(flat, extent)
+    return out[::-1]
+
+
+def _progression(ks: list):
+    """(k0, s1, n1, s2, n2) with ks == [k0 + a * s1 + b * s2 for b < n2 for a < n1], or None."""
+    n1 = 1
+    s1 = ks[1] - ks[0] if len(ks) > 1 else 1
+    while n1 < len(ks) and ks[n1] - ks[n1 - 1] == s1:
+        n1 += 1
+    if len(ks) % n1:
+        return None
+    n2 = len(ks) // n1
+    s2 = ks[n1] - ks[0] if n2 > 1 else 1
+    made = [ks[0] + a * s1 + b * s2 for b in range(n2) for a in range(n1)]
+    return (ks[0], s1, n1, s2, n2) if made == ks else None
+
+
 # ---------------------------------------------------------------- Layout
 
 
@@ -706,7 +732,85 @@ class Fragment:
                 return Fragment.replicated(out_shape, threads)
             if (threads * vector) % cols == 0 and cols % vector == 0:
                 return Fragment.packed_rows(out_shape, threads, cols // vector)
-        raise NotImplementedError(f"cannot reduce {self} along dimension {dim}")
+        return self._reduced_by_owners(dim)
+
+    def viewed_as(self, shape) -> Fragment:
+        """This fragment's registers named by the indices of `shape` (`T.reshape`): element
+        `idx` of the view is the element with the same row-major position here."""
+        shape, base = tuple(int(s) for s in shape), self
+        if _product(shape) != _product(base.shape):
+            raise ValueError(f"a view of shape {shape} does not hold {base}'s elements")
+
+        def forward(*args):
+            *idx, rep = args
+            return base.forward(*_reindexed(idx, shape, base.shape), rep)
+
+        def inverse(thread, local):
+            *idx, rep = base.index_of(thread, local)
+            return [*_reindexed(idx, base.shape, shape), rep]
+
+        return Fragment(shape, base.threads, base.replicate, forward, base.local_size,
+                        {"kind": "view", "of": base.recipe, "shape": list(shape)},
+                        inverse=inverse, valid=base.valid)
+
+    def _reduced_by_owners(self, dim: int) -> Fragment:
+        """Any layout reduced along `dim`: result element e lives on every thread that holds
+        a part of its row, in the register where that thread keeps the first such part,
+        so the result names the same (sparse) registers as this fragment. Found from the
+        tables: the positions K along `dim` whose owners are the row's threads, each
+        once, the same K for every row, in a regular pattern (k0 + a * s1 + b * s2)."""
+        shape, extent, copies = self.shape, self.shape[dim], self.replicate
+        thread = np.moveaxis(self.tables()[0], dim + 1, -1)  # [rep, *row, k]
+        rows = thread.shape[1:-1]
+        first = thread[(slice(None),) + (0,) * len(rows)]  # [rep, k] of row 0
+        chosen, seen = [], set()
+        for k in range(extent):
+            owners = set(first[:, k].tolist())
+            if not owners & seen:
+                chosen.append(k)
+                seen |= owners
+        steps = _progression(chosen)
+        if steps is None:
+            raise NotImplementedError(f"cannot reduce {self} along dimension {dim}")
+        for row in itertools.product(*(range(r) for r in rows)):
+            parts = thread[(slice(None), *row)]
+            picked = parts[:, chosen].ravel().tolist()
+            if len(set(picked)) != len(picked) or set(picked) != set(parts.ravel().tolist()):
+                raise NotImplementedError(f"cannot reduce {self} along dimension {dim}")
+        k0, s1, n1, s2, n2 = steps
+        base = self
+
+        def position(rep):
+            part = fdiv(rep, copies)
+            return k0 + fmod(part, n1) * s1 + fdiv(part, n1) * s2, fmod(rep, copies)
+
+        def forward(*args):
+            *row, rep = args
+            k, copy = position(rep)
+            return base.forward(*row[:dim], k, *row[dim:], copy)
+
+        def offsets(thread, local):
+            *idx, copy = base.index_of(thread, local)
+            d = idx[dim] - k0
+            return idx, copy, fdiv(d, s2) if n2 > 1 else 0, fmod(d, s2) if n2 > 1 else d
+
+        def inverse(thread, local):
+            idx, copy, b, rest = offsets(thread, local)
+            return [*idx[:dim], *idx[dim + 1:], (b * n1 + fdiv(rest, s1)) * copies + copy]
+
+        def valid(thread, local):  # (thread: a TIR expression)
+            from tvm import tirx
+
+            idx, _, b, rest = offsets(thread, local)
+            ok = tirx.all(rest >= 0, tirx.EQ(fmod(rest, s1), 0), fdiv(rest, s1) < n1,
+                          *([b < n2] if n2 > 1 else []))
+            return ok if base.valid is None else tirx.And(base.valid(thread, local), ok)
+
+        kept = shape[:dim] + shape[dim + 1:]
+        return Fragment(kept or (1,), self.threads, copies * len(chosen),
+                        forward if kept else lambda _, rep: forward(rep), self.local_size,
+                        {"kind": "reduced", "of": self.recipe, "dim": dim}, inverse=inverse
+                        if kept else lambda t, loc: [0, *inverse(t, loc)], valid=valid)
 
     @staticmethod
     def accumulator_rows(m: int, warps_m: int, warps_n: int) -> Fragment:
@@ -841,6 +945,10 @@ def _from_recipe(recipe: dict) -> Fragment:
         return _from_recipe(recipe["of"]).repeat(recipe["reps"], recipe["on_thread"])
     if kind == "replicate":
         return _from_recipe(recipe["of"]).replicate_on(recipe["copies"])
+    if kind == "view":
+        return _from_recipe(recipe["of"]).viewed_as(recipe["shape"])
+    if kind == "reduced":
+        return _from_recipe(recipe["of"])._reduced_by_owners(recipe["dim"])
     raise ValueError(f"unknown fragment kind {kind!r}")
 
 
@@ -863,7 +971,7 @@ _KEEP_ALIVE: list = []
 
 def _key(kind: str, frag: Fragment):
     """Fragments from a recipe are rebuilt identically; a custom one is only itself."""
-    if frag.recipe.get("kind") == "custom":
+    if "'custom'" in repr(frag.recipe):  # (or a view of one)
         return (kind, "custom", id(frag.forward))
     return (kind, repr(frag.recipe), frag.shape)
 

@@ -49,6 +49,23 @@ def data_of(value):
     return None
 
 
+def fragment_views(body) -> dict:
+    """The fragments `body` declares as views of others (`T.reshape`): view name -> the
+    fragment whose registers it names (a view of a view: the first fragment)."""
+    import tvm_ffi
+
+    views: dict = {}
+
+    def visit(decl):
+        base = data_of(decl.data)
+        if decl.buffer.scope() == "local.fragment" and base is not None and \
+                str(base.name) != str(decl.buffer.name):
+            views[str(decl.buffer.name)] = views.get(str(base.name), base)
+
+    tvm_ffi.structural_walk(body, (tirx.DeclBuffer, visit), order="pre")
+    return views
+
+
 def is_load(value) -> bool:
     """A buffer element read `A[i, j]` (TVM calls it a TensorLoad; `.source` is the buffer)."""
     return isinstance(value, tvm.ir.TensorLoad)

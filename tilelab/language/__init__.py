@@ -65,11 +65,13 @@ from .primitives import (  # noqa: F401
     empty,
     get_thread_binding,
     macro,
+    reshape,
     serial,
     thread_binding,
     unroll,
     use_swizzle,
     vectorized,
+    view,
     ws,
 )
 from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings

@@ -90,6 +90,51 @@ def _view(shape, dtype, data):
     return view
 
 
+def reshape(tile, shape):
+    """`T.reshape(tile, shape)`: the same elements seen with another shape, in row-major
+    order (as torch's `view`): `s3 = T.reshape(s, (N, Q, H))` of an (N, Q * H) fragment
+    reads and writes s's elements as s3[n, q, h] = s[n, q * H + h]. Kernel tensors and
+    fragments can be reshaped; the view holds exactly the tile's elements."""
+    return _reshaped("T.reshape", tile, shape)
+
+
+def view(tile, shape=None, dtype=None):
+    """`T.view(tile, shape, dtype)`: TileLang's reshape that may also reinterpret the bits
+    as another type; tilelab reshapes (a view keeps the tile's dtype)."""
+    if dtype is not None and str(dtypes.as_dtype(dtype)) != str(tile.dtype):
+        raise TileLabTypeError(
+            f"T.view({tile.name}, dtype={dtypes.as_dtype(dtype)}): tilelab's views keep the "
+            f"tile's type ({tile.dtype}); seeing its bytes as another type is not supported",
+            hint="allocate a tile of that type (T.alloc_shared), or T.reinterpret one value")
+    return _reshaped("T.view", tile, tile.shape if shape is None else shape)
+
+
+def _reshaped(primitive: str, tile, shape):
+    if not is_buffer(tile):
+        raise TileLabTypeError(f"{primitive} takes a tile or a kernel tensor, not "
+                               f"{type(tile).__name__}")
+    scope = tile.scope()
+    if scope == "global":
+        return _view(shape, tile.dtype, tile.data)
+    if scope != "local.fragment":
+        raise TileLabTypeError(
+            f"{primitive} of {tile.name} ({scope}): tilelab reshapes kernel tensors and "
+            "fragments (T.alloc_fragment), not shared or local tiles",
+            hint="allocate the tile in the shape you index it by, or use index arithmetic")
+    builder = current(primitive)
+    shape = _shape(shape)
+    size, held = math.prod(shape), math.prod(int(e) for e in tile.shape)
+    if size != held:
+        raise TileLabTypeError(f"{primitive}({tile.name}, {shape}): the view holds {size} "
+                               f"elements, {tile.name} {tuple(int(e) for e in tile.shape)} "
+                               f"holds {held}; a reshape keeps every element")
+    view = tirx.decl_buffer(shape, str(tile.dtype), name=builder.take_name(f"{tile.name}_view"),
+                            data=tile.data, scope=scope)
+    builder.buffer_locations[view.name] = builder.location
+    builder.emit(tirx.DeclBuffer(view, data=tile.data))
+    return view
+
+
 def const(names: str):
     """`M, N = T.const("M, N")`: compile-time sizes taken from tensors or `.compile(M=...)`."""
     builder = current("const", need_kernel=False)

@@ -293,8 +293,7 @@ MISSING: dict[str, tuple[str, str]] = {
                      "clc_try_cancel_multicast", "clc_is_canceled", "clc_get_first_ctaid_x",
                      "sync_grid"), _HARDWARE),
     "sync_warp": _SYNC,
-    **dict.fromkeys(("view", "reshape", "make_tensor", "access_ptr", "ptr"),
-                    _VIEWS),
+    **dict.fromkeys(("make_tensor", "access_ptr", "ptr"), _VIEWS),
     "alloc_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum/T.reduce_max, "
                       "or T.atomic_add"),
     "finalize_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum"),

@@ -463,11 +463,20 @@ def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False):
                           src_ok if src_ok is not None else tirx.const(True, "bool"))
         else:
             value = to_expr(tirx.BufferLoad(src.buffer, src_at(full)), dst.dtype)
-            if src_ok is not None:
-                value = tirx.if_then_else(src_ok, value, to_expr(0, dst.dtype))
-            stmt = tirx.BufferStore(dst.buffer, value, dst_at(full))
-            if v > 1:
-                stmt = tirx.For(vv, 0, v, tirx.ForKind.VECTORIZED, stmt)
+            if src_ok is not None and is_float8(dst.dtype) and v > 4:
+                # a branch, not a select: TVM's CUDA lowering has no select or broadcast of
+                # more than 4 float8 lanes; past the edge the zeros are written one by one
+                stmt = tirx.IfThenElse(src_ok, tirx.For(
+                    vv, 0, v, tirx.ForKind.VECTORIZED,
+                    tirx.BufferStore(dst.buffer, value, dst_at(full))), tirx.For(
+                    vv, 0, v, tirx.ForKind.UNROLLED,
+                    tirx.BufferStore(dst.buffer, to_expr(0, dst.dtype), dst_at(full))))
+            else:
+                if src_ok is not None:
+                    value = tirx.if_then_else(src_ok, value, to_expr(0, dst.dtype))
+                stmt = tirx.BufferStore(dst.buffer, value, dst_at(full))
+                if v > 1:
+                    stmt = tirx.For(vv, 0, v, tirx.ForKind.VECTORIZED, stmt)
         return guard(in_bounds(dst, dst_at(base)), stmt)
 
     return ctx.deal(total // v, chunk_copy, unroll_up_to=16)

@@ -183,7 +183,11 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
                            scope="local")
     stmts = [tirx.AllocBuffer(acc)]
     reg = tirx.Var("reg", "int32")
-    terms: dict[int, list] = {slot: [] for slot in range(df.local_size)}
+    # the registers some thread keeps a result in (a sparse layout, as a reduction of a
+    # T.reshape view has, leaves the others unused)
+    held = [slot for slot in range(df.local_size)
+            if any(d_elems[t][slot] is not None for t in range(df.threads))]
+    terms: dict[int, list] = {slot: [] for slot in held}
     for ls in range(sf.local_size):
         slots = set()
         for t in range(sf.threads):
@@ -214,18 +218,26 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
     masks = _xor_masks(sf, dst_element, df)
     warp_masks = [m for m in masks if m < 32]
     block_masks = [m for m in masks if m >= 32]
+    def each_held(store):  # store(register) for every held register
+        if len(held) == df.local_size:
+            return tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED, store(reg))
+        return seq([store(tirx.const(slot, "int32")) for slot in held])
+
     for m in warp_masks:
-        stmts.append(tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED, tirx.BufferStore(
-            acc, combine(combine_kind, tirx.BufferLoad(acc, [reg]), tirx.call_extern(
-                dtype, "tl::shfl_xor", tirx.BufferLoad(acc, [reg]), m)), [reg])))
+        stmts.append(each_held(lambda r, m=m: tirx.BufferStore(
+            acc, combine(combine_kind, tirx.BufferLoad(acc, [r]), tirx.call_extern(
+                dtype, "tl::shfl_xor", tirx.BufferLoad(acc, [r]), m)), [r])))
     if block_masks:
-        stmts.append(combine_across_warps(ctx, acc, df, d_elems, block_masks, combine_kind))
+        stmts.append(combine_across_warps(ctx, acc, df, held, block_masks, combine_kind))
     # 3. the result lands in the destination fragment
-    final = tirx.BufferLoad(acc, [reg])
-    if not clear:
-        final = combine(combine_kind, tirx.BufferLoad(d_local, [reg]), final)
-    stmts.append(tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED,
-                          tirx.BufferStore(d_local, final, [reg])))
+
+    def final(r):
+        value = tirx.BufferLoad(acc, [r])
+        if not clear:
+            value = combine(combine_kind, tirx.BufferLoad(d_local, [r]), value)
+        return tirx.BufferStore(d_local, value, [r])
+
+    stmts.append(each_held(final))
     return seq(stmts)
 
 
@@ -297,7 +309,7 @@ def reduce_from_memory(ctx, src: Region, dst: Region, kind: str, dim: int, clear
     return seq([tirx.AllocBuffer(total), ctx.deal(math.prod(extents), element)])
 
 
-def combine_across_warps(ctx, acc, df, d_elems, block_masks, kind):
+def combine_across_warps(ctx, acc, df, held, block_masks, kind):
     warps = ctx.threads // 32
     rows = math.prod(df.shape)
     dtype = str(acc.dtype)
@@ -309,16 +321,16 @@ def combine_across_warps(ctx, acc, df, d_elems, block_masks, kind):
     # it is placed here; one before the next write, when the reduction runs again in a
     # loop, is left to TVM's ThreadSync pass, which sees these plain shared accesses.
     stmts = []
-    for slot in range(df.local_size):
+    for slot in held:  # (a thread that does not keep a result there writes nothing)
         index = ctx.inverse(df, slot)[: len(df.shape)]
         row = flatten(index, df.shape)
-        stmts.append(tirx.BufferStore(scratch, tirx.BufferLoad(acc, [slot]),
-                                      [simplify(warp * rows + row)]))
+        stmts.append(ctx.only_if_valid(df, slot, tirx.BufferStore(
+            scratch, tirx.BufferLoad(acc, [slot]), [simplify(warp * rows + row)])))
     stmts.append(sync())
     group = [0]
     for m in block_masks:
         group += [g ^ (m // 32) for g in group]
-    for slot in range(df.local_size):
+    for slot in held:
         index = ctx.inverse(df, slot)[: len(df.shape)]
         row = flatten(index, df.shape)
         total = None
@@ -326,7 +338,7 @@ def combine_across_warps(ctx, acc, df, d_elems, block_masks, kind):
             partner = tirx.bitwise_xor(warp, g) if g else warp
             value = tirx.BufferLoad(scratch, [simplify(partner * rows + row)])
             total = value if total is None else combine(kind, total, value)
-        stmts.append(tirx.BufferStore(acc, total, [slot]))
+        stmts.append(ctx.only_if_valid(df, slot, tirx.BufferStore(acc, total, [slot])))
     return seq(stmts)
 
 

@@ -18,6 +18,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
 
 from ..errors import TileLabWarning
+from ..ir.tile_ops import fragment_views
 from ..ir.visit import walk
 from ..ops import effects
 
@@ -30,8 +31,13 @@ def unwritten_fragment_reads(func) -> list[str]:
     def is_fragment(buffer) -> bool:
         return buffer.scope() == "local.fragment"
 
+    views = fragment_views(func.body)  # a view's writes and reads are its fragment's
+
+    def name(buffer) -> str:
+        return str(views[buffer.name].name) if buffer.name in views else buffer.name
+
     def read(buffer):
-        if is_fragment(buffer) and buffer.name not in written and buffer.name not in early:
+        if is_fragment(buffer) and name(buffer) not in written and buffer.name not in early:
             early.append(buffer.name)
 
     def visit(node):
@@ -40,10 +46,10 @@ def unwritten_fragment_reads(func) -> list[str]:
             for region in done.reads:
                 read(region.buffer)
             for region in done.writes:
-                written.add(region.buffer.name)
+                written.add(name(region.buffer))
         elif isinstance(node, tirx.BufferStore):
             walk(node.value, tvm.ir.TensorLoad, lambda load: read(load.source))
-            written.add(node.buffer.name)
+            written.add(name(node.buffer))
             return WalkResult.SKIP
         elif isinstance(node, tvm.ir.TensorLoad):
             read(node.source)

@@ -38,7 +38,7 @@ from ..errors import LayoutConflict, TileLabTypeError
 from ..ir.dtypes import as_dtype
 from ..ir.keys import KERNEL, LAYOUT_PLAN, WARP_ROLE, block_threads, fact
 from ..ir.layout import Fragment, kept_whole_alike, owner_table, reshaped, thread_elements
-from ..ir.tile_ops import is_buffer, is_load, regions
+from ..ir.tile_ops import data_of, is_buffer, is_load, regions
 from ..ir.visit import keep_user_errors, rewrite_pre, walk
 from ..ops import at_user_line, lookup
 
@@ -240,6 +240,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
 
     walk(body, object, collect_in(None))
     ctx = LayoutContext(plan, threads, wgmma_off)
+    views = _views(body)  # T.reshape: (view, its fragment), each with the other's layout
 
     # 1. ops fix the layouts they insist on (GEMM accumulators, swizzled tiles), each
     # for the threads that run it (a T.ws role's, or the block's).
@@ -258,6 +259,8 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
                         changed |= op.propagate_layouts(call, ctx)
             for nest in plan.nests:
                 changed |= _propagate_nest(nest, ctx.layouts, ctx.assign, plan)
+            for view, base in views:
+                changed |= _propagate_view(view, base, ctx)
 
     # 2. known layouts spread to neighbours; 3. a fragment a T.Parallel loop reads at a
     # computed index (`f[n - 1 - i]`, `f[k]` of an outer loop) is kept whole by every
@@ -272,7 +275,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
                     _shape(buffer), roles.threads(roles.of_buffer.get(buffer.name)))
                 propagate()
     by_size = sorted(fragments.items(), key=lambda item: -math.prod(_shape(item[1])))
-    for name, buffer in by_size:
+    for name, buffer in by_size:  # (a view has its fragment's, once that has one)
         if name not in ctx.layouts:
             bits = as_dtype(str(buffer.dtype)).bits
             ctx.layouts[name] = default_fragment(
@@ -313,6 +316,38 @@ class _Roles:
                 f"fragment {buffer.name!r} is used by {names[0]} and by {names[1]}: a "
                 "fragment lives in the registers of the threads of one role",
                 hint="copy it through a shared tile to hand it from one role to another")
+
+
+def _views(body) -> list:
+    """(view, fragment) of each fragment the kernel names again with another shape."""
+    found = []
+
+    def visit(decl):
+        base = data_of(decl.data)
+        if _is_fragment(decl.buffer) and base is not None and base.name != decl.buffer.name:
+            found.append((decl.buffer, base))
+
+    walk(body, tirx.DeclBuffer, visit)
+    return found
+
+
+def _propagate_view(view, base, ctx) -> bool:
+    """A view and its fragment name the same registers: each layout is the other's, seen
+    with its own shape."""
+    if base.name in ctx.layouts:
+        layout = ctx.layouts[base.name].viewed_as(_shape(view))
+        if view.name in ctx.layouts and not ctx.layouts[view.name].same_as(layout):
+            raise LayoutConflict(
+                view.name, f"fragment {view.name!r}, a view of {base.name!r}, needs the "
+                f"layout {ctx.layouts[view.name]}, which is not {base.name!r}'s "
+                f"{ctx.layouts[base.name]} seen with shape {_shape(view)}",
+                hint="use the view and the fragment in ways that agree, or copy the "
+                     "fragment into one of the view's shape", spillable=False)
+        return ctx.assign(view, layout, f"T.reshape of {base.name!r}")
+    if view.name in ctx.layouts:
+        return ctx.assign(base, ctx.layouts[view.name].viewed_as(_shape(base)),
+                          f"its view {view.name!r}")
+    return False
 
 
 def _nest_layout(nest: ParallelNest, layouts: dict, plan: LayoutPlan):

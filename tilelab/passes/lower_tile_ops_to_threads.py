@@ -44,7 +44,7 @@ from ..ir.keys import (
     without_facts,
 )
 from ..ir.layout import Fragment, kept_alike, kept_whole_alike, owner_table, thread_elements
-from ..ir.tile_ops import _const_int, is_buffer, is_load
+from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, lookup
 from ..ops._lowering import address, is_fragment, seq, simplify, thread_index_range, unravel
@@ -209,6 +209,11 @@ class ThreadLowering:
             return seq([self.lower(s) for s in stmt])
         if isinstance(stmt, tirx.AllocBuffer):
             return self.lower_alloc(stmt)
+        if isinstance(stmt, tirx.DeclBuffer) and is_fragment(stmt.buffer):
+            # a view (T.reshape): its layout is its fragment's seen with its shape, so its
+            # register numbers are the fragment's - it names the fragment's local array
+            self.locals[stmt.buffer.name] = self.locals[data_of(stmt.data).name]
+            return tirx.Evaluate(tirx.const(0, "int32"))
         if isinstance(stmt, TilePrimitiveCall):
             return self.lower_tile_op(stmt)
         if isinstance(stmt, tirx.For):

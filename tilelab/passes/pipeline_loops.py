@@ -98,7 +98,7 @@ from ..ir.keys import (
     block_threads,
     fact,
 )
-from ..ir.tile_ops import Region, is_buffer, is_load, op_name, regions, tile_call
+from ..ir.tile_ops import Region, fragment_views, is_buffer, is_load, op_name, regions, tile_call
 from ..ir.visit import UserErrors, keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops._gemm_wgmma import proxy_fence
 from ..ops._lowering import address, extern, sync
@@ -1054,6 +1054,7 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
         timeline = next((p for p in func.params if str(p.name) == "pipeline_timeline"), None)
         uses = buffer_uses(func.body)
         views = tensor_views(func.body)
+        viewed = bool(fragment_views(func.body))
         block = _linear_block(func.body) if timeline is not None else None
 
         def on_kernel(kernel):
@@ -1072,7 +1073,10 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
             if specialize != "off" and tma:
                 kernel = _specialize_one(kernel, func, uses, overlap_gemms, shared_layouts,
                                          stagings, always=specialize == "always",
-                                         turns=turns, rotate=rotate, timeline=timeline,
+                                         # (its statements' accesses are compared by
+                                         # buffer: a T.reshape view would hide some)
+                                         turns=turns, rotate=rotate and not viewed,
+                                         timeline=timeline,
                                          block=block,
                                          views=views)
 

@@ -38,6 +38,7 @@ from tvm_ffi import WalkResult
 
 from ..errors import LayoutConflict, TileLabWarning
 from ..ir.keys import KERNEL, block_threads
+from ..ir.tile_ops import fragment_views
 from ..ir.visit import UserErrors, keep_user_errors, rewrite_pre, walk
 from .infer_layouts import NO_WGMMA, infer_layouts
 from .stage_operands import stage_operands
@@ -90,12 +91,19 @@ def spill(kernel, threads: int, annotated: dict, func, wgmma_off, locations: dic
         except LayoutConflict as conflict:
             name, why = conflict.fragment, conflict.message
             buffer = _allocation(kernel, name)
+            views = fragment_views(kernel)
+            if name in views or name in {str(base.name) for base in views.values()}:
+                conflict = LayoutConflict(  # the view would still name registers
+                    name, f"{why} ({name!r} is a T.reshape view or has one: a fragment "
+                    "named with two shapes stays in registers, so it cannot move to shared "
+                    "memory, where the GPU keeps fragments no register layout serves)",
+                    hint=conflict.hint, spillable=False)
             if not conflict.spillable or buffer is None or \
                     buffer.scope() != "local.fragment" or name in annotated or \
                     name in moved or _written_by_every_thread(kernel, buffer):
                 if conflict.location is None and locations.get(name) is not None:
                     conflict.with_location(locations[name])
-                raise
+                raise conflict from None
             del UserErrors.pending[pending:]  # resolved here, not the user's to see
         moved.add(name)
         kernel = in_shared(kernel, buffer)
