@@ -155,3 +155,49 @@ def test_float8_tiles_widen_by_copy(name):
         source = tilelab.compile(widen_tiles(getattr(T, name)),
                                  target="cuda:sm_90a").get_kernel_source()
         assert "(uint4)(*(uint2*)" not in source
+
+
+def gather_rows(dtype):
+    """Blocks of 64 float8 rows from where `I` says (a block past X's end reads zeros), as
+    DeepSeek's indexers gather key blocks by their top-k indices."""
+    @T.prim_func
+    def kernel(X: T.Tensor((256, N), dtype), I: T.Tensor((4,), T.int32),
+               Y: T.Tensor((256, N), dtype)):
+        with T.Kernel(4, threads=128) as bx:
+            rows = T.alloc_shared((64, N), dtype)
+            T.copy(X[I[bx] * 64:I[bx] * 64 + 64, :], rows)
+            T.copy(rows, Y[bx * 64, 0])
+
+    return kernel
+
+
+def _gathered(x, index):
+    out = torch.zeros(256, N, dtype=torch.uint8)
+    for b, i in enumerate(index.tolist()):
+        if 0 <= i * 64 < 256:
+            out[b * 64:(b + 1) * 64] = x.view(torch.uint8)[i * 64:(i + 1) * 64].cpu()
+    return out
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_float8_rows_gathered_at_a_computed_start(name):
+    """The copy cannot prove its rows inside X, so past the end it writes zeros: on the GPU
+    a branch around each 16-byte vector (TVM's CUDA lowering selects at most 4 float8
+    lanes; this kernel compiled for no GPU before)."""
+    x = (torch.randn(256, N) * 8).to(getattr(torch, name))
+    index = torch.tensor([3, 0, 7, 1], dtype=torch.int32)  # block 7 is past X's end
+    y = torch.empty(256, N, dtype=getattr(torch, name))
+    tilelab.compile(gather_rows(getattr(T, name)), target="cpu")(x, index, y)
+    assert torch.equal(y.view(torch.uint8), _gathered(x, index))
+    if find_nvcc() is not None:
+        tilelab.compile(gather_rows(getattr(T, name)), target="cuda:sm_90a")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", FORMATS)
+def test_float8_rows_gathered_on_the_gpu(name):
+    x = (torch.randn(256, N, device="cuda") * 8).to(getattr(torch, name))
+    index = torch.tensor([3, 0, 7, 1], dtype=torch.int32, device="cuda")
+    y = torch.empty(256, N, dtype=getattr(torch, name), device="cuda")
+    tilelab.compile(gather_rows(getattr(T, name)), target="cuda")(x, index, y)
+    assert torch.equal(y.view(torch.uint8).cpu(), _gathered(x, index))
