@@ -123,3 +123,56 @@ def test_the_gpu_folds_the_rows(how):
     a, b = _inputs("cuda")
     torch.testing.assert_close(row_sums_after_gemm(a, b, how=how, target="cuda"),
                                _expected(how, a, b), rtol=1e-4, atol=1e-3)
+
+
+@tilelab.jit
+def gemv_with_a_reducer(a, x, block_m: int = 128, block_n: int = 128, threads: int = 256):
+    """TileLang's gemv_alloc_reducer: o = a @ x, each block's rows folded over pipelined
+    column tiles into a T.alloc_reducer."""
+    M, N = T.const("M, N")
+    a: T.Tensor((M, N), T.float16)
+    x: T.Tensor((N,), T.float16)
+    o = T.empty((M,), T.float16)
+    with T.Kernel(T.ceildiv(M, block_m), threads=threads) as bm:
+        o_reducer = T.alloc_reducer(block_m, T.float32, replication="all")
+        T.clear(o_reducer)
+        for bn in T.Pipelined(T.ceildiv(N, block_n), num_stages=2):
+            a_s = T.alloc_shared((block_m, block_n), T.float16)
+            T.copy(a[bm * block_m, bn * block_n], a_s)
+            a_f = T.alloc_fragment((block_m, block_n), T.float16)
+            T.copy(a_s, a_f)
+            x_f = T.alloc_fragment(block_n, T.float16)
+            T.copy(x[bn * block_n], x_f)
+            for i, j in T.Parallel(block_m, block_n):
+                o_reducer[i] += a_f[i, j] * x_f[j]
+        T.finalize_reducer(o_reducer)
+        T.copy(o_reducer, o[bm * block_m])
+    return o
+
+
+def _gemv_inputs(device="cpu"):
+    torch.manual_seed(1)
+    return (torch.randn(200, 384, dtype=torch.float16, device=device),
+            torch.randn(384, dtype=torch.float16, device=device))
+
+
+def test_a_reducer_folds_on_the_cpu():
+    a, x = _gemv_inputs()
+    torch.testing.assert_close(gemv_with_a_reducer(a, x).float(), a.float() @ x.float(),
+                               rtol=1e-2, atol=5e-2)
+
+
+@needs_nvcc
+def test_a_reducer_is_a_reduction_on_cuda():
+    a, x = _gemv_inputs()
+    with pytest.warns(TileLabWarning, match="o_reducer_parts"):
+        gemv_with_a_reducer.compile(a, x, target="cuda:sm_90a")
+
+
+@pytest.mark.gpu
+def test_a_reducer_on_the_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    a, x = _gemv_inputs("cuda")
+    torch.testing.assert_close(gemv_with_a_reducer(a, x, target="cuda").float(),
+                               a.float() @ x.float(), rtol=1e-2, atol=5e-2)
