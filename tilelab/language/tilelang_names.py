@@ -164,6 +164,28 @@ def alloc_buffer(shape, dtype, scope=None):  # noqa: A002
                                "T.alloc_global")
 
 
+def alloc_reducer(shape, dtype, op="sum", replication=None):
+    """TileLang's reducer: a fragment that a T.Parallel loop folds into (`r[i] += v` in a
+    loop over i, j; T.max, T.min) before T.finalize_reducer. tilelab keeps it a fragment:
+    the CPU runs the loop in order, and where the GPU's threads share the iterations that
+    fold into one element the compiler does the loop as a reduction across them
+    (passes/spill_fragments.as_reduction). `op` and `replication` are TileLang's hints."""
+    if op not in ("sum", "max", "min"):
+        raise TileLabSyntaxError(f"T.alloc_reducer(op={op!r}): the ops are 'sum', 'max' "
+                                 "and 'min'")
+    if replication not in (None, "all", "none"):
+        raise TileLabSyntaxError(f"T.alloc_reducer(replication={replication!r}): TileLang "
+                                 "takes 'all' or 'none'")
+    return alloc_fragment(shape, dtype)
+
+
+def finalize_reducer(reducer):
+    """Where TileLang combines the threads' copies of a T.alloc_reducer: in tilelab the
+    loop that folded into it already did (a reduction where the threads shared it)."""
+    if not tirx_is_buffer(reducer) or reducer.scope() != "local.fragment":
+        raise TileLabSyntaxError("T.finalize_reducer takes the buffer T.alloc_reducer made")
+
+
 def make_swizzled_layout(buffer):
     """The bank-conflict-free layout tilelab would pick for a shared tile, for
     `T.annotate_layout({tile: make_swizzled_layout(tile)})`."""
@@ -294,9 +316,6 @@ MISSING: dict[str, tuple[str, str]] = {
                      "sync_grid"), _HARDWARE),
     "sync_warp": _SYNC,
     **dict.fromkeys(("make_tensor", "access_ptr", "ptr"), _VIEWS),
-    "alloc_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum/T.reduce_max, "
-                      "or T.atomic_add"),
-    "finalize_reducer": ("a per-thread reducer buffer", "a fragment and T.reduce_sum"),
     "PersistentTileScheduler": ("persistent blocks that loop over tiles",
                                 "one block per tile with T.Kernel"),
     "atomic_load": ("atomic loads and stores", "T.atomic_add, or separate kernels"),

@@ -418,7 +418,9 @@ def _check_copies_agree(nest, table, layouts):
     that reads neither the element nor a loop variable the index leaves out, under no `if`
     on one. Otherwise each thread would keep its own part - `acc[i] += s[i, j]` with the
     columns of s dealt to four threads summed a quarter of each row - and in shared
-    memory their writes would race, so the conflict is refused, not moved there."""
+    memory their writes would race, so the conflict is not moved there: a loop that folds
+    into the fragment becomes a reduction (spill_fragments.as_reduction), anything else is
+    refused."""
     for buffer, indices, value_vars, self_read in nest.stores:
         pos = nest.positions(indices)
         if pos is None:
@@ -443,7 +445,7 @@ def _check_copies_agree(nest, table, layouts):
             short = [t for t in owners.get(element, {}) if by_thread.get(t, 0) != writes]
             if short:
                 names = ", ".join(str(nest.loop_vars[d].name) for d in left_out)
-                raise LayoutConflict(
+                conflict = LayoutConflict(
                     buffer.name, f"fragment {buffer.name!r} is written at "
                     f"[{', '.join(str(i) for i in indices)}] in every iteration over {names} "
                     f"of its T.Parallel loop, a value that changes from one to the next (it "
@@ -455,6 +457,8 @@ def _check_copies_agree(nest, table, layouts):
                          "combines a dimension across threads; or write the element in a "
                          "loop that does not run over that dimension",
                     spillable=False)  # in shared memory the threads' writes would race
+                conflict.loop_var = nest.loop_vars[0]  # (spill_fragments may fold it)
+                raise conflict
 
 
 def _check_nest(nest, layouts, plan, threads):

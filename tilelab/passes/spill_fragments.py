@@ -26,6 +26,19 @@ moved and why; the fix, if speed matters, is the layout the warning names.
 A fragment that a statement outside any T.Parallel loop or tile op writes is
 not moved: every thread runs such a statement, and on a shared tile their
 writes would race. Nor is a fragment whose layout the program annotated.
+
+One conflict has another remedy. A loop that folds into a fragment over one of
+its dimensions,
+
+    for i, j in T.Parallel(64, 64):
+        acc[i] += s[i, j]                 # s's columns dealt to four threads a row
+
+leaves each thread that runs some of row i's iterations with its own part of
+acc[i] (and on a shared tile their adds would race). The loop is what
+`T.reduce_sum(s, acc, dim=1, clear=False)` computes, so it becomes that: a
+register tile of the values, `acc_parts[i, j] = s[i, j]`, and the reduction,
+which combines the threads' parts (max and min likewise). The CPU runs the loop
+as written.
 """
 
 from __future__ import annotations
@@ -38,9 +51,9 @@ from tvm_ffi import WalkResult
 
 from ..errors import LayoutConflict, TileLabWarning
 from ..ir.keys import KERNEL, block_threads
-from ..ir.tile_ops import fragment_views
+from ..ir.tile_ops import Region, fragment_views, is_load, tile_call
 from ..ir.visit import UserErrors, keep_user_errors, rewrite_pre, walk
-from .infer_layouts import NO_WGMMA, infer_layouts
+from .infer_layouts import NO_WGMMA, infer_layouts, parallel_nest
 from .stage_operands import stage_operands
 
 
@@ -79,6 +92,65 @@ def in_shared(body, buffer):
         body, (tirx.Var, lambda var: tile if var.same_as(buffer) else var), order="post")
 
 
+_FOLDS = {tirx.Add: "sum", tirx.Max: "max", tirx.Min: "min"}
+
+
+def _folded(store):
+    """(reduction kind, the value folded in) of `x[I] = x[I] + v` (or max, min, either
+    operand order), v not reading x; (None, None) for any other store."""
+    kind = _FOLDS.get(type(store.value))
+    if kind is None:
+        return None, None
+    here = tirx.BufferLoad(store.buffer, store.indices)
+
+    def reads_x(value) -> bool:
+        found = []
+        walk(value, object, lambda n: found.append(n)
+             if is_load(n) and n.source.same_as(store.buffer) else None)
+        return bool(found)
+
+    for mine, value in ((store.value.a, store.value.b), (store.value.b, store.value.a)):
+        if tvm_ffi.structural_equal(mine, here) and not reads_x(value):
+            return kind, value
+    return None, None
+
+
+def as_reduction(kernel, outer_var, name: str):
+    """`kernel` with the T.Parallel nest over `outer_var` that folds into fragment `name`
+    at every dimension but one (`acc[i] = acc[i] + v` in a loop over i, j) made a register
+    tile of the values and a T.reduce_* over that dimension; None where the nest is
+    anything else (then the conflict stands)."""
+    found = []
+    walk(kernel, tirx.For, lambda f: found.append(f) if f.loop_var.same_as(outer_var)
+         else None)
+    if len(found) != 1:
+        return None
+    nest, loops = parallel_nest(found[0]), [found[0]]
+    while isinstance(loops[-1].body, tirx.For) and loops[-1].body.kind == tirx.ForKind.PARALLEL:
+        loops.append(loops[-1].body)
+    store = loops[-1].body
+    if not isinstance(store, tirx.BufferStore) or str(store.buffer.name) != name:
+        return None
+    positions = nest.positions(store.indices)
+    dims = range(len(nest.extents))
+    left_out = [d for d in dims if positions is None or d not in positions]
+    kind, value = _folded(store)
+    if kind is None or positions is None or len(left_out) != 1 or \
+            list(positions) != [d for d in dims if d != left_out[0]]:
+        return None
+    parts = tirx.decl_buffer(tuple(nest.extents), store.buffer.dtype, name=f"{name}_parts",
+                             scope="local.fragment")
+    body = tirx.BufferStore(parts, value, list(nest.loop_vars))
+    for loop in reversed(loops):
+        body = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
+                        thread_binding=loop.thread_binding, annotations=loop.annotations)
+    folded = tirx.SeqStmt([
+        tirx.AllocBuffer(parts), body,
+        tile_call("reduce", Region.whole(parts), Region.whole(store.buffer), kind=kind,
+                  dim=left_out[0], clear=False)])
+    return rewrite_pre(kernel, tirx.For, lambda f: folded if f.same_as(found[0]) else f)
+
+
 def spill(kernel, threads: int, annotated: dict, func, wgmma_off, locations: dict):
     """The kernel loop with every fragment that no register layout serves moved to shared
     memory; a conflict that moving cannot resolve is raised as it is."""
@@ -90,6 +162,17 @@ def spill(kernel, threads: int, annotated: dict, func, wgmma_off, locations: dic
             return kernel
         except LayoutConflict as conflict:
             name, why = conflict.fragment, conflict.message
+            folded = None if conflict.spillable else \
+                as_reduction(kernel, getattr(conflict, "loop_var", None), name)
+            if folded is not None:
+                del UserErrors.pending[pending:]
+                kernel = folded
+                where = locations.get(name)
+                warnings.warn(f"{str(where) + ': ' if where else ''}on the GPU, the T.Parallel "
+                              f"loop that folds into fragment {name!r} is done as a T.reduce "
+                              f"of a register tile of its values, {name}_parts: {why}",
+                              TileLabWarning, stacklevel=2)
+                continue
             buffer = _allocation(kernel, name)
             views = fragment_views(kernel)
             if name in views or name in {str(base.name) for base in views.values()}:

@@ -522,6 +522,28 @@ def _run_reduce(b, s):
     b.set(s["dst"], value, size)
 
 
+def _emit_fold(p, s):
+    """dst[i] += expr (or T.max, T.min) in a T.Parallel loop over a tile: the loop folds
+    one of the tile's dimensions into a vector, as a gemv's row sum does by hand."""
+    at = "[i]" if s["dim"] == 1 else "[j]"
+    mine, value = f"{s['dst']}{at}", _render(s["expr"])
+    first, second = (value, mine) if s.get("swap") else (mine, value)
+    folded = f"({first} + {second})" if s["kind"] == "sum" else \
+        f"T.{s['kind']}({first}, {second})"
+    return [_loop(p, s["over"]), f"    {mine} = {folded}"]
+
+
+def _run_fold(b, s):
+    shape = b.p.buffer_shape(s["over"])
+    value, size = _evaluate(s["expr"], b, shape)
+    dst = b.p.buffer(s["dst"])
+    # every term is rounded to the vector's type before it is added
+    b.local["fold"], b.size["fold"] = b.rounded(value, dst["dtype"]), size
+    _run_reduce(b, {"src": "fold", "dst": s["dst"], "kind": s["kind"], "dim": s["dim"],
+                    "clear": False})
+    del b.local["fold"], b.size["fold"]
+
+
 def _emit_gstore(p, s):
     """Y[row, col] = expr straight from a T.Parallel loop, guarded at the edges."""
     rows, cols = _origin(p, "mn")
@@ -793,7 +815,7 @@ def _reads(step) -> list[str]:
         names.append(step["src"])
     if op == "subcopy":
         names += [step["src"], step["dst"]]
-    if op == "reduce" and not step["clear"]:
+    if op == "reduce" and not step["clear"] or op == "fold":
         names.append(step["dst"])
     if step.get("flag"):
         names.append(step["flag"])  # an input tensor: it must still be there
@@ -1064,7 +1086,9 @@ def _random_step(g: _Gen, dtype: str, acc: str, is_int: bool):
         kind = src["kind"][1 - dim]
         existing = [b for b in g.defined if b["kind"] == kind and b["scope"] == "fragment"
                     and b["dtype"] == acc and g.origin.get(b["name"]) == src["name"]]
-        if existing and rng.random() < 0.3:
+        if rng.random() < 0.3:  # the same reduction written as a loop that folds
+            _fold(g, src, dim, existing, acc, is_int)
+        elif existing and rng.random() < 0.3:
             dst = rng.choice(existing)
             g.step(op="reduce", dst=dst["name"], src=src["name"],
                    kind=rng.choice(REDUCE_KINDS), dim=dim, clear=False)
@@ -1115,6 +1139,26 @@ def _random_step(g: _Gen, dtype: str, acc: str, is_int: bool):
         if tmp:
             step["tmp"] = tmp
         g.step(**step)
+
+
+def _fold(g: _Gen, src: dict, dim: int, existing: list, acc: str, is_int: bool):
+    """`for i, j in T.Parallel(...): v[i] = v[i] + expr` over fragment tile `src`: a vector
+    the loop folds dimension `dim` into, cleared first or one reduced from `src` before.
+    Where the GPU's threads share the iterations of one element this is a reduction across
+    them (spill_fragments.as_reduction); the CPU runs it in order."""
+    rng = g.rng
+    if existing and rng.random() < 0.5:
+        dst = rng.choice(existing)
+    else:
+        dst = g.buffer("fragment", src["kind"][1 - dim], acc)
+        g.step(op="fill", dst=dst["name"], value=0)
+        g.origin[dst["name"]] = src["name"]
+    operands = [(n, a) for n, a in g.loop_operands(src["kind"], None) if n != dst["name"]]
+    expr = g.expr(operands, rng.randint(0, 2), is_int)
+    if not any(leaf[0] == "ld" for leaf in _leaves(expr)):
+        expr = ["bin", "*", ["ld", src["name"], "ij"], expr]
+    g.step(op="fold", dst=dst["name"], over=src["kind"], expr=expr, dim=dim,
+           kind=rng.choice(("sum", "max", "min")), swap=rng.random() < 0.5)
 
 
 def _outputs(g: _Gen, dtype: str, acc: str):
