@@ -158,14 +158,14 @@ def test_float8_tiles_widen_by_copy(name):
 
 
 def gather_rows(dtype):
-    """Blocks of 64 float8 rows from where `I` says (a block past X's end reads zeros), as
+    """Blocks of 64 float8 rows from where `Idx` says (a block past X's end reads zeros), as
     DeepSeek's indexers gather key blocks by their top-k indices."""
     @T.prim_func
-    def kernel(X: T.Tensor((256, N), dtype), I: T.Tensor((4,), T.int32),
+    def kernel(X: T.Tensor((256, N), dtype), Idx: T.Tensor((4,), T.int32),
                Y: T.Tensor((256, N), dtype)):
         with T.Kernel(4, threads=128) as bx:
             rows = T.alloc_shared((64, N), dtype)
-            T.copy(X[I[bx] * 64:I[bx] * 64 + 64, :], rows)
+            T.copy(X[Idx[bx] * 64:Idx[bx] * 64 + 64, :], rows)
             T.copy(rows, Y[bx * 64, 0])
 
     return kernel

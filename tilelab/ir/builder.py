@@ -136,6 +136,7 @@ class Builder:
     threads: tuple = ()  # the T.Kernel being traced: its thread extents
     role: tuple | None = None  # inside `with T.ws(...)`: its threads [first, end)
     thread_vars: dict = field(default_factory=dict)  # T.get_thread_binding: dim -> its Var
+    reducers: list = field(default_factory=list)  # `with T.attr(T.comm_reducer(...), ...)`
     barriers: dict = field(default_factory=dict)  # T.alloc_barrier: name -> arrival counts
     pass_configs: dict = field(default_factory=dict)  # asked for by the program's own hints
     parallel_depth: int = 0  # T.Parallel loops around the statement being traced

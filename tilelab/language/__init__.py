@@ -83,12 +83,15 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     alloc_buffer,
     alloc_reducer,
     assume,
+    attr,
     cast,
     clamp,
+    comm_reducer,
     disable_warp_group_reg_alloc,
     double,
     dtype,
     dynamic,
+    evaluate,
     finalize_reducer,
     float,
     float8_e4m3,
@@ -109,6 +112,7 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     tfloat32,
     truncdiv,
     truncmod,
+    tvm_thread_allreduce,
     uint,
 )
 

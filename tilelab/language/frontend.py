@@ -42,6 +42,7 @@ from ..ir.tile_ops import Region, _const_int, is_buffer
 from ..ir.visit import walk
 from . import expr as E
 from .primitives import Kernel, Loop, Tensor, serial, ws
+from .tilelang_names import attr
 
 _OPERATORS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -357,12 +358,13 @@ class Interpreter:
             raise TileLabSyntaxError("use one T.Kernel per `with` statement")
         item = node.items[0]
         ctx = self.eval(item.context_expr)
-        if not isinstance(ctx, (Kernel, ws)):
-            raise TileLabSyntaxError("only `with T.Kernel(...)` and `with T.ws(...)` are "
-                                     "supported in a kernel")
-        if isinstance(ctx, ws):  # a role: the same context manager a Python helper enters
+        if not isinstance(ctx, (Kernel, ws, attr)):
+            raise TileLabSyntaxError("only `with T.Kernel(...)`, `with T.ws(...)` and `with "
+                                     "T.attr(...)` are supported in a kernel")
+        if isinstance(ctx, (ws, attr)):  # the same context manager a Python helper enters
             if item.optional_vars is not None:
-                raise TileLabSyntaxError("`with T.ws(...)` binds no names; drop the `as ...`")
+                raise TileLabSyntaxError("`with T.ws(...)` or `T.attr(...)` binds no names; "
+                                         "drop the `as ...`")
             with ctx:
                 self.run(node.body)
             return

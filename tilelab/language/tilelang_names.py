@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import builtins
 import difflib
+import math
 
 from tvm import tirx
 
 from ..errors import TileLabSyntaxError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
+from ..ir.expr import dtype_of
+from ..ir.tile_ops import _const_int, is_load
 from ..ir.tile_ops import is_buffer as tirx_is_buffer
+from ..ops._lowering import unravel
 from . import expr as E
 from .primitives import (
     Parallel,
@@ -29,6 +33,7 @@ from .primitives import (
     alloc_local,
     alloc_shared,
     serial,
+    thread_index,
     unroll,
 )
 
@@ -63,7 +68,9 @@ def reinterpret(value, dtype):
         raise TileLabTypeError(f"T.reinterpret takes a kernel value (a typed expression), got "
                                f"{value!r}", hint="give a constant its type: T.uint32(7)")
     target = str(dtype) if str(dtype) == "handle" else str(dtypes.as_dtype(dtype))
-    source = str(value.dtype)
+    source = dtype_of(value)
+    if target == "handle" and source in ("int64", "uint64"):  # TVM's null-pointer idiom, as
+        return tirx.reinterpret(target, value)  # the value of T.attr(..., "reduce_scope", ...)
     if "handle" in (target, source) or \
             dtypes.as_dtype(target).bits != dtypes.as_dtype(source).bits:
         raise TileLabTypeError(
@@ -244,6 +251,117 @@ def im2col(img, col, nhw_step, c_step, kernel, stride=1, dilation=1, pad=0,
     builder.emit(Parallel(rows, cols).build(["i", "j"], element))
 
 
+class comm_reducer:  # noqa: N801 - TVM's spelling
+    """`T.comm_reducer(lambda x, y: x + y, [T.cast(0, T.float32)])`: how TVM's thread
+    all-reduce combines two values, and the value that changes nothing."""
+
+    def __init__(self, combine, identities):
+        identities = list(identities) if isinstance(identities, (list, tuple)) else [identities]
+        if not callable(combine) or len(identities) != 1:
+            raise TileLabSyntaxError("T.comm_reducer takes a function of two values and a list "
+                                     "of one identity: T.comm_reducer(lambda x, y: x + y, "
+                                     "[T.cast(0, T.float32)])")
+        self.combine, self.identity = combine, identities[0]
+
+
+class attr:  # noqa: N801 - TVM's spelling
+    """`with T.attr(T.comm_reducer(...), "reduce_scope", ...):` the scope TVM gives one
+    `T.tvm_thread_allreduce`, as TileLang's hand-written GEMV does; the only T.attr tilelab
+    takes (its third argument, a null pointer, says nothing)."""
+
+    def __init__(self, node, key, value=None):
+        if not isinstance(node, comm_reducer) or key != "reduce_scope":
+            raise TileLangFeatureError(
+                f"T.attr({type(node).__name__}, {key!r}, ...) is a TVM attribute tilelab does "
+                "not have; it takes T.attr(T.comm_reducer(...), \"reduce_scope\", ...) around a "
+                "T.tvm_thread_allreduce",
+                hint="for an exchange between threads, T.reduce_* of a fragment")
+        self.reducer = node
+
+    def __enter__(self):
+        self._builder = current("T.attr")
+        self._builder.reducers.append(self.reducer)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._builder.reducers.pop()
+        return False
+
+
+class _Done:
+    """What `T.tvm_thread_allreduce` returns: its statements are emitted already, so
+    `T.evaluate` of it has nothing more to do."""
+
+
+def tvm_thread_allreduce(count, value, condition, out, *threads, dtype="handle"):
+    """`T.tvm_thread_allreduce(T.uint32(1), v, True, r[0], tk, dtype="handle")` inside
+    `with T.attr(T.comm_reducer(f, [identity]), "reduce_scope", ...)`: each thread's `r[0]`
+    becomes f folded over the `v` of the threads that differ from it only in the thread
+    indices listed (`tk`). tilelab exchanges the values through shared memory - each thread
+    writes its own, a barrier, each folds its group's - in code written for one thread, so
+    both backends run it as any such code (passes/thread_code.py); TVM would use warp
+    shuffles where the group fits a warp."""
+    builder = current("T.tvm_thread_allreduce")
+    if not builder.reducers:
+        raise TileLabSyntaxError(
+            "T.tvm_thread_allreduce needs its reducer: write it inside `with T.attr("
+            "T.comm_reducer(lambda x, y: x + y, [identity]), \"reduce_scope\", ...)`")
+    reducer = builder.reducers[-1]
+    cond = E.as_ir(condition)
+    if _const_int(E.as_ir(count)) != 1 or not (
+            condition is True or isinstance(cond, tirx.IntImm) and builtins.int(cond.value)):
+        raise TileLabSyntaxError("T.tvm_thread_allreduce(T.uint32(1), value, True, out, ...): "
+                                 "tilelab reduces one value, under no condition")
+    out = E.as_ir(out)
+    if not (is_load(out) and out.source.scope() in ("local", "local.var")):
+        raise TileLabSyntaxError("T.tvm_thread_allreduce writes its result into an element of "
+                                 "a T.alloc_local register, as `C_reduced[0]`")
+    dims = []
+    for var in threads:
+        match = [d for d, v in builder.thread_vars.items() if v.same_as(E.as_ir(var))]
+        if not match:
+            raise TileLabSyntaxError("T.tvm_thread_allreduce reduces over thread indices "
+                                     "(T.get_thread_binding(d)); got "
+                                     f"{E.as_ir(var)!r}")
+        dims.append(match[0])
+    extents = [builtins.int(e) for e in builder.threads]
+    index = [thread_index(builder, d) for d in range(len(extents))]
+
+    def flat(idx):  # x varies fastest
+        out_index = 0
+        for d in reversed(range(len(extents))):
+            out_index = out_index * extents[d] + idx[d]
+        return out_index
+
+    dtype = str(out.source.dtype)
+    exchange = tirx.decl_buffer((math.prod(extents),), dtype, scope="shared.dyn",
+                                name=builder.fresh_name("allreduce_exchange"))
+    builder.buffer_locations[exchange.name] = builder.location
+    builder.emit(tirx.AllocBuffer(exchange))
+    builder.emit(tirx.BufferStore(exchange, E.to_expr(value, dtype), [flat(index)]))
+    r = tirx.Var("r", "int32")
+    group = [extents[d] for d in dims]
+    others = list(index)
+    for d, i in zip(dims, unravel(r, group)):
+        others[d] = i
+    here = tirx.BufferLoad(out.source, list(out.indices))
+    builder.emit(tirx.BufferStore(out.source, E.to_expr(reducer.identity, dtype),
+                                  list(out.indices)))
+    builder.emit(tirx.For(r, 0, math.prod(group), tirx.ForKind.SERIAL, tirx.BufferStore(
+        out.source, E.to_expr(reducer.combine(here, tirx.BufferLoad(exchange, [flat(others)])),
+                              dtype), list(out.indices))))
+    return _Done()
+
+
+def evaluate(value):
+    """`T.evaluate(T.tvm_thread_allreduce(...))`: the all-reduce (its statements are in
+    place already). tilelab evaluates no other expression for its effect."""
+    if not isinstance(value, _Done):
+        raise TileLabSyntaxError("T.evaluate takes a T.tvm_thread_allreduce; an expression "
+                                 "evaluated for its effect has none in tilelab",
+                                 hint="assign the value to a buffer element")
+
+
 def disable_warp_group_reg_alloc():
     """TileLang's hint that the kernel's warpgroups keep the registers they launch with:
     no `setmaxnreg` moves between producer and consumers (`tl.disable_setmaxnreg`)."""
@@ -300,9 +418,8 @@ _VIEWS = ("a tensor view (reshape/reinterpret of a buffer)",
           "a separate kernel parameter with the shape you need, or index arithmetic")
 
 MISSING: dict[str, tuple[str, str]] = {
-    **dict.fromkeys(("tvm_thread_allreduce",
-                     "tvm_warp_shuffle", "any_sync", "shfl_sync", "shfl_xor", "shfl_down",
-                     "shfl_up", "comm_reducer", "dp4a"), _THREADS),
+    **dict.fromkeys(("tvm_warp_shuffle", "any_sync", "shfl_sync", "shfl_xor", "shfl_down",
+                     "shfl_up", "dp4a"), _THREADS),
     **dict.fromkeys(("alloc_cluster_barrier", "mbarrier_arrive_expect_tx", "mbarrier_expect_tx",
                      "alloc_tmem", "WSSync", "WSID", "WSPipeline",
                      "WSScope", "WSRole", "WSSchedule", "ws_op", "annotate_ws_schedule",
