@@ -380,23 +380,42 @@ def sync_threads(barrier_id=None, arrive_count=None):
     it is kept where the program wrote it (on the CPU, where one thread runs a block's
     statements in order, it has nothing to wait for). Every thread must reach it, so it
     may not stand inside a T.Parallel loop, whose elements are dealt to threads.
-    TileLang's named barrier of part of the block, `T.sync_threads(id, count)`, is
-    refused: tilelab has no barrier of some threads in code written for one thread."""
+
+    `T.sync_threads(barrier_id, arrive_count)`, TileLang's named barrier, is a barrier
+    of the `arrive_count` threads that reach it, in code written for one thread (after
+    `T.get_thread_binding`) under `if`s on the thread index: `if tx < 256:
+    T.sync_threads(3, 256)`. tilelab pushes such an `if` down to each statement below
+    it (passes/thread_code.py), so every thread of the block reaches the barrier: it
+    becomes a barrier of the block (or of the warp role around it), once the count is
+    checked against the threads the `if`s let through."""
     from ..ops._lowering import sync
 
     builder = current("T.sync_threads")
     if barrier_id is not None or arrive_count is not None:
-        raise TileLangFeatureError(
-            "T.sync_threads(barrier_id, arrive_count) is a named barrier of part of the "
-            "block, which tilelab does not have",
-            hint="T.sync_threads() where every thread of the block reaches it, or roles by "
-                 "thread index around tile ops (tilelab gives each role its own barriers)")
+        if not builder.thread_vars:
+            raise TileLabSyntaxError(
+                "T.sync_threads(barrier_id, arrive_count), a barrier of part of the block, "
+                "belongs in code written for one thread (after tx = T.get_thread_binding())",
+                hint="T.sync_threads() in a tile program (tilelab puts the barriers its tile "
+                     "ops need itself)")
+        count = _const_int(E.as_ir(arrive_count)) if arrive_count is not None else None
+        if _const_int(E.as_ir(barrier_id)) is None or count is None or count <= 0:
+            raise TileLabSyntaxError(
+                "T.sync_threads(barrier_id, arrive_count) takes two constant ints, as "
+                f"T.sync_threads(3, 256); got ({barrier_id!r}, {arrive_count!r})")
     if builder.parallel_depth:
         raise TileLabSyntaxError(
             "T.sync_threads() inside a T.Parallel loop: each thread runs only its own "
             "elements of the loop, and a barrier there would wait for all of them",
             hint="put the barrier between loops (tilelab inserts those it needs anyway)")
-    builder.emit(sync())
+    if barrier_id is None and arrive_count is None:
+        builder.emit(sync())
+    else:  # passes/thread_code.py checks the count and makes it a barrier of the block
+        from .frontend import _span
+
+        builder.emit(tirx.Evaluate(tirx.call_intrin(
+            "int32", "tirx.tvm_storage_sync", "shared", E.as_ir(barrier_id),
+            E.as_ir(arrive_count)), span=_span(builder.location)))
 
 
 def assume(condition):

@@ -7,6 +7,11 @@ Thread lowering: `atomicAdd` on each element, by the thread that holds it (a
 fragment) or dealt to the threads (shared or global memory); in code written for one
 thread, that thread adds every element. The only tile op
 allowed inside `T.Parallel`: there each iteration adds its own scalar.
+
+`return_prev=True` (code written for one thread): the element's value before this
+thread's add, kept in a register of the thread's own (`pos = T.atomic_add(count[0], 1,
+return_prev=True)` hands each thread a different slot); every thread that reaches it
+adds, as in CUDA.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from ..errors import TileLabTypeError
 from ..ir.builder import current
 from ..ir.expr import is_expr, to_expr
 from ..ir.layout import thread_elements
-from ..ir.tile_ops import Region, _const_int, is_load, regions, scalars, tile_call
+from ..ir.tile_ops import Region, _const_int, config, is_load, regions, scalars, tile_call
 from ..ir.visit import loop_nest
 from . import Effects, TileOp, register
 from ._lowering import (
@@ -51,19 +56,42 @@ def atomic_add(dst, value, memory_order="relaxed", return_prev=False, use_tma=Fa
     if not isinstance(use_tma, bool):
         raise TileLabTypeError(f"T.atomic_add(use_tma=...) takes True or False, got "
                                f"{use_tma!r}")
-    if memory_order != "relaxed" or return_prev:
-        feature = f"memory_order={memory_order!r}" if memory_order != "relaxed" else \
-            "return_prev=True"
-        raise TileLabTypeError(f"T.atomic_add with {feature} is not supported",
-                               hint="tilelab's atomics are relaxed and return nothing; order "
-                                    "work between blocks with separate kernels")
+    if memory_order != "relaxed":
+        raise TileLabTypeError(f"T.atomic_add with memory_order={memory_order!r} is not "
+                               "supported",
+                               hint="tilelab's atomics are relaxed; order work between "
+                                    "blocks with separate kernels")
     builder.has_atomics = True
-    if is_load(dst) and (is_expr(value) or isinstance(value, (int, float))):
+    scalar = is_load(dst) and (is_expr(value) or isinstance(value, (int, float)))
+    if return_prev:
+        return _add_returning_prev(builder, dst, value, scalar)
+    if scalar:
         region = Region(dst.source, tuple(dst.indices), (1,) * len(dst.indices))
         builder.emit(tile_call("atomic_add", region, to_expr(value, region.dtype)))
         return
     src, dst = resolve_pair(value, dst, "atomic_add")
     builder.emit(tile_call("atomic_add", dst, src))
+
+
+def _add_returning_prev(builder, dst, value, scalar: bool):
+    """`T.atomic_add(dst[i], v, return_prev=True)`: the add, and the element's old value
+    in a fresh register of the thread's own (which the caller assigns or uses)."""
+    from ..language.primitives import alloc_local
+
+    if not scalar:
+        raise TileLabTypeError(
+            "T.atomic_add(..., return_prev=True) returns the old value of one element: give "
+            "it an element and a scalar, as T.atomic_add(counts[i], 1, return_prev=True)")
+    if not builder.thread_vars:
+        raise TileLabTypeError(
+            "T.atomic_add(..., return_prev=True) gives each thread the value it found; it "
+            "belongs in code written for one thread (after tx = T.get_thread_binding())",
+            hint="in a tile program, T.atomic_add returns nothing")
+    region = Region(dst.source, tuple(dst.indices), (1,) * len(dst.indices))
+    prev = alloc_local((1,), region.dtype)
+    builder.emit(tile_call("atomic_add", region, to_expr(value, region.dtype),
+                           Region.whole(prev), returns_prev=True))
+    return tirx.BufferLoad(prev, [0])
 
 
 def _vector_add(name: str, lanes: int, dst, value) -> None:
@@ -95,25 +123,31 @@ def atomic_addx4(dst, value):
 
 
 def _operands(call):
+    """(dst, src, prev): src a region or a scalar; prev the register that receives the
+    element's old value (return_prev=True), else None."""
     regs = regions(call)
-    return regs[0], regs[1] if len(regs) > 1 else scalars(call)[0]
+    if config(call).get("returns_prev"):
+        return regs[0], scalars(call)[0], regs[1]
+    return regs[0], regs[1] if len(regs) > 1 else scalars(call)[0], None
 
 
 def effects(call) -> Effects:
-    dst, src = _operands(call)
+    dst, src, prev = _operands(call)
     reads = (dst, src) if isinstance(src, Region) else (dst,)
-    return Effects(reads=reads, writes=(dst,))
+    return Effects(reads=reads, writes=(dst,) if prev is None else (dst, prev))
 
 
 # ---------------------------------------------------------------- loop semantics (CPU)
 
 
-def atomic_loops(dst: Region, src):
+def atomic_loops(dst: Region, src, prev: Region | None = None):
     if not isinstance(src, Region):  # a scalar added to one element
         idx = list(dst.starts)
         old = tirx.BufferLoad(dst.buffer, idx)
-        return guard(in_bounds(dst, idx), tirx.BufferStore(dst.buffer, old + to_expr(
-            src, dst.dtype), idx))
+        add = tirx.BufferStore(dst.buffer, old + to_expr(src, dst.dtype), idx)
+        if prev is not None:
+            add = seq([tirx.BufferStore(prev.buffer, old, list(prev.starts)), add])
+        return guard(in_bounds(dst, idx), add)
     extents = dst.squeezed_extents() or [1]
     src_at, dst_at = index_map(src), index_map(dst)
 
@@ -138,10 +172,15 @@ def lower_threads(call, ctx):
     return atomic_threads(ctx, *_operands(call))
 
 
-def atomic_threads(ctx, dst: Region, src):
+def atomic_threads(ctx, dst: Region, src, prev: Region | None = None):
     if not isinstance(src, Region):
         idx = list(dst.starts)
-        stmt = extern("atomicAdd", address(dst.buffer, idx), to_expr(src, dst.dtype))
+        if prev is None:
+            stmt = extern("atomicAdd", address(dst.buffer, idx), to_expr(src, dst.dtype))
+        else:  # in code of one thread (MarkThreadCode makes its register private)
+            stmt = tirx.BufferStore(prev.buffer, tirx.call_extern(
+                dst.dtype, "atomicAdd", address(dst.buffer, idx), to_expr(src, dst.dtype)),
+                list(prev.starts))
         stmt = guard(in_bounds(dst, idx), stmt)
         if not ctx.in_parallel:
             stmt = tirx.IfThenElse(tirx.EQ(ctx.tx, 0), stmt, None)

@@ -22,8 +22,11 @@ alike it goes inside, so that the marks are separated where the block could put 
 barrier. An `if` whose condition is the thread index's alone (it reads no memory:
 `if tx < 64:`) goes down to each statement as a guard, `if tx < 64: a` and `if tx <
 64: b`, so that a barrier may stand between those too; around an `if` or loop on a
-private register's value the mark stays outside. It refuses, at
-the user's line, what has no meaning for one thread: a tile op other than
+private register's value the mark stays outside. So TileLang's named barrier under
+such an `if` (`if tx < 256: ... T.sync_threads(3, 256)`) is reached by every thread:
+it becomes a barrier of the block (or role), its count checked against the threads
+the `if`s let through. It refuses, at the user's line, what has no meaning for one
+thread: a tile op other than
 `T.fill`/`T.clear`/`T.atomic_add`, a `T.Parallel` loop or a fragment (the compiler
 deals those to threads), a barrier that not every thread reaches.
 
@@ -53,7 +56,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import SourceLocation, TileLabTypeError
 from ..ir.keys import KERNEL, PER_THREAD, THREAD_INDEX, THREADS, WARP_ROLE
-from ..ir.tile_ops import is_load, loaded, regions, scalars
+from ..ir.tile_ops import config, is_load, loaded, regions, scalars
 from ..ir.visit import (
     block_body,
     keep_user_errors,
@@ -64,7 +67,7 @@ from ..ir.visit import (
     with_block_body,
 )
 from ..ops import at_user_line, effects, lookup
-from ..ops._lowering import is_fragment, is_sync, seq, unravel
+from ..ops._lowering import is_fragment, is_sync, seq, sync, unravel
 
 _REGISTERS = ("local", "local.var")
 
@@ -148,7 +151,7 @@ def private_registers(body, thread_vars) -> _Private:
             done = effects(stmt)
             varying = control or any(private.expr(e) for e in scalars(stmt)) or any(
                 private.expr(list(r.starts)) or r.buffer.name in private.buffers
-                for r in done.reads)
+                for r in done.reads) or config(stmt).get("returns_prev", False)
             for region in done.writes:
                 written(region.buffer, varying or private.expr(list(region.starts)))
 
@@ -173,6 +176,11 @@ def _block_work(stmt) -> bool:
 
     walk(stmt, object, visit)
     return bool(found)
+
+
+def _named_barrier(stmt) -> bool:
+    """Is `stmt` TileLang's `T.sync_threads(id, count)` (before MarkThreadCode)?"""
+    return is_sync(stmt) and len(stmt.value.args) == 3
 
 
 def _and(guard, cond):
@@ -226,8 +234,10 @@ class _Marker:
         self.func = func
         threads = [int(t) for t in kernel.annotations[THREADS]]
         self.threads = threads[0] if len(threads) == 1 else None  # roles need a 1-D block
+        self.block = math.prod(threads)
         self.x = kernel.annotations[THREAD_INDEX][0]
         self.in_role = False  # marking a role's body (roles do not nest)
+        self.within = (0, self.threads)  # the threads of the role being marked, or all
 
     def mark(self, stmt, guard=None):
         """`stmt` with its thread code marked. `guard`: a condition on the thread index
@@ -235,6 +245,8 @@ class _Marker:
         the marks, so that a barrier may still stand between them."""
         if isinstance(stmt, tirx.SeqStmt):
             return seq([self.mark(s, guard) for s in stmt])
+        if _named_barrier(stmt):
+            return self.named_barrier(stmt, guard)
         if isinstance(stmt, tirx.AllocBuffer) or guard is None and not self.private.stmt(stmt):
             return stmt
         private = self.private.expr
@@ -317,13 +329,40 @@ class _Marker:
                 f"this `if` on the thread index gives threads {first}..{end - 1} work of the "
                 "whole block (tile ops, T.Parallel): a branch so takes whole warps",
                 _location(where), hint=f"split the block at multiples of {WARP} threads")
-        self.in_role = True
+        self.in_role, self.within = True, threads
         try:
             marked = self.mark(body)
         finally:
-            self.in_role = False
+            self.in_role, self.within = False, (0, self.threads)
         return tirx.AttrStmt(tirx.const(first, "int32"), WARP_ROLE, tirx.const(end, "int32"),
                              marked)
+
+    def named_barrier(self, stmt, guard):
+        """`T.sync_threads(id, count)` reached through uniform control flow and `if`s on the
+        thread index alone (`guard`, pushed down below it): every thread of the block (or
+        role) reaches it, so it is a barrier of them all - once `count` is the number of
+        threads the guard lets through, as the program meant."""
+        barrier_id, count = (int(a.value) for a in stmt.value.args[1:])
+        lo, hi = self.within
+        bounds = _thread_range(guard, self.x) if guard is not None else (None, None)
+        if self.threads is None and guard is not None or bounds is None:
+            raise TileLabTypeError(
+                f"T.sync_threads({barrier_id}, {count}) under an `if` whose condition is no "
+                "range of the flat thread index (`tx < 256`, `128 <= tx < 256`)",
+                _location(stmt), hint="guard the named barrier with a range of threads")
+        if self.threads is not None:
+            lo = max(lo, bounds[0]) if bounds[0] is not None else lo
+            hi = min(hi, bounds[1]) if bounds[1] is not None else hi
+            reaching = max(hi - lo, 0)
+        else:
+            reaching = self.block
+        if count != reaching:
+            raise TileLabTypeError(
+                f"T.sync_threads({barrier_id}, {count}) waits for {count} threads, but "
+                f"{reaching} reach it here" + (f" (threads {lo}..{hi - 1})" if reaching else ""),
+                _location(stmt), hint="give the number of threads the `if`s around it let "
+                f"through: T.sync_threads({barrier_id}, {reaching})")
+        return sync()
 
     def check(self, stmt):
         """What one thread may do: plain statements, loops, its own registers."""
