@@ -95,3 +95,45 @@ def test_return_prev_needs_code_for_one_thread_and_one_element():
 
     with pytest.raises(TileLabError, match="returns the old value of one element"):
         tile_add.compile(target="cpu")
+
+
+@tilelab.jit(out_idx=[-1])
+def histogram_by_var(n, bins=16):
+    """Each thread files its values into a shared histogram at the bin a T.alloc_var
+    holds (the index of the atomic is a register of the thread's own)."""
+    @T.prim_func
+    def kernel(x: T.Tensor((n,), T.int32), out: T.Tensor((bins,), T.int32)):
+        with T.Kernel(1, threads=THREADS):
+            tx = T.get_thread_binding()
+            hist = T.alloc_shared((bins,), T.int32)
+            b = T.alloc_var(T.int32)
+            T.fill(hist, 0)
+            for s in T.serial(T.ceildiv(n, THREADS)):
+                if s * THREADS + tx < n:
+                    b = x[s * THREADS + tx] % bins
+                    T.atomic_add(hist[b], 1)
+            T.copy(hist, out)
+    return kernel
+
+
+def check_histogram(target, device, n=1000):
+    x = torch.randint(0, 1000, (n,), dtype=torch.int32, device=device)
+    out = histogram_by_var.compile(n, target=target)(x)
+    torch.testing.assert_close(out.cpu(), torch.bincount(x.cpu() % 16, minlength=16).int())
+
+
+def test_cpu_atomic_at_a_register_index():
+    check_histogram("cpu", "cpu")
+
+
+@needs_nvcc
+def test_cuda_atomic_at_a_register_index_reads_the_register():
+    """The atomic's address reads the thread's register (it once named the T.alloc_var
+    itself, which no longer existed there: 'used before its definition')."""
+    source = histogram_by_var.compile(1000, target="cuda:sm_90a").get_kernel_source()
+    assert "atomicAdd((&(hist_ptr[b_ptr[0]]))" in source
+
+
+@pytest.mark.gpu
+def test_gpu_atomic_at_a_register_index():
+    check_histogram("cuda", "cuda")

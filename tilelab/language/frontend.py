@@ -10,6 +10,9 @@ source, parses it with `ast`, and *interprets* the tree statement by statement:
 * Loops over `T.Parallel`, `T.Pipelined`, `T.serial` or `range`, `if` and
   `while` on a device value, stores into buffers and `T.*` calls become TIR
   statements. (A `while` on Python values runs while compiling.)
+* `break` and `continue` in a serial loop become a small state register of the
+  loop (`_LoopExit`): leaving sets it, and what would have been skipped is guarded
+  by it - plain `if`s and a register, which every backend already runs.
 
 Because every statement is visited with its position, any mistake becomes a
 `TileLabError` at the user's own file, line and column. `@T.macro` helpers are
@@ -156,6 +159,9 @@ class Interpreter:
         self.module_globals = module_globals or {}  # the function's module, to note reads of
         self.locals: dict = {}
         self.snapshots: dict = {}  # name -> _Snapshot, for names bound to loaded values
+        self.exits: list[_LoopExit] = []  # the loops being traced, innermost last
+        self.kernel_ifs = 0  # `if`s and `while`s on device values around this statement
+        self.dead = False  # the rest of the statement list follows a break or continue
 
     # -- names
 
@@ -222,8 +228,72 @@ class Interpreter:
     # -- statements
 
     def run(self, body: list[ast.stmt]):
-        for stmt in body:
+        for i, stmt in enumerate(body):
+            loop = self.exits[-1] if self.exits else None
+            left = loop.conditional_exits if loop is not None else 0
             self.exec(stmt)
+            if self.dead:  # after a break or continue: the rest is never reached
+                return
+            if loop is not None and loop.conditional_exits > left and i + 1 < len(body):
+                # `stmt` may have left the iteration: the rest runs only if it did not
+                with self.builder.block() as rest:
+                    self.run(body[i + 1:])
+                self.builder.emit(tirx.IfThenElse(
+                    tirx.EQ(tirx.BufferLoad(loop.state, [0]), 0), seq(rest), None))
+                return
+
+    def run_iteration(self, body: list[ast.stmt], loop: _LoopExit):
+        """Trace one iteration of a loop's body (a kernel loop's only one, or one copy of
+        a loop unrolled at compile time), guarded by the loop's state if it has one."""
+        if not _leaves(body):  # no break or continue of this loop: traced in place
+            self.run(body)
+            return
+        self.exits.append(loop)
+        try:
+            with self.builder.block() as stmts:
+                self.run(body)
+        finally:
+            self.exits.pop()
+            self.dead = False
+        if loop.state is None:
+            self.builder.emit(seq(stmts))
+            return
+        if loop.continues:  # a `continue` of the last iteration is over
+            stmts = [tirx.BufferStore(loop.state, tirx.const(0, "int32"), [0]), *stmts]
+        self.builder.emit(tirx.IfThenElse(
+            tirx.LT(tirx.BufferLoad(loop.state, [0]), 2), seq(stmts), None))
+
+    def emit_loop(self, stmt, loop: _LoopExit):
+        """A traced loop, after its state register (0 before each run of the loop)."""
+        if loop.state is not None:
+            self.builder.emit(tirx.AllocBuffer(loop.state))
+            self.builder.emit(tirx.BufferStore(loop.state, tirx.const(0, "int32"), [0]))
+        self.builder.emit(stmt)
+
+    def exec_Break(self, node):  # noqa: N802
+        self.leave_loop("break", 2)
+
+    def exec_Continue(self, node):  # noqa: N802
+        self.leave_loop("continue", 1)
+
+    def leave_loop(self, word: str, state: int):
+        if not self.exits:
+            raise TileLabSyntaxError(f"{word} outside a loop")
+        loop = self.exits[-1]
+        if loop.refused:
+            raise TileLabSyntaxError(f"{word} in {loop.refused}",
+                                     hint="break and continue leave T.serial loops, `range` "
+                                          "loops, T.unroll loops and `while` loops")
+        self.dead = True
+        if self.kernel_ifs == loop.kernel_ifs and loop.unrolled:
+            loop.stopped = word == "break"  # decided while compiling: plain Python
+            return
+        if loop.state is None:
+            loop.state = tirx.decl_buffer((1,), "int32", scope="local.var",
+                                          name=self.builder.fresh_name("loop_exit"))
+        loop.continues |= word == "continue"
+        loop.conditional_exits += 1
+        self.builder.emit(tirx.BufferStore(loop.state, tirx.const(state, "int32"), [0]))
 
     def exec(self, node: ast.stmt):
         location = self.source.location(node)
@@ -279,16 +349,27 @@ class Interpreter:
         iterable = self.eval_loop_iter(node.iter)
         if isinstance(iterable, Loop):
             names = _target_names(node.target)
+            loop = _LoopExit.of(iterable, self.kernel_ifs)
 
             def body(loop_vars):
                 self.bind(node.target, loop_vars)
-                self.run(node.body)
+                self.run_iteration(node.body, loop)
 
-            self.builder.emit(iterable.build(names, body))
+            self.emit_loop(iterable.build(names, body), loop)
             return
-        for value in iterable:  # a Python sequence: unrolled at compile time
-            self.bind(node.target, value)
-            self.run(node.body)
+        if not _leaves(node.body):
+            for value in iterable:  # a Python sequence: unrolled at compile time
+                self.bind(node.target, value)
+                self.run(node.body)
+            return
+        loop = _LoopExit(self.kernel_ifs, unrolled=True)
+        with self.builder.block() as copies:
+            for value in iterable:
+                self.bind(node.target, value)
+                self.run_iteration(node.body, loop)
+                if loop.stopped:
+                    break
+        self.emit_loop(seq(copies), loop)
 
     def eval_loop_iter(self, node):
         if isinstance(node, ast.Call) and self.eval(node.func) is builtins.range:
@@ -307,13 +388,19 @@ class Interpreter:
         if not E.is_expr(cond):
             self.run(node.body if cond else node.orelse)
             return
-        with self.builder.block() as then_stmts:
-            self.run(node.body)
-        else_stmt = None
-        if node.orelse:
-            with self.builder.block() as else_stmts:
-                self.run(node.orelse)
-            else_stmt = seq(else_stmts)
+        self.kernel_ifs += 1
+        try:
+            with self.builder.block() as then_stmts:
+                self.run(node.body)
+            self.dead = False
+            else_stmt = None
+            if node.orelse:
+                with self.builder.block() as else_stmts:
+                    self.run(node.orelse)
+                self.dead = False
+                else_stmt = seq(else_stmts)
+        finally:
+            self.kernel_ifs -= 1
         self.builder.emit(tirx.IfThenElse(cond, seq(then_stmts), else_stmt,
                                           span=_span(self.source.location(node))))
 
@@ -327,23 +414,40 @@ class Interpreter:
         cond = E.as_ir(self.eval(node.test))
         if E.is_expr(cond) and _const_int(cond) is None:
             return self.kernel_while(node, cond)
+        if not _leaves(node.body):
+            return self.unroll_while(node, cond, _LoopExit(self.kernel_ifs, unrolled=True))
+        loop = _LoopExit(self.kernel_ifs, unrolled=True)
+        with self.builder.block() as copies:
+            self.unroll_while(node, cond, loop)
+        self.emit_loop(seq(copies), loop)
+        return None
+
+    def unroll_while(self, node, cond, loop: _LoopExit):
         for _ in range(self.MAX_UNROLLED):
             if not (bool(_const_int(cond)) if E.is_expr(cond) else cond):
-                return None
-            self.run(node.body)
+                return
+            self.run_iteration(node.body, loop)
+            if loop.stopped:
+                return
             cond = E.as_ir(self.eval(node.test))
         raise TileLabSyntaxError(
             f"this while loop's condition is known while compiling and still held after "
             f"{self.MAX_UNROLLED} rounds (it would be unrolled into the kernel)",
-            hint="make the condition read a kernel value (T.alloc_var) to loop on the GPU")
+            hint="make the condition read a kernel value (T.alloc_var) to loop on the GPU; "
+                 "a break on a kernel value does not end a loop unrolled while compiling")
 
     def kernel_while(self, node, cond):
         """The body runs while `cond` holds, re-read each round; the names the condition
         reads keep their binding (kernel state lives in T.alloc_var or local buffers)."""
         names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
         before = {n: self.locals.get(n, _MISSING) for n in names}
-        with self.builder.block() as stmts:
-            self.run(node.body)
+        loop = _LoopExit(self.kernel_ifs + 1)
+        self.kernel_ifs += 1
+        try:
+            with self.builder.block() as stmts:
+                self.run_iteration(node.body, loop)
+        finally:
+            self.kernel_ifs -= 1
         rebound = sorted(n for n in names if self.locals.get(n, _MISSING) is not before[n])
         if rebound:
             raise TileLabSyntaxError(
@@ -351,7 +455,10 @@ class Interpreter:
                 "assigns anew: the condition would keep reading the first value",
                 hint="keep the loop's state in a T.alloc_var (x = T.alloc_var(T.int32)) and "
                      "update it with x[0] = ... or x = ...")
-        self.builder.emit(tirx.While(cond, seq(stmts), span=_span(self.source.location(node))))
+        if loop.state is not None:  # a break ends the loop before its condition is re-read
+            cond = tirx.And(tirx.LT(tirx.BufferLoad(loop.state, [0]), 2), cond)
+        self.emit_loop(tirx.While(cond, seq(stmts), span=_span(self.source.location(node))),
+                       loop)
 
     def exec_With(self, node):  # noqa: N802
         if len(node.items) != 1:
@@ -581,6 +688,52 @@ def _is_data(value) -> bool:
     if value is None or isinstance(value, (str, numbers.Number)):
         return True
     return isinstance(value, (tuple, list)) and all(_is_data(v) for v in value)
+
+
+def _leaves(body: list[ast.stmt]) -> bool:
+    """Does a loop body hold a `break` or `continue` of its own loop (not of a loop in it)?"""
+    def visit(node) -> bool:
+        if isinstance(node, (ast.Break, ast.Continue)):
+            return True
+        if isinstance(node, (ast.For, ast.While)):
+            return any(visit(n) for n in node.orelse)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        return any(visit(n) for n in ast.iter_child_nodes(node))
+
+    return any(visit(n) for n in body)
+
+
+@dataclass
+class _LoopExit:
+    """How `break` and `continue` leave a loop being traced.
+
+    TIR loops have fixed trip counts, so a loop the kernel runs is not left early:
+    the loop keeps a state register (0 going on, 1 after a `continue`, 2 after a
+    `break`), set where the program leaves, and each statement that would then be
+    skipped is guarded - the rest of the iteration by `state == 0`, the next
+    iterations by `state < 2` (a `continue` is cleared as an iteration starts), a
+    `while` condition by `state < 2 and ...`. A loop unrolled while compiling (over a
+    Python sequence) stops unrolling at a break reached under no `if` on a device
+    value, as Python would; under such an `if` its copies are guarded the same way."""
+
+    kernel_ifs: int  # device `if`s around the loop: an exit under more is conditional
+    unrolled: bool = False  # traced once per element of a Python sequence
+    refused: str = ""  # the loop kind break/continue cannot leave, as said in the error
+    state: object = None  # the state register, once an exit needs it
+    continues: bool = False  # does some `continue` set it to 1?
+    conditional_exits: int = 0  # exits traced so far (each needs what follows guarded)
+    stopped: bool = False  # an unconditional break of an unrolled loop: no more copies
+
+    @staticmethod
+    def of(loop: Loop, kernel_ifs: int) -> _LoopExit:
+        from .primitives import Pipelined, unroll
+
+        refused = "" if type(loop) in (serial, unroll) else \
+            "a T.Pipelined loop (its stages are planned before it runs)" \
+            if isinstance(loop, Pipelined) else \
+            f"a T.{type(loop).__name__} loop (its iterations are not one after another)"
+        return _LoopExit(kernel_ifs, refused=refused)
 
 
 @dataclass

@@ -427,7 +427,20 @@ class ThreadLowering:
                 raise TileLabTypeError(f"T.{op.name} cannot be used inside a T.Parallel loop")
             if not self.in_parallel:  # a region that starts at a T.alloc_var's value
                 stmt = self.fragment_scalars(stmt)
+            else:  # code of one thread: `T.atomic_add(hist[v], 1)` with v its T.alloc_var
+                stmt = self.var_registers(stmt)
             return op.lowering("cuda")(stmt, self)
+
+    def var_registers(self, node):
+        """`node` reading each T.alloc_var through the register array it became (the
+        statements around it do so already: lower_alloc, map_fragment_accesses)."""
+        def replace(load):
+            if is_load(load) and load.source.scope() == "local.var" and \
+                    load.source.name in self.locals:
+                return tirx.BufferLoad(self.locals[load.source.name], list(load.indices))
+            return load
+
+        return rewrite(node, tvm.ir.TensorLoad, replace)
 
 
 def guard_each(cond, stmt):

@@ -13,7 +13,9 @@ This pass binds each such condition to a boolean first:
     if cond: ...
 
 so that the read belongs to a binding, which ThreadSync orders against the
-stores around it like any other read.
+stores around it like any other read. It runs before HideUniformBranches, which
+then sees `cond` as uniform where its value is (a shared element every thread
+reads at the same index).
 """
 
 from __future__ import annotations

@@ -3,9 +3,11 @@
 `if bx % 2 == 0:` around a `T.Parallel` loop is a branch every thread of a
 block takes the same way: its condition depends on block indices only, or on
 an element, at such an index, of a tensor the kernel only reads (`if
-BlockIndices[b, i] >= 0`), or of a register array every thread fills the same
-way from such places (`if block_mask[k] != 0`, a small mask each thread keeps
-whole). A barrier inside it is legal CUDA. TVM's
+BlockIndices[b, i] >= 0`), of a shared tile (`if tile[0] < 1`: ThreadSync orders
+the read after every write to it, so all threads read the same value), or of a
+register array every thread fills the same way from such places (`if
+block_mask[k] != 0`, a small mask each thread keeps whole; the state a `break`
+leaves in a loop's register). A barrier inside it is legal CUDA. TVM's
 ThreadSync pass cannot tell: it refuses to put a barrier inside any `if`
 ("Cannot insert syncs inside condition"), and it wants one there more often
 than needed, because it treats all dynamic shared tiles as one buffer (they
@@ -131,13 +133,15 @@ def _by_address(node) -> list:
 
 
 def _is_uniform(expr, uniform: list, readonly: list) -> bool:
-    """Does `expr` use only block-uniform variables and loads of read-only tensors?"""
+    """Does `expr` use only block-uniform variables and loads of read-only tensors and
+    shared tiles (at such indices)?"""
     ok = True
 
     def visit(node):
         nonlocal ok
         if isinstance(node, tvm.ir.TensorLoad):
-            if not any(node.source.same_as(b) for b in readonly):
+            if not (any(node.source.same_as(b) for b in readonly) or
+                    node.source.scope().startswith("shared")):
                 ok = False
         elif isinstance(node, tirx.Var) and not is_buffer(node):
             if not any(node.same_as(u) for u in uniform):

@@ -114,9 +114,9 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.VerifyMemory(),
         KeepIntegerNegations,                  # ptxas 12.9-13.3 drops some inside min/max
         T.AnnotateEntryFunc(),
+        BindSharedConditions,                      # `if tile[i] > 0:` reads into a bool
         HideUniformBranches,                       # `if bx ...`: barriers may go inside
         hide_refills,                              # pipelines order their own refills
-        BindSharedConditions,                      # `if tile[i] > 0:` reads into a bool
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
         restore_refills,
