@@ -809,6 +809,7 @@ def test_the_profiler_checks_and_times_as_tilelang_examples_call_it():
     # TileLang's private _get_inputs, which its MLA decode benchmark calls
     [a] = profiler._get_inputs()
     torch.testing.assert_close(kernel(a), a * 6)
+    torch.testing.assert_close(profiler.func(a), a * 6)  # the paged MLA decode calls this
     assert [tuple(t.shape) for t in profiler._get_inputs(with_output=True)] == \
         [tuple(p.shape) for p in kernel.params]
 
