@@ -46,8 +46,8 @@ CHECKS = re.compile(r"assert_close|assert_allclose|torch_assert_close|allclose|"
 KEEP = re.compile(r"block|thread|stage|split|warp|tile|group_size|panel|rep|warmup|iter",
                   re.IGNORECASE)
 CUT = 256
-# an example that fails before compiling any kernel at that cut (its own checks of its
-# sizes, a split that no longer sums) is run again with larger sizes, then uncut
+# an example whose own code fails at that cut (its checks of its sizes, a split that no
+# longer sums) is run again with larger sizes, then uncut
 CUTS = (256, 1024, None)
 # a script's own functions take head dimensions (DQK=576, DV=512, d_v, dim) that its
 # kernels are written for: a call from its `__main__` block keeps them
@@ -349,8 +349,9 @@ def run_one(path: Path) -> dict:
 
 def run_example(path: Path, checkout: Path, timeout: int) -> dict:
     """One example in a process of its own: its row of the table. Sizes are cut to 256;
-    where the example then stops before compiling a kernel, larger cuts are tried in the
-    time left (CUTS), and the row says which cut it ran at."""
+    where the example's own code then fails (an error, neither a refusal nor a wrong
+    result), larger cuts are tried in the time left (CUTS), and the row says which cut
+    it ran at."""
     name = str(path.relative_to(checkout / "examples"))
     start = time.time()
     failed_at = []
@@ -359,7 +360,7 @@ def run_example(path: Path, checkout: Path, timeout: int) -> dict:
         if left < 1:
             break
         row = _run_child(path, cut, left)
-        if not (row["cpu"] == "error" and not row["cuda_ok"] and not row["cuda_failed"]):
+        if row["cpu"] != "error":
             break
         failed_at.append((cut, row.get("reason", "")))
     first_cut, why = failed_at[0] if failed_at else (None, "")
@@ -368,7 +369,8 @@ def run_example(path: Path, checkout: Path, timeout: int) -> dict:
             f"(sizes {'uncut' if cut is None else f'cut to {cut}'}: cut to {first_cut} the " \
             f"example stopped first: {why[:160]})"
     elif len(failed_at) > 1:  # it stopped at every cut: the first one's reason, as before
-        row["reason"] = f"{why} (with larger sizes too: {row.get('reason', '')[:160]})"
+        last = row.get("reason", "")
+        row["reason"] = why if last == why else f"{why} (larger sizes: {last[:160]})"
     row["example"], row["seconds"] = name, round(time.time() - start, 1)
     print(f"{name}: {row['cpu']} ({row['seconds']} s) {row.get('reason', '')}", flush=True)
     return row
