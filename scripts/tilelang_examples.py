@@ -46,6 +46,9 @@ CHECKS = re.compile(r"assert_close|assert_allclose|torch_assert_close|allclose|"
 KEEP = re.compile(r"block|thread|stage|split|warp|tile|group_size|panel|rep|warmup|iter",
                   re.IGNORECASE)
 CUT = 256
+# an example whose own code fails at that cut (its checks of its sizes, a split that no
+# longer sums) is run again with larger sizes, then uncut
+CUTS = (256, 1024, None)
 # a script's own functions take head dimensions (DQK=576, DV=512, d_v, dim) that its
 # kernels are written for: a call from its `__main__` block keeps them
 DIMS = re.compile(r"^d|dim", re.IGNORECASE)
@@ -89,8 +92,8 @@ def find_examples(checkout: Path, only: list[str] | None) -> list[Path]:
 
 
 def _cut(name: str, value):
-    if isinstance(value, int) and not isinstance(value, bool) and value > CUT and \
-            not KEEP.search(name):
+    if CUT is not None and isinstance(value, int) and not isinstance(value, bool) and \
+            value > CUT and not KEEP.search(name):
         return CUT
     return value
 
@@ -345,26 +348,52 @@ def run_one(path: Path) -> dict:
 
 
 def run_example(path: Path, checkout: Path, timeout: int) -> dict:
-    """One example in a process of its own: its row of the table."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}  # TVM may be on it too
+    """One example in a process of its own: its row of the table. Sizes are cut to 256;
+    where the example's own code then fails (an error, neither a refusal nor a wrong
+    result), larger cuts are tried in the time left (CUTS), and the row says which cut
+    it ran at."""
     name = str(path.relative_to(checkout / "examples"))
     start = time.time()
-    try:
-        done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env,
-                              capture_output=True, text=True, timeout=timeout)
-        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{\"cuda_ok\"")]
-        # no record: the process died, or the example itself exited (say, "GPU Device
-        # is not detected"); its last words say which
-        said = done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or \
-            [f"crashed (exit status {done.returncode})"]
-        row = json.loads(lines[-1]) if lines else {
-            "cpu": "error", "cuda_ok": 0, "cuda_failed": [], "reason": said[-1][:300]}
-    except subprocess.TimeoutExpired:
-        row = {"cpu": "timeout", "cuda_ok": 0, "cuda_failed": [], "reason": f"over {timeout} s"}
+    failed_at = []
+    for cut in CUTS:
+        left = timeout - (time.time() - start)
+        if left < 1:
+            break
+        row = _run_child(path, cut, left)
+        if row["cpu"] != "error":
+            break
+        failed_at.append((cut, row.get("reason", "")))
+    first_cut, why = failed_at[0] if failed_at else (None, "")
+    if failed_at and failed_at[-1][0] != cut:  # a larger cut got further
+        row["reason"] = (row.get("reason", "") + " " if row.get("reason") else "") + \
+            f"(sizes {'uncut' if cut is None else f'cut to {cut}'}: cut to {first_cut} the " \
+            f"example stopped first: {why[:160]})"
+    elif len(failed_at) > 1:  # it stopped at every cut: the first one's reason, as before
+        last = row.get("reason", "")
+        row["reason"] = why if last == why else f"{why} (larger sizes: {last[:160]})"
     row["example"], row["seconds"] = name, round(time.time() - start, 1)
     print(f"{name}: {row['cpu']} ({row['seconds']} s) {row.get('reason', '')}", flush=True)
     return row
+
+
+def _run_child(path: Path, cut: int | None, timeout: float) -> dict:
+    """The example's row from a child process that cuts sizes above `cut` (None: uncut)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),  # TVM may be on it too
+        "TILELAB_EXAMPLE_CUT": str(cut)}
+    try:
+        done = subprocess.run([sys.executable, __file__, "--one", str(path)], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"cpu": "timeout", "cuda_ok": 0, "cuda_failed": [],
+                "reason": f"over {round(timeout)} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{\"cuda_ok\"")]
+    # no record: the process died, or the example itself exited (say, "GPU Device is
+    # not detected"); its last words say which
+    said = done.stderr.strip().splitlines() or done.stdout.strip().splitlines() or \
+        [f"crashed (exit status {done.returncode})"]
+    return json.loads(lines[-1]) if lines else {
+        "cpu": "error", "cuda_ok": 0, "cuda_failed": [], "reason": said[-1][:300]}
 
 
 def run_all(checkout: Path, timeout: int, only: list[str] | None, jobs: int = 1,
@@ -563,6 +592,9 @@ def main(argv=None) -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process: one example
     args = parser.parse_args(argv)
     if args.one:
+        global CUT
+        CUT = None if os.environ.get("TILELAB_EXAMPLE_CUT") == "None" else \
+            int(os.environ.get("TILELAB_EXAMPLE_CUT", CUT))
         print(json.dumps(run_one(Path(args.one))), flush=True)
         return
     if not args.checkout:

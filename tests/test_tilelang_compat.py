@@ -809,6 +809,7 @@ def test_the_profiler_checks_and_times_as_tilelang_examples_call_it():
     # TileLang's private _get_inputs, which its MLA decode benchmark calls
     [a] = profiler._get_inputs()
     torch.testing.assert_close(kernel(a), a * 6)
+    torch.testing.assert_close(profiler.func(a), a * 6)  # the paged MLA decode calls this
     assert [tuple(t.shape) for t in profiler._get_inputs(with_output=True)] == \
         [tuple(p.shape) for p in kernel.params]
 
@@ -1334,3 +1335,35 @@ def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
     assert module["seen"] == []  # the block waits for the runner
     runner._run_main_block(script, module)
     assert module["seen"] == [(256, 256, 576, 512, 512, 1024), (100, 256, 576, 512, 512, 1024)]
+
+
+def test_the_runner_tries_larger_sizes_where_the_cut_stops_an_example(tmp_path):
+    """An example whose own check of its sizes fails at the cut (256) before any kernel
+    runs is run again with sizes cut to 1024, and its row says so."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "runner", Path(__file__).parents[1] / "scripts" / "tilelang_examples.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    example = tmp_path / "examples" / "sizes" / "example_sizes.py"
+    example.parent.mkdir(parents=True)
+    example.write_text(
+        "import torch\nimport tilelang\nimport tilelang.language as T\n\n\n"
+        "@tilelang.jit(out_idx=[-1])\n"
+        "def double(n):\n"
+        "    @T.prim_func\n"
+        "    def k(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):\n"
+        "        with T.Kernel(T.ceildiv(n, 128), threads=128) as b:\n"
+        "            for i in T.Parallel(128):\n"
+        "                B[b * 128 + i] = A[b * 128 + i] * 2\n"
+        "    return k\n\n\n"
+        "def main(n=2048):\n"
+        "    assert n % 1024 == 0, 'n must be a multiple of 1024'\n"
+        "    a = torch.randn(n)\n"
+        "    torch.testing.assert_close(double(n)(a), a * 2)\n")
+    row = runner.run_example(example, tmp_path, timeout=240)
+    assert row["cpu"] == "correct", row
+    assert "sizes cut to 1024: cut to 256 the example stopped first" in row["reason"]
+    assert "n must be a multiple of 1024" in row["reason"]

@@ -114,6 +114,11 @@ class Profiler:
         self.kernel = kernel
         self.supply = TensorSupplyType(supply or TensorSupplyType.Auto)
 
+    @property
+    def func(self):
+        """TileLang's name for the kernel a profiler runs (its examples call it directly)."""
+        return self.kernel
+
     def random_inputs(self, seed: int | None = None):
         import torch
 
