@@ -140,9 +140,31 @@ def _keep_tensors_on_cpu():
     # one stream on the CPU: `torch.cuda.stream(None)` is torch's own no-op context
     torch.cuda.Stream = torch.cuda.default_stream = torch.cuda.current_stream = \
         lambda *a, **k: None
+    # examples time themselves with CUDA events after their checks: the CPU's clock
+    torch.cuda.Event = _ClockEvent
     # examples pick their configs by the GPU's generation: answer as the H200 would
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
     torch.set_default_device = lambda *a, **k: None
+
+
+class _ClockEvent:
+    """`torch.cuda.Event(enable_timing=True)` on the CPU: `record()` reads the clock,
+    `elapsed_time(end)` gives milliseconds (the CPU runs each call to its end)."""
+
+    def __init__(self, *args, **kwargs):
+        self.at = None
+
+    def record(self, *args, **kwargs):
+        self.at = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def elapsed_time(self, end) -> float:
+        return (end.at - self.at) * 1000.0
 
 
 def _also_compile_for_cuda(record: dict):

@@ -1367,3 +1367,22 @@ def test_the_runner_tries_larger_sizes_where_the_cut_stops_an_example(tmp_path):
     assert row["cpu"] == "correct", row
     assert "sizes cut to 1024: cut to 256 the example stopped first" in row["reason"]
     assert "n must be a multiple of 1024" in row["reason"]
+
+
+def test_the_runner_times_cuda_events_by_the_cpu_clock():
+    """Examples time themselves with torch.cuda.Event after their checks; without a GPU
+    the runner's stand-in reads the CPU's clock (TileLang's top-k selector does so)."""
+    import importlib.util
+    import time
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "runner", Path(__file__).parents[1] / "scripts" / "tilelang_examples.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    start, end = runner._ClockEvent(enable_timing=True), runner._ClockEvent(enable_timing=True)
+    start.record()
+    time.sleep(0.02)
+    end.record()
+    end.synchronize()
+    assert 15 <= start.elapsed_time(end) < 2000
