@@ -14,6 +14,10 @@ they are.
 
 from __future__ import annotations
 
+import runpy
+import warnings
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -176,3 +180,28 @@ def test_a_reducer_on_the_gpu():
     a, x = _gemv_inputs("cuda")
     torch.testing.assert_close(gemv_with_a_reducer(a, x, target="cuda").float(),
                                a.float() @ x.float(), rtol=1e-2, atol=5e-2)
+
+
+
+REGRESSIONS = Path(__file__).parent / "difftest_regressions"
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["fold_result_read_in_another_layout",
+                                  "reduce_into_a_fold_results_layout"])
+def test_a_reduction_into_a_layout_other_uses_gave_compiles(name, monkeypatch):
+    """The destination's layout came from another use and does not keep each row where
+    its parts are: the results move to it through shared memory (ops/reduce.py,
+    move_through_shared). Both programs failed to compile for CUDA before; the difftest
+    regressions run them against the CPU on a GPU."""
+    import tilelab.ops.reduce as reduce_module
+
+    moved = []
+    original = reduce_module.move_through_shared
+    monkeypatch.setattr(reduce_module, "move_through_shared",
+                        lambda *args: moved.append(1) or original(*args))
+    module = runpy.run_path(str(REGRESSIONS / f"{name}.py"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TileLabWarning)
+        tilelab.compile(module["make"](), target="cuda:sm_90a")
+    assert moved

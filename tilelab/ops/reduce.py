@@ -14,6 +14,9 @@ warp shuffles (`shfl.xor`) and, across warps, through a shared scratch tile. A t
 shared (or global) memory is there for every thread to read: each result element is
 folded by one thread, serially along the reduced dimension (for a fragment result,
 the thread that keeps the element; otherwise the elements are dealt round-robin).
+Where the result fragment's layout came from its other uses and does not keep each
+row on the threads holding its parts, the reduction runs into registers of its own
+layout and the results move over through a shared scratch tile (move_through_shared).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from tvm import tirx
 from ..errors import LayoutConflict, TileLabTypeError
 from ..ir.builder import current
 from ..ir.expr import to_expr
-from ..ir.layout import Fragment, owner_table, thread_elements
+from ..ir.layout import Fragment, owner_table, reshaped, thread_elements
 from ..ir.tile_ops import Region, _const_int, config, regions, tile_call
 from . import Effects, TileOp, register
 from ._lowering import flatten, guard, in_bounds, is_fragment, seq, simplify, sync, unravel
@@ -165,8 +168,6 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
     sf, df = ctx.layout_of(src.buffer), ctx.layout_of(dst.buffer)
     s_local, d_local = ctx.local(src.buffer), ctx.local(dst.buffer)
     dtype = str(d_local.dtype)
-    s_elems, d_owners = thread_elements(sf), owner_table(df)
-    d_elems = thread_elements(df)
 
     def dst_element(element):
         kept = tuple(e for d, e in enumerate(element) if d != dim)
@@ -178,8 +179,84 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
             full.append(next(it) if s != 1 and shape else 0)
         return tuple(full)
 
+    if _keeps_rows(sf, df, dst_element):
+        return seq(_reduce_registers(ctx, src, sf, s_local, dst.buffer.name, df, d_local,
+                                     dst_element, kind, clear))
+    # dst's layout, set by its other uses, does not keep each row where its parts are:
+    # reduce into the layout the reduction would give it, then move the results over
+    try:
+        rows = reshaped(sf.reduce(dim), tuple(df.shape))
+    except NotImplementedError:
+        raise TileLabTypeError(
+            f"T.reduce_{kind}: {dst.buffer.name!r}'s layout does not keep each row where "
+            f"{src.buffer.name!r} holds its parts, and no layout of the reduction serves "
+            "instead") from None
+    tmp = tirx.decl_buffer((rows.local_size,), dtype, name=f"{dst.buffer.name}_rows",
+                           scope="local")
+    return seq([tirx.AllocBuffer(tmp),
+                *_reduce_registers(ctx, src, sf, s_local, dst.buffer.name, rows, tmp,
+                                   dst_element, kind, True),
+                move_through_shared(ctx, rows, tmp, df, d_local, kind, clear)])
+
+
+def _keeps_rows(sf: Fragment, df: Fragment, dst_element) -> bool:
+    """Does every thread that holds part of a row keep that row's result in `df`, each
+    source register's rows in one result register on every thread?"""
+    s_elems, d_owners = thread_elements(sf), owner_table(df)
+    for ls in range(sf.local_size):
+        slots = set()
+        for t in range(sf.threads):
+            element = s_elems[t][ls]
+            if element is None:
+                continue
+            owners = d_owners.get(dst_element(element), {})
+            if t not in owners:
+                return False
+            slots.add(owners[t])
+        if len(slots) > 1:
+            return False
+    return True
+
+
+def move_through_shared(ctx, rows: Fragment, tmp, df: Fragment, d_local, kind: str, clear):
+    """The results in registers `tmp` (layout `rows`) into `d_local` (layout `df`, the same
+    shape): the first copy of each written to a shared scratch tile, a barrier, each
+    thread reading the elements its registers keep (folded into them when not `clear`)."""
+    shape = [int(s) for s in df.shape]
+    dtype = str(d_local.dtype)
+    scratch = tirx.decl_buffer((math.prod(shape),), dtype, name=f"{d_local.name}_moved",
+                               scope="shared.dyn")
+    ctx.scratch.append(scratch)
+    rank = len(shape)
+    stmts = []
+    for slot in range(rows.local_size):
+        index = ctx.inverse(rows, slot)
+        store = tirx.BufferStore(scratch, tirx.BufferLoad(tmp, [slot]),
+                                 [simplify(flatten(index[:rank], shape))])
+        if rows.replicate > 1:
+            store = tirx.IfThenElse(tirx.EQ(index[rank], 0), store, None)
+        stmts.append(ctx.only_if_valid(rows, slot, store))
+    stmts.append(sync())
+    combine_kind = "sum" if kind in ("sum", "abssum") else "max" if kind in (
+        "max", "absmax") else "min"
+    for reg in range(df.local_size):
+        element = ctx.inverse(df, reg)[:rank]
+        value = tirx.BufferLoad(scratch, [simplify(flatten(element, shape))])
+        if not clear:
+            value = combine(combine_kind, tirx.BufferLoad(d_local, [reg]), value)
+        stmts.append(ctx.only_if_valid(df, reg, tirx.BufferStore(d_local, value, [reg])))
+    return seq(stmts)
+
+
+def _reduce_registers(ctx, src, sf, s_local, dst_name, df, d_local, dst_element, kind,
+                      clear) -> list:
+    """The reduction of `src` (layout `sf`, registers `s_local`) into registers `d_local`
+    of layout `df`, which keeps each row's result on every thread holding part of it."""
+    dtype = str(d_local.dtype)
+    s_elems, d_owners = thread_elements(sf), owner_table(df)
+    d_elems = thread_elements(df)
     # 1. each thread folds its own registers into one partial per result register
-    acc = tirx.decl_buffer((df.local_size,), dtype, name=f"{dst.buffer.name}_partial",
+    acc = tirx.decl_buffer((df.local_size,), dtype, name=f"{dst_name}_partial",
                            scope="local")
     stmts = [tirx.AllocBuffer(acc)]
     reg = tirx.Var("reg", "int32")
@@ -194,17 +271,10 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
             element = s_elems[t][ls]
             if element is None:
                 continue
-            owners = d_owners.get(dst_element(element), {})
-            if t not in owners:
-                raise TileLabTypeError(
-                    f"T.reduce_{kind}: {dst.buffer.name!r} does not keep row "
-                    f"{dst_element(element)} on thread {t}, which holds part of it")
-            slots.add(owners[t])
+            slots.add(d_owners[dst_element(element)][t])  # (_keeps_rows holds)
         if not slots:
             continue
-        if len(slots) != 1:
-            raise TileLabTypeError(f"T.reduce_{kind}: layouts of {src.buffer.name!r} and "
-                                   f"{dst.buffer.name!r} do not line up")
+        assert len(slots) == 1  # (_keeps_rows holds)
         value = to_expr(tirx.BufferLoad(s_local, [ls]), dtype)
         if kind in ("abssum", "absmax"):
             value = tirx.abs(value)
@@ -238,7 +308,7 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
         return tirx.BufferStore(d_local, value, [r])
 
     stmts.append(each_held(final))
-    return seq(stmts)
+    return stmts
 
 
 CHAINS = 2  # independent partials a thread folds its registers of one row into
