@@ -372,8 +372,8 @@ def run_one(path: Path) -> dict:
 def run_example(path: Path, checkout: Path, timeout: int) -> dict:
     """One example in a process of its own: its row of the table. Sizes are cut to 256;
     where the example's own code then fails (an error, neither a refusal nor a wrong
-    result), larger cuts are tried in the time left (CUTS), and the row says which cut
-    it ran at."""
+    result) or hands a kernel a tensor of another shape than the kernel's, larger cuts
+    are tried in the time left (CUTS), and the row says which cut it ran at."""
     name = str(path.relative_to(checkout / "examples"))
     start = time.time()
     failed_at = []
@@ -382,7 +382,9 @@ def run_example(path: Path, checkout: Path, timeout: int) -> dict:
         if left < 1:
             break
         row = _run_child(path, cut, left)
-        if row["cpu"] != "error":
+        # a tensor whose shape disagrees with its kernel's is the cut's doing where the
+        # example builds the tensor from one size and the kernel from another (both cut)
+        if row["cpu"] != "error" and "must have shape" not in row.get("reason", ""):
             break
         failed_at.append((cut, row.get("reason", "")))
     first_cut, why = failed_at[0] if failed_at else (None, "")
@@ -457,6 +459,14 @@ EXPLAINED = {
     "block_causal_attention/block_causal_attention_varlen.py":
         "over 240 s beside another example in the full run; alone with --timeout 600 it "
         "was correct in 420 s (60 kernels compiled for the CPU and for sm_90a)",
+    "cast/example_group_per_split_token_cast_to_fp8.py":
+        "its hard-coded split (2048 + 6144 rows) needs the uncut 8192 rows. The kernel "
+        "divides by the scale as the example writes it, x / (amax / 448), and its reference "
+        "multiplies, x * (448 / amax): the two round differently at float8 ties (0.06% of "
+        "the values, one float8 step, and the check asks every value within 1%); the "
+        "kernel's output is bit-identical to torch evaluating the kernel's own arithmetic "
+        "(checked at 1024 x 1024, split 256 + 768: 0 of 1,572,864 differ, 984 from the "
+        "reference's arithmetic)",
     "deepseek_v4/act_quant.py":
         "the kernel computes the scale as the example writes it, amax * (1 / 448), and its "
         "reference as amax / 448: one float32 step apart, which moves 47 of 16,384 values "
@@ -514,8 +524,9 @@ EXPLAINED = {
     "gemm/example_gemm_advanced_autotune.py":
         "as gemm/example_gemm_autotune.py: the example stops itself without CUDA",
     "dsa_hisa/pool_mqa_fp8.py":
-        "the sizes its __main__ block passes, cut to 256, leave fewer key blocks than its "
-        "block_N, which the example asserts against; not run uncut",
+        "the sizes its __main__ block passes, cut to 256 or 1024, leave fewer key blocks "
+        "than its block_N, which the example asserts against; uncut it reaches its first "
+        "kernel",
     "deepseek_mhc/example_mhc_pre.py":
         "its `if T.get_thread_binding() < 32: ... else: ...` around tile ops runs as two "
         "warp roles (passes/thread_code.py)",
