@@ -352,3 +352,35 @@ def test_roles_do_not_nest():
     with pytest.raises(TileLabTypeError, match="roles do not nest") as info:
         nested(torch.randn(64))
     assert "if tx < 32" in info.value.location.excerpt()
+
+
+@tilelab.jit(out_idx=[-1])
+def guarded_by_and(n):
+    """`if tx < n and x[b, tx] > 0:` reads x only where tx < n, as in Python and CUDA's
+    `&&` (frontend `and`/`or` whose right side reads memory are T.if_then_else); `or` alike."""
+    @T.prim_func
+    def kernel(x: T.Tensor((4, n), T.float32), out: T.Tensor((4, 128), T.float32)):
+        with T.Kernel(4, threads=128) as b:
+            tx = T.get_thread_binding()
+            out[b, tx] = 0.0
+            if tx < n and x[b, tx] > 0:
+                out[b, tx] = x[b, tx]
+            if tx >= n or x[b, tx] < -1:
+                out[b, tx] = out[b, tx] - 1.0
+    return kernel
+
+
+def _check_guarded_by_and(target, device, n=100):
+    x = torch.randn(4, n, device=device)
+    expected = torch.full((4, 128), -1.0)
+    expected[:, :n] = torch.where(x.cpu() > 0, x.cpu(), torch.zeros(())) - (x.cpu() < -1).float()
+    torch.testing.assert_close(guarded_by_and.compile(n, target=target)(x).cpu(), expected)
+
+
+def test_cpu_and_or_read_their_right_side_only_where_needed():
+    _check_guarded_by_and("cpu", "cpu")
+
+
+@pytest.mark.gpu
+def test_gpu_and_or_read_their_right_side_only_where_needed():
+    _check_guarded_by_and("cuda", "cuda")

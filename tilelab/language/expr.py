@@ -104,11 +104,27 @@ def binary(op: str, a, b):
 
 
 def logical(op: str, values: list):
+    """`a and b` / `a or b` of device values. As in Python (and CUDA's `&&`), the right
+    side is evaluated only where the left does not decide: where it reads memory, it is
+    a `T.if_then_else` (`if i < n and x[i] > 0` reads no x[n] on the CPU either); plain
+    arithmetic stays an And/Or the simplifier can take apart."""
     values = [as_ir(v) for v in values]
     result = values[0]
     for v in values[1:]:
-        result = tirx.And(result, v) if op == "and" else tirx.Or(result, v)
+        if _reads_memory(v) and str(v.ty) == "bool" and str(result.ty) == "bool":
+            result = tirx.if_then_else(result, v, tirx.const(False, "bool")) if op == "and" \
+                else tirx.if_then_else(result, tirx.const(True, "bool"), v)
+        else:
+            result = tirx.And(result, v) if op == "and" else tirx.Or(result, v)
     return result
+
+
+def _reads_memory(expr) -> bool:
+    from ..ir.visit import walk
+
+    found = []
+    walk(expr, tvm.ir.TensorLoad, lambda load: found.append(load))
+    return bool(found)
 
 
 # ---- math primitives (T.exp, T.max, ...) ----
