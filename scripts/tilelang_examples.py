@@ -562,8 +562,9 @@ def write_table(rows: list[dict], checkout: Path, out: Path, command: str,
         "",
         f"Written by `{command}` against TileLang commit {commit}: each example file with a "
         "kernel that runs something (a `main()`, a `__main__` block or checks at its top "
-        "level) run unchanged but for its imports, sizes above 256 cut to 256, on the CPU "
-        "backend; every kernel it compiles also compiled for CUDA sm_90a (no launch). "
+        "level) run unchanged but for its imports, sizes above 256 cut to 256 (where the "
+        "example's own code then stops, cut to 1024, then uncut: the row says so), on the "
+        "CPU backend; every kernel it compiles also compiled for CUDA sm_90a (no launch). "
         "\"correct\" means the example's own comparison with its torch reference passed. " +
         (f"H200: the same examples run on the GPU machine ({gpu['command']}), kernels "
          "compiled there in the notebook's way and launched on the H200." if gpu else
