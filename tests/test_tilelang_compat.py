@@ -1311,18 +1311,25 @@ def test_an_output_may_be_made_before_the_tensor_that_gives_its_size():
     assert "X: T.Tensor" in info.value.location.excerpt()
 
 
-def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
-    """scripts/tilelang_examples.py runs a script's `__main__` block after its definitions,
-    its own functions taking integer sizes above 256 cut (head dimensions and block,
-    thread and stage settings kept), as main()'s defaults are."""
+def _examples_runner():
+    """scripts/tilelang_examples.py as a module (it is a script, not part of tilelab)."""
     import importlib.util
-    import runpy
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
         "runner", Path(__file__).parents[1] / "scripts" / "tilelang_examples.py")
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
+    return runner
+
+
+def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
+    """scripts/tilelang_examples.py runs a script's `__main__` block after its definitions,
+    its own functions taking integer sizes above 256 cut (head dimensions and block,
+    thread and stage settings kept), as main()'s defaults are."""
+    import runpy
+
+    runner = _examples_runner()
     script = tmp_path / "example.py"
     script.write_text(
         "seen = []\n\n"
@@ -1340,13 +1347,7 @@ def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
 def test_the_runner_tries_larger_sizes_where_the_cut_stops_an_example(tmp_path):
     """An example whose own check of its sizes fails at the cut (256) before any kernel
     runs is run again with sizes cut to 1024, and its row says so."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "runner", Path(__file__).parents[1] / "scripts" / "tilelang_examples.py")
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
+    runner = _examples_runner()
     example = tmp_path / "examples" / "sizes" / "example_sizes.py"
     example.parent.mkdir(parents=True)
     example.write_text(
@@ -1372,14 +1373,9 @@ def test_the_runner_tries_larger_sizes_where_the_cut_stops_an_example(tmp_path):
 def test_the_runner_times_cuda_events_by_the_cpu_clock():
     """Examples time themselves with torch.cuda.Event after their checks; without a GPU
     the runner's stand-in reads the CPU's clock (TileLang's top-k selector does so)."""
-    import importlib.util
     import time
-    from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location(
-        "runner", Path(__file__).parents[1] / "scripts" / "tilelang_examples.py")
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
+    runner = _examples_runner()
     start, end = runner._ClockEvent(enable_timing=True), runner._ClockEvent(enable_timing=True)
     start.record()
     time.sleep(0.02)
