@@ -376,6 +376,14 @@ BENCH = [
        [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
        2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
       for causal in ("", "_causal")],
+    # wider key tiles at d128 (FlashAttention 3 takes 176 keys for this head size): fewer
+    # turns of the loop, its last tile part-masked where 4096 is no multiple of the width
+    *[(f"flash_attention_bm128_bn{bn}_w8_default", "flash_attention",
+       {"shape": (4, 32, 4096, 128), "options": {"block_m": 128, "block_n": bn,
+                                                 "threads": 256}},
+       [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa", 2e-2,
+       {"flops": 4 * 4 * 32 * 4096 * 4096 * 128})
+      for bn in (160, 176, 192)],
     # three slots of 128 keys: 224 KB of K and V tiles and Q, the block alone on its SM
     *[(f"flash_attention{causal}{d}_bm128_bn128_w8_s3", "flash_attention",
        {"shape": (4, 32, 4096, dim), "options": {"causal": bool(causal), "block_m": 128,

@@ -47,6 +47,12 @@ SHAPES = {
     "flash_attention_causal_bm128_bn128_w8_default": "same shapes, causal; block 128×128, 8 "
                                                      "warps, 2 stages, no pass configs: split "
                                                      "by default",
+    "flash_attention_bm128_bn160_w8_default": "same shapes; block 128×160, 8 warps, 2 "
+                                              "stages, no pass configs",
+    "flash_attention_bm128_bn176_w8_default": "same shapes; block 128×176, 8 warps, 2 "
+                                              "stages, no pass configs (FlashAttention 3's width)",
+    "flash_attention_bm128_bn192_w8_default": "same shapes; block 128×192, 8 warps, 2 "
+                                              "stages, no pass configs",
     "fa_bm128_w8_2blocks": "same shapes; block 128×64, 8 warps, 2 stages, compiled by hand "
                            "for two blocks per SM (32 bytes spilled)",
     "flash_attention_bm128_w8_s3": "same shapes; block 128×64, 8 warps, 3 stages",
@@ -195,6 +201,14 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("fa_wide_keys_h200.json",
+     "Wider key tiles for FlashAttention d128 (FlashAttention 3 takes 176 keys at this head "
+     "size) beside the default 128, as the compiler chooses without pass configs: 160, 176 and "
+     "192 keys are no faster (x0.84, x0.96, x0.96 against x0.97 for 128); all checks ok "
+     "(2026-12-04, twenty-fifth session, a subset)",
+     "`python bench/gpu_suite.py build --only flash_attention_bm128_bn128_w8_default,flash_att"
+     "ention_bm128_bn160_w8_default,flash_attention_bm128_bn176_w8_default,flash_attention_bm1"
+     "28_bn192_w8_default,flash_attention_causal_bm128_bn128_w8_default`"),
     ("gpu_suite_h200_twentysecond_full.json",
      "Every suite row (the 3-slot rows included), built with the compiler as the "
      "twenty-first session left it (105acb7); this session's later changes to it (T.gemm on "
