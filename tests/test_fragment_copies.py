@@ -189,13 +189,14 @@ REGRESSIONS = Path(__file__).parent / "difftest_regressions"
 @needs_nvcc
 @pytest.mark.parametrize("name", ["fold_result_read_in_another_layout",
                                   "reduce_into_a_fold_results_layout"])
-def test_a_reduction_into_a_layout_other_uses_gave_compiles(name, monkeypatch):
+def test_a_reduction_into_a_layout_other_uses_gave_compiles(name, monkeypatch, tmp_path):
     """The destination's layout came from another use and does not keep each row where
     its parts are: the results move to it through shared memory (ops/reduce.py,
     move_through_shared). Both programs failed to compile for CUDA before; the difftest
     regressions run them against the CPU on a GPU."""
     import tilelab.ops.reduce as reduce_module
 
+    monkeypatch.setenv("TILELAB_CACHE_DIR", str(tmp_path))  # compiled here, not found cached
     moved = []
     original = reduce_module.move_through_shared
     monkeypatch.setattr(reduce_module, "move_through_shared",

@@ -41,7 +41,8 @@ def unsplittable_gemm():
 
 def reduce_into_a_layout_that_does_not_line_up():
     """The result's annotated layout keeps row i on thread 127 - i alone, not on the
-    threads that hold the row's parts."""
+    threads that hold the row's parts (threads 0-63 hold none of it): the sums move there
+    through shared memory (ops/reduce.py, move_through_shared)."""
     @T.prim_func
     def kernel(X: T.Tensor((64, 64), T.float32), Y: T.Tensor((64,), T.float32)):
         with T.Kernel(1, threads=128):
@@ -56,11 +57,29 @@ def reduce_into_a_layout_that_does_not_line_up():
     return kernel
 
 
-@pytest.mark.parametrize("make, marker, words", [
-    (unsplittable_gemm, "layout-error", "cannot be split among 4 warps"),
-    (reduce_into_a_layout_that_does_not_line_up, "lowering-error", "does not keep row"),
+def refuse_the_move(monkeypatch):
+    """The thread lowering of T.reduce_* rejects the program, as it did before the sums
+    could move between layouts (an error raised inside an op's lowering, where the op's
+    line must still be found)."""
+    import tilelab.ops.reduce as reduce_module
+
+    def refuse(*_args):
+        raise tilelab.TileLabTypeError("the sums' layout does not keep rows where the "
+                                       "tile holds their parts")
+
+    monkeypatch.setattr(reduce_module, "move_through_shared", refuse)
+
+
+@pytest.mark.parametrize("make, marker, words, refusal", [
+    (unsplittable_gemm, "layout-error", "cannot be split among 4 warps", None),
+    (reduce_into_a_layout_that_does_not_line_up, "lowering-error", "does not keep rows",
+     refuse_the_move),
 ], ids=["infer-layouts", "lower-to-threads"])
-def test_a_pass_error_points_at_the_tile_op(make, marker, words):
+def test_a_pass_error_points_at_the_tile_op(make, marker, words, refusal, monkeypatch,
+                                            tmp_path):
+    monkeypatch.setenv("TILELAB_CACHE_DIR", str(tmp_path))  # compiled here, not found cached
+    if refusal is not None:
+        refusal(monkeypatch)
     with pytest.raises(tilelab.TileLabError, match=words) as info:
         tilelab.compile(make(), target="cuda:sm_90a")
     where = info.value.location
@@ -76,3 +95,24 @@ def test_a_pass_error_points_at_the_tile_op(make, marker, words):
 def test_the_ir_names_each_tile_op_line():
     program = unsplittable_gemm()
     assert f'loc="{line_of("layout-error")}:' in program.func.script()
+
+
+def test_a_reduction_into_an_annotated_layout_compiles():
+    """The program above, unrefused: its sums go to the threads the annotation names, and
+    only those write (the threads a register is on, found from the layout's table since a
+    program's T.Fragment gives no validity test of its own)."""
+    kernel = tilelab.compile(reduce_into_a_layout_that_does_not_line_up(),
+                             target="cuda:sm_90a")
+    assert "if (64 <= ((int)threadIdx.x))" in kernel.get_kernel_source()  # threads 64-127
+
+
+@pytest.mark.gpu
+def test_a_reduction_into_an_annotated_layout_is_right_on_the_gpu():
+    import torch
+
+    kernel = tilelab.compile(reduce_into_a_layout_that_does_not_line_up(), target="cuda")
+    x = torch.randn(64, 64, device="cuda")
+    y = torch.empty(64, device="cuda")
+    kernel(x, y)
+    torch.testing.assert_close(y, x.sum(1), rtol=1e-5, atol=1e-4)
+

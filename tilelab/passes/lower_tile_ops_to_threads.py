@@ -23,6 +23,7 @@ never written, as the loop semantics (each op's CPU lowering) say.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import tvm
@@ -187,9 +188,21 @@ class ThreadLowering:
         """Whether this thread has register `reg` of a padded fragment (some threads lack
         it): a condition on the thread, or None where every thread has it."""
         elements = thread_elements(frag)
-        if all(elements[t][reg] is not None for t in range(frag.threads)):
+        holders = [elements[t][reg] is not None for t in range(frag.threads)]
+        if all(holders):
             return None
-        return simplify(frag.valid(self.tx, tirx.const(reg, "int32")))
+        if frag.valid is not None:
+            return simplify(frag.valid(self.tx, tirx.const(reg, "int32")))
+        # a layout the program gave (T.Fragment) says nothing of the threads it leaves
+        # idle: the threads that hold the register, as ranges of thread indices
+        ranges, start = [], None
+        for t, held in enumerate(holders + [False]):
+            if held and start is None:
+                start = t
+            elif not held and start is not None:
+                ranges.append(tirx.And(self.tx >= start, self.tx < t))
+                start = None
+        return simplify(functools.reduce(tirx.Or, ranges, tirx.const(False, "bool")))
 
     def only_if_valid(self, frag: Fragment, reg: int, stmt):
         """Guard a statement on register `reg` of a padded fragment."""
