@@ -383,13 +383,12 @@ def combine_across_warps(ctx, acc, df, held, block_masks, kind):
     warps = ctx.threads // 32
     rows = math.prod(df.shape)
     dtype = str(acc.dtype)
-    scratch = tirx.decl_buffer((warps * rows,), dtype, name="reduce_scratch",
-                               scope="shared.dyn")
-    ctx.scratch.append(scratch)
+    scratch = ctx.pooled_scratch("reduce_scratch", warps * rows, dtype)
     warp = tirx.floordiv(ctx.tx, 32)
-    # Each reduction has its own scratch tile. The barrier between writing and reading
-    # it is placed here; one before the next write, when the reduction runs again in a
-    # loop, is left to TVM's ThreadSync pass, which sees these plain shared accesses.
+    # The reductions of a block share one scratch tile (pooled_scratch). The barrier
+    # between writing and reading it is placed here; one before the next write - the
+    # next reduction's, or this one's when it runs again in a loop - is left to TVM's
+    # ThreadSync pass, which sees these plain shared accesses.
     stmts = []
     for slot in held:  # (a thread that does not keep a result there writes nothing)
         index = ctx.inverse(df, slot)[: len(df.shape)]

@@ -94,6 +94,43 @@ class ThreadLowering:
         self.scratch: list = []  # shared buffers added for reductions
         self.in_parallel = False
         self._inverse_cache: dict = {}
+        self._pools: dict = {}  # (name, dtype) -> the scratch tiles `finish` makes one
+
+    # ------------------------------------------------------------ shared scratch
+
+    def pooled_scratch(self, name: str, size: int, dtype: str):
+        """A shared scratch tile of `size` elements that every use under this name and dtype
+        in the block (or warp role) shares: `finish` makes them one tile, as large as the
+        largest. The uses follow one another in program order, and TVM's ThreadSync puts a
+        barrier between one use's last reads and the next one's first writes - one barrier
+        traded for the bytes of a tile per use, which a kernel near the shared-memory limit
+        needs (a paged MLA decode's row max and row sum across 8 warps)."""
+        buffer = tirx.decl_buffer((size,), dtype, name=name, scope="shared.dyn")
+        self._pools.setdefault((name, dtype), []).append(buffer)
+        return buffer
+
+    def finish(self, body):
+        """`body` with each pool of scratch tiles (pooled_scratch) made its largest tile,
+        which joins the tiles the kernel allocates."""
+        merged = []  # (a tile, the largest of its pool); TVM objects compare by same_as
+        for tiles in self._pools.values():
+            keep = max(tiles, key=lambda t: int(t.shape[0]))
+            self.scratch.append(keep)
+            merged += [(t, keep) for t in tiles if not t.same_as(keep)]
+        self._pools = {}
+
+        def kept(buffer):
+            return next((keep for t, keep in merged if t.same_as(buffer)), None)
+
+        def store(s):
+            keep = kept(s.buffer)
+            return s if keep is None else tirx.BufferStore(keep, s.value, list(s.indices))
+
+        def load(e):
+            keep = kept(e.source) if is_buffer(e.source) else None
+            return e if keep is None else tirx.BufferLoad(keep, list(e.indices))
+
+        return rewrite(rewrite(body, tirx.BufferStore, store), tvm.ir.TensorLoad, load)
 
     # ------------------------------------------------------------ helpers
 
@@ -262,7 +299,7 @@ class ThreadLowering:
         role = ThreadLowering(self.plan, end - first, rtx, self.block_vars, self.func)
         role.locals, role.scratch = self.locals, self.scratch
         with thread_index_range(rtx, end - first):
-            body = role.lower(stmt.body)
+            body = role.finish(role.lower(stmt.body))
         return tirx.AttrStmt(stmt.node, WARP_ROLE, stmt.value,
                              seq([tirx.Bind(rtx, self.tx - first), body]))
 
@@ -571,7 +608,7 @@ def LowerTileOpsToThreads():  # noqa: N802
 
             def lower(body, tx, block_vars):
                 lowering = ThreadLowering(plan, threads, tx, block_vars, func)
-                return lowering.swizzle_accesses(lowering.lower(body)), lowering.scratch
+                return lowering.finish(lowering.swizzle_accesses(lowering.lower(body))), lowering.scratch
 
             swizzle = loop.annotations.get(SWIZZLE)
             if swizzle is not None:
