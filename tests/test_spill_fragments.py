@@ -210,3 +210,50 @@ def test_on_the_gpu():
         o = torch.empty(64, 64, device="cuda")
         tilelab.compile(scaled_by_row_max(), target="cuda")(*args, o)
         assert_near(o, attention_expected(*args))
+
+
+def sums_read_one_by_one(rows=64, cols=48):
+    """Row sums read outside T.Parallel: one by one in a serial loop (a variable index) and
+    one element at a constant index. Every thread runs those statements, and the sums sit on
+    the threads that hold their rows: CUDA refused it at lowering; now `sums` goes to shared
+    memory. Out[i] = the sum of row i plus the sum of row 3."""
+    @T.prim_func
+    def kernel(X: T.Tensor((rows, cols), T.float32), Y: T.Tensor((rows,), T.float32)):
+        with T.Kernel(1, threads=128):
+            tile = T.alloc_fragment((rows, cols), T.float32)
+            sums = T.alloc_fragment((rows,), T.float32)
+            T.copy(X, tile)
+            T.reduce_sum(tile, sums, dim=1)
+            third = sums[3]
+            for i in T.serial(rows):
+                Y[i] = sums[i] + third
+
+    return kernel
+
+
+def sums_expected(x):
+    return x.sum(1) + x.sum(1)[3]
+
+
+def test_sums_read_one_by_one_on_the_cpu():
+    x = torch.randn(64, 48)
+    y = torch.empty(64)
+    tilelab.compile(sums_read_one_by_one(), target="cpu")(x, y)
+    torch.testing.assert_close(y, sums_expected(x), rtol=1e-5, atol=1e-4)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_sums_read_one_by_one_compile_with_the_sums_in_shared_memory(arch):
+    assert spilled(sums_read_one_by_one(), arch) == ["sums"]
+
+
+@pytest.mark.gpu
+def test_sums_read_one_by_one_on_the_gpu():
+    kernel = tilelab.compile(sums_read_one_by_one(), target="cuda")
+    for _ in range(3):
+        x = torch.randn(64, 48, device="cuda")
+        y = torch.empty(64, device="cuda")
+        kernel(x, y)
+        torch.testing.assert_close(y, sums_expected(x), rtol=1e-5, atol=1e-4)
+

@@ -36,9 +36,10 @@ from tvm_ffi import WalkResult
 
 from ..errors import LayoutConflict, TileLabTypeError
 from ..ir.dtypes import as_dtype
-from ..ir.keys import KERNEL, LAYOUT_PLAN, WARP_ROLE, block_threads, fact
-from ..ir.layout import Fragment, kept_whole_alike, owner_table, reshaped, thread_elements
-from ..ir.tile_ops import data_of, is_buffer, is_load, regions
+from ..ir.keys import KERNEL, LAYOUT_PLAN, PER_THREAD, WARP_ROLE, block_threads, fact
+from ..ir.layout import (Fragment, kept_alike, kept_whole_alike, owner_table, reshaped,
+                         thread_elements)
+from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load, regions
 from ..ir.visit import keep_user_errors, rewrite_pre, walk
 from ..ops import at_user_line, lookup
 
@@ -283,12 +284,60 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
             propagate()
     for nest in plan.nests:
         _check_nest(nest, ctx.layouts, plan, roles.threads(roles.of_nest[nest.loop]))
+    for buffer, indices, role in _plain_reads(body):
+        _check_plain_read(buffer, indices, ctx.layouts.get(buffer.name), roles.threads(role))
     # 5. with layouts final, ops say what they will emit (plan.instructions, for the Trace)
     for call, op, role in calls:
         if op.describe is not None:
             with at_user_line(call, func), ctx.run_by(roles.threads(role)):
                 op.describe(call, ctx)
     return plan
+
+
+def _plain_reads(body) -> list:
+    """(fragment, indices, role) of each fragment element that a statement outside T.Parallel
+    loops, tile ops and per-thread code reads: every thread of the block (or of the T.ws
+    role) runs such a statement, so each needs the element in a register of its own."""
+    found = []
+
+    def visit_in(role):
+        def visit(node):
+            if isinstance(node, tirx.AttrStmt) and node.attr_key == WARP_ROLE:
+                walk(node.body, object, visit_in((int(node.node.value), int(node.value.value))))
+                return WalkResult.SKIP
+            if isinstance(node, TilePrimitiveCall) or (
+                    isinstance(node, tirx.AttrStmt) and node.attr_key == PER_THREAD) or (
+                    isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL):
+                return WalkResult.SKIP
+            if is_load(node) and _is_fragment(node.source):
+                found.append((node.source, node.indices, role))
+            return None
+
+        return visit
+
+    walk(body, object, visit_in(None))
+    return found
+
+
+def _check_plain_read(buffer, indices, layout, threads: int) -> None:
+    """A fragment read by every thread (_plain_reads) must keep what is read on every
+    thread, in one register: else the fragment goes to shared memory (LayoutConflict)."""
+    if layout is None:
+        return
+    element = tuple(_const_int(i) for i in indices)
+    if None in element:
+        if not kept_whole_alike(layout):
+            raise LayoutConflict(
+                buffer.name, f"fragment {buffer.name!r} is indexed with a variable outside a "
+                "T.Parallel loop, and its elements are spread over the block's threads",
+                hint="loop over it with T.Parallel, or keep it in shared memory")
+        return
+    owners = owner_table(layout).get(element, {})
+    if not kept_alike(owners, threads):
+        raise LayoutConflict(
+            buffer.name, f"element {element} of fragment {buffer.name!r} is used by the whole "
+            f"block but lives on {len(owners)} of {threads} threads",
+            hint="read it inside a T.Parallel loop, or reduce into a smaller fragment")
 
 
 class _Roles:

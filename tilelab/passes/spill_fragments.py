@@ -11,6 +11,8 @@ fragment agrees on who holds what. Some well-formed programs ask for more:
             x[h, j] += a[k, h] * b[k, j]  # every thread reads all four rows of b
     for i, d in T.Parallel(64, 128):
         acc_o[i, d] *= scale[i]           # scale's rows sit where another GEMM left them
+    for i in T.serial(64):
+        Y[i] = sums[i]                    # every thread runs it, each row on a few threads
 
 The CPU runs them as written: there every tile is memory. For the GPU, layout
 inference (passes/infer_layouts.py) reports such a fragment as a
