@@ -29,6 +29,7 @@ _LAZY = {
     "load": ("kernel", "load"),
     "language": ("language", None),
     "profiler": ("profiler", None),
+    "viz": ("viz", None),
     "bench": ("benchmark", "bench"),
     "autotune": ("autotuner", "autotune"),
     "AutoTuner": ("autotuner", "AutoTuner"),
