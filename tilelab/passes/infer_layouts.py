@@ -37,8 +37,14 @@ from tvm_ffi import WalkResult
 from ..errors import LayoutConflict, TileLabTypeError
 from ..ir.dtypes import as_dtype
 from ..ir.keys import KERNEL, LAYOUT_PLAN, PER_THREAD, WARP_ROLE, block_threads, fact
-from ..ir.layout import (Fragment, kept_alike, kept_whole_alike, owner_table, reshaped,
-                         thread_elements)
+from ..ir.layout import (
+    Fragment,
+    kept_alike,
+    kept_whole_alike,
+    owner_table,
+    reshaped,
+    thread_elements,
+)
 from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load, regions
 from ..ir.visit import keep_user_errors, rewrite_pre, walk
 from ..ops import at_user_line, lookup

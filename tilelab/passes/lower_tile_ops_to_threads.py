@@ -608,7 +608,8 @@ def LowerTileOpsToThreads():  # noqa: N802
 
             def lower(body, tx, block_vars):
                 lowering = ThreadLowering(plan, threads, tx, block_vars, func)
-                return lowering.finish(lowering.swizzle_accesses(lowering.lower(body))), lowering.scratch
+                lowered = lowering.finish(lowering.swizzle_accesses(lowering.lower(body)))
+                return lowered, lowering.scratch
 
             swizzle = loop.annotations.get(SWIZZLE)
             if swizzle is not None:
