@@ -459,11 +459,6 @@ EXPLAINED = {
     "block_causal_attention/block_causal_attention_varlen.py":
         "over 240 s beside another example in the full run; alone with --timeout 600 it "
         "was correct in 420 s (60 kernels compiled for the CPU and for sm_90a)",
-    "gemv/example_gemv.py":
-        "its nine GEMV variants run at the example's own sizes: over 900 s on the CPU "
-        "beside other runs in the twenty-fifth session; correct on the CPU with "
-        "--timeout 900 in the twenty-fourth (9 kernels compiled for sm_90a); correct on "
-        "the H200 in 145 s",
     "cast/example_group_per_split_token_cast_to_fp8.py":
         "its hard-coded split (2048 + 6144 rows) needs the uncut 8192 rows. The kernel "
         "divides by the scale as the example writes it, x / (amax / 448), and its reference "
