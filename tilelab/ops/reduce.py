@@ -108,6 +108,13 @@ def combine(kind, acc, value):
     return tirx.min(acc, value)
 
 
+def _partials_combine(kind):
+    """How partial results of a `kind` reduction combine (abssum's and absmax's partials
+    already hold absolute values: they add up, or take the max)."""
+    return "sum" if kind in ("sum", "abssum") else "max" if kind in ("max", "absmax") \
+        else "min"
+
+
 def identity(kind, dtype):
     if kind == "max":
         return -tirx.infinity(dtype) if dtype.startswith(("float", "bfloat")) else \
@@ -237,8 +244,7 @@ def move_through_shared(ctx, rows: Fragment, tmp, df: Fragment, d_local, kind: s
             store = tirx.IfThenElse(tirx.EQ(index[rank], 0), store, None)
         stmts.append(ctx.only_if_valid(rows, slot, store))
     stmts.append(sync())
-    combine_kind = "sum" if kind in ("sum", "abssum") else "max" if kind in (
-        "max", "absmax") else "min"
+    combine_kind = _partials_combine(kind)
     for reg in range(df.local_size):
         element = ctx.inverse(df, reg)[:rank]
         value = tirx.BufferLoad(scratch, [simplify(flatten(element, shape))])
@@ -279,8 +285,7 @@ def _reduce_registers(ctx, src, sf, s_local, dst_name, df, d_local, dst_element,
         if kind in ("abssum", "absmax"):
             value = tirx.abs(value)
         terms[slots.pop()].append(ctx.valid_or(sf, ls, value, identity(kind, dtype)))
-    combine_kind = "sum" if kind in ("sum", "abssum") else "max" if kind in (
-        "max", "absmax") else "min"
+    combine_kind = _partials_combine(kind)
     stmts += [tirx.BufferStore(acc, _interleaved(combine_kind, values) if values else
                                identity(kind, dtype), [slot])
               for slot, values in terms.items()]
