@@ -49,21 +49,31 @@ def data_of(value):
     return None
 
 
-def fragment_views(body) -> dict:
-    """The fragments `body` declares as views of others (`T.reshape`): view name -> the
-    fragment whose registers it names (a view of a view: the first fragment)."""
+def fragment_view_buffers(body) -> list:
+    """(view, fragment) of each fragment `body` declares as a view of another (`T.reshape`):
+    the view's buffer and the fragment whose registers it names (a view of a view: the
+    first fragment), in program order."""
     import tvm_ffi
 
-    views: dict = {}
+    found: list = []
+    roots: dict = {}  # view name -> its fragment
 
     def visit(decl):
         base = data_of(decl.data)
         if decl.buffer.scope() == "local.fragment" and base is not None and \
                 str(base.name) != str(decl.buffer.name):
-            views[str(decl.buffer.name)] = views.get(str(base.name), base)
+            root = roots.get(str(base.name), base)
+            roots[str(decl.buffer.name)] = root
+            found.append((decl.buffer, root))
 
     tvm_ffi.structural_walk(body, (tirx.DeclBuffer, visit), order="pre")
-    return views
+    return found
+
+
+def fragment_views(body) -> dict:
+    """The fragments `body` declares as views of others: view name -> the fragment whose
+    registers it names (fragment_view_buffers)."""
+    return {str(view.name): base for view, base in fragment_view_buffers(body)}
 
 
 def is_load(value) -> bool:

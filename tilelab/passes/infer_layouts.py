@@ -45,7 +45,7 @@ from ..ir.layout import (
     reshaped,
     thread_elements,
 )
-from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load, regions
+from ..ir.tile_ops import _const_int, fragment_view_buffers, is_buffer, is_load, regions
 from ..ir.visit import keep_user_errors, rewrite_pre, walk
 from ..ops import at_user_line, lookup
 
@@ -247,7 +247,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
 
     walk(body, object, collect_in(None))
     ctx = LayoutContext(plan, threads, wgmma_off)
-    views = _views(body)  # T.reshape: (view, its fragment), each with the other's layout
+    views = fragment_view_buffers(body)  # T.reshape: each layout is the other's
 
     # 1. ops fix the layouts they insist on (GEMM accumulators, swizzled tiles), each
     # for the threads that run it (a T.ws role's, or the block's).
@@ -291,7 +291,8 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
     for nest in plan.nests:
         _check_nest(nest, ctx.layouts, plan, roles.threads(roles.of_nest[nest.loop]))
     for buffer, indices, role in _plain_reads(body):
-        _check_plain_read(buffer, indices, ctx.layouts.get(buffer.name), roles.threads(role))
+        if buffer.name in ctx.layouts:
+            register_read_by_all(buffer, indices, ctx.layouts[buffer.name], roles.threads(role))
     # 5. with layouts final, ops say what they will emit (plan.instructions, for the Trace)
     for call, op, role in calls:
         if op.describe is not None:
@@ -325,11 +326,11 @@ def _plain_reads(body) -> list:
     return found
 
 
-def _check_plain_read(buffer, indices, layout, threads: int) -> None:
-    """A fragment read by every thread (_plain_reads) must keep what is read on every
-    thread, in one register: else the fragment goes to shared memory (LayoutConflict)."""
-    if layout is None:
-        return
+def register_read_by_all(buffer, indices, layout, threads: int):
+    """The register in which each of `threads` keeps element `indices` of fragment `buffer`,
+    which a statement outside T.Parallel reads on every thread (_plain_reads; an expression
+    where the index is computed); a LayoutConflict where they do not all keep it alike -
+    spill_fragments then moves the fragment to shared memory."""
     element = tuple(_const_int(i) for i in indices)
     if None in element:
         if not kept_whole_alike(layout):
@@ -337,13 +338,14 @@ def _check_plain_read(buffer, indices, layout, threads: int) -> None:
                 buffer.name, f"fragment {buffer.name!r} is indexed with a variable outside a "
                 "T.Parallel loop, and its elements are spread over the block's threads",
                 hint="loop over it with T.Parallel, or keep it in shared memory")
-        return
+        return layout.local_of(*indices)
     owners = owner_table(layout).get(element, {})
     if not kept_alike(owners, threads):
         raise LayoutConflict(
             buffer.name, f"element {element} of fragment {buffer.name!r} is used by the whole "
             f"block but lives on {len(owners)} of {threads} threads",
             hint="read it inside a T.Parallel loop, or reduce into a smaller fragment")
+    return next(iter(owners.values()))
 
 
 class _Roles:
@@ -371,19 +373,6 @@ class _Roles:
                 f"fragment {buffer.name!r} is used by {names[0]} and by {names[1]}: a "
                 "fragment lives in the registers of the threads of one role",
                 hint="copy it through a shared tile to hand it from one role to another")
-
-
-def _views(body) -> list:
-    """(view, fragment) of each fragment the kernel names again with another shape."""
-    found = []
-
-    def visit(decl):
-        base = data_of(decl.data)
-        if _is_fragment(decl.buffer) and base is not None and base.name != decl.buffer.name:
-            found.append((decl.buffer, base))
-
-    walk(body, tirx.DeclBuffer, visit)
-    return found
 
 
 def _propagate_view(view, base, ctx) -> bool:

@@ -44,12 +44,12 @@ from ..ir.keys import (
     fact_value,
     without_facts,
 )
-from ..ir.layout import Fragment, kept_alike, kept_whole_alike, owner_table, thread_elements
+from ..ir.layout import Fragment, owner_table, thread_elements
 from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, lookup
 from ..ops._lowering import address, is_fragment, seq, simplify, thread_index_range, unravel
-from .infer_layouts import LayoutPlan, parallel_nest
+from .infer_layouts import LayoutPlan, parallel_nest, register_read_by_all
 from .thread_code import thread_indices
 
 
@@ -337,27 +337,13 @@ class ThreadLowering:
         return rewrite(expr, tvm.ir.TensorLoad, replace)
 
     def replicated_local(self, buffer, indices):
+        """The register every thread reads element `indices` from (a variable index: where
+        every thread keeps the whole fragment alike, e.g. a block mask read in a serial
+        loop); InferLayouts checked that it exists."""
         if buffer.scope() == "local.var":
             return indices[0]
-        frag = self.layout_of(buffer)
-        element = tuple(_const_int(i) for i in indices)
-        if None in element:
-            # a variable index: fine where every thread keeps the whole fragment, each
-            # element in the same register (a small replicated tile, e.g. a block mask
-            # read in a serial loop); the register is then the layout's map of the index
-            if not kept_whole_alike(frag):
-                raise TileLabTypeError(
-                    f"fragment {buffer.name!r} is indexed with a variable outside a T.Parallel "
-                    f"loop, and its elements are spread over the block's threads",
-                    hint="loop over it with T.Parallel, or keep it in shared memory")
-            return simplify(frag.local_of(*indices))
-        owners = owner_table(frag).get(element, {})
-        if not kept_alike(owners, self.threads):
-            raise TileLabTypeError(
-                f"element {element} of fragment {buffer.name!r} is used by the whole block but "
-                f"lives on {len(owners)} of {self.threads} threads",
-                hint="read it inside a T.Parallel loop, or reduce into a smaller fragment")
-        return next(iter(owners.values()))
+        return simplify(register_read_by_all(buffer, indices, self.layout_of(buffer),
+                                             self.threads))
 
     def lower_block_store(self, stmt):
         """A store outside parallel loops runs once per block (or per thread for registers)."""
