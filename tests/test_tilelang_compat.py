@@ -205,6 +205,31 @@ def test_determine_fp8_type_names_nvidias_formats():
         determine_fp8_type("e3m4")
 
 
+def test_determine_torch_fp8_type_gives_torchs_dtype():
+    from tilelang.language.fp8 import determine_torch_fp8_type
+
+    assert determine_torch_fp8_type() is torch.float8_e4m3fn
+    assert determine_torch_fp8_type("e5m2") is torch.float8_e5m2
+    with pytest.raises(ValueError):
+        determine_torch_fp8_type("e3m4")
+
+
+def test_simplify_prim_func_keeps_the_program():
+    """`@simplify_prim_func` on a factory's PrimFunc (TileLang's bitnet kernels): the
+    program compiles and runs as without it."""
+    from tilelang.transform import simplify_prim_func
+
+    @simplify_prim_func
+    @T.prim_func
+    def double(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(64):
+                B[i] = A[i] * 2
+
+    a = _rand(64, seed=3)
+    torch.testing.assert_close(tilelang.compile(double, out_idx=[1], target="cpu")(a), a * 2)
+
+
 def test_tilelang_pass_config_names_compile_with_a_warning():
     """TileLang's examples pass `tilelang.PassConfigKey.TL_DISABLE_WARP_SPECIALIZED` and the
     like: the names exist, tilelab's own keys keep their effect, the others warn once."""
@@ -302,15 +327,19 @@ def test_const_arithmetic_before_the_tensor_declarations(B, W, K, S):
     torch.testing.assert_close(strided_window_sum(x, w, 16, S), expected, rtol=1e-5, atol=1e-5)
 
 
-def _transpose_through_shared(use_list_layout: bool):
+def _transpose_through_shared(layout: str):
+    from tilelang.cuda.intrinsics import make_mma_swizzle_layout
+
     M, N = 64, 64
 
     @T.prim_func
     def transpose_through_shared(A: T.Tensor((M, N), T.float16), B: T.Tensor((N, M), T.float16)):
         with T.Kernel(1, threads=128):
             tile = T.alloc_shared((M, N), T.float16)
-            if use_list_layout:
+            if layout == "list":
                 T.annotate_layout({tile: T.Layout((M, N), lambda i, j: [i // 8, j, i % 8])})
+            elif layout == "mma":  # TileLang's tilelang.cuda.intrinsics spelling
+                T.annotate_layout({tile: make_mma_swizzle_layout(tile)})
             else:
                 T.annotate_layout({tile: tilelang.layout.make_swizzled_layout(tile)})
             T.copy(A, tile)
@@ -320,13 +349,13 @@ def _transpose_through_shared(use_list_layout: bool):
     return transpose_through_shared
 
 
-@pytest.mark.parametrize("use_list_layout", [True, False])
-def test_layout_returning_coordinates_and_swizzled_layout(use_list_layout):
-    transpose_through_shared = _transpose_through_shared(use_list_layout)
+@pytest.mark.parametrize("layout", ["list", "swizzled", "mma"])
+def test_layout_returning_coordinates_and_swizzled_layout(layout):
+    transpose_through_shared = _transpose_through_shared(layout)
     a = _rand(64, 64, seed=7).half()
     kernel = tilelang.compile(transpose_through_shared, out_idx=[1], target="cpu")
     torch.testing.assert_close(kernel(a), a.t())
-    if use_list_layout:  # CUDA applies row swizzles only; this one is left out, and said so
+    if layout == "list":  # CUDA applies row swizzles only; this one is left out
         with pytest.warns(TileLabWarning, match="the layout annotated for 'tile' is not "
                           "applied on the GPU"):
             cuda = tilelang.compile(transpose_through_shared, out_idx=[1], target="cuda:sm_90a")
@@ -336,10 +365,10 @@ def test_layout_returning_coordinates_and_swizzled_layout(use_list_layout):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("use_list_layout", [True, False])
-def test_annotated_shared_layouts_on_the_gpu(use_list_layout):
+@pytest.mark.parametrize("layout", ["list", "swizzled", "mma"])
+def test_annotated_shared_layouts_on_the_gpu(layout):
     a = torch.randn(64, 64, device="cuda").half()
-    kernel = tilelang.compile(_transpose_through_shared(use_list_layout), out_idx=[1],
+    kernel = tilelang.compile(_transpose_through_shared(layout), out_idx=[1],
                               target="cuda")
     torch.testing.assert_close(kernel(a), a.t())
 

@@ -97,6 +97,32 @@ def determine_fp8_type(fp8_format: str = "e4m3", device=None):
     return T.float8_e4m3fn if fp8_format == "e4m3" else T.float8_e5m2
 
 
+def determine_torch_fp8_type(fp8_format: str = "e4m3"):
+    """The torch dtype of `determine_fp8_type` (NVIDIA's formats here)."""
+    import torch
+
+    determine_fp8_type(fp8_format)  # the same formats, the same error for others
+    return torch.float8_e4m3fn if fp8_format == "e4m3" else torch.float8_e5m2
+
+
+def simplify_prim_func(fn):
+    """TileLang's decorator that simplifies the PrimFunc a factory returns. tilelab's
+    compiler simplifies every program itself, so the function is returned as it is."""
+    return fn
+
+
+def make_mma_swizzle_layout(buffer, is_smooth: bool = False):
+    """TileLang's swizzled layout for tiles that tensor-core loads read
+    (`tilelang.cuda.intrinsics`): tilelab's own bank-conflict-free layout for the tile
+    (`make_swizzled_layout`), or the plain row-major one with `is_smooth=True`."""
+    from ..ir.layout import Layout
+    from ..language.tilelang_names import make_swizzled_layout
+
+    if is_smooth:
+        return Layout.row_major([int(s) for s in buffer.shape])
+    return make_swizzled_layout(buffer)
+
+
 def autotune(configs=None, warmup=None, rep=None, timeout=None, ref_prog=None, rtol=1e-2,
              atol=1e-2, skip_check=False, **_options):
     """`@tilelang.autotune(configs=...)` above `@tilelang.jit`: tilelab's autotuner
@@ -358,7 +384,8 @@ def _submodules() -> dict[str, types.ModuleType]:
         "tilelang": this,
         "tilelang.language": language,
         "tilelang.language.fp8": _module("tilelang.language.fp8", "float8 types.",
-                                         determine_fp8_type=determine_fp8_type),
+                                         determine_fp8_type=determine_fp8_type,
+                                         determine_torch_fp8_type=determine_torch_fp8_type),
         "tilelang.math": _module("tilelang.math", "Integer helpers.", cdiv=cdiv,
                                  next_power_of_2=next_power_of_2),
         "tilelang.layout": _module("tilelang.layout", "Layouts.",
@@ -371,7 +398,11 @@ def _submodules() -> dict[str, types.ModuleType]:
         "tilelang.profiler": _module("tilelang.profiler", "Timing.", do_bench=do_bench,
                                      Profiler=Profiler),
         "tilelang.transform": _module("tilelang.transform", "Pass settings.",
-                                      PassConfigKey=PassConfigKey),
+                                      PassConfigKey=PassConfigKey,
+                                      simplify_prim_func=simplify_prim_func),
+        "tilelang.cuda": _module("tilelang.cuda", "CUDA helpers."),
+        "tilelang.cuda.intrinsics": _module("tilelang.cuda.intrinsics", "Tensor-core layouts.",
+                                            make_mma_swizzle_layout=make_mma_swizzle_layout),
         "tilelang.utils": _module("tilelang.utils", "Utilities."),
         "tilelang.utils.tensor": _module("tilelang.utils.tensor", "Tensor helpers.",
                                          torch_assert_close=torch_assert_close,
@@ -423,6 +454,7 @@ class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         raise ImportError(f"{spec.name} is part of TileLang that tilelab does not provide "
                           "(tilelab has jit, compile, cdiv, tvm, language, language.fp8, "
                           "math, layout, autotuner, profiler, transform, testing, tileop, "
+                          "cuda.intrinsics (make_mma_swizzle_layout), "
                           "utils.tensor, carver.arch (CUDA, CDNA, driver), carver.template "
                           "and carver.roller.rasterization (names only), contrib.nvcc, "
                           "engine.callback, tools (Analyzer), env (TILELANG_CACHE_DIR))",
