@@ -242,6 +242,51 @@ def test_a_given_reference_decides_what_is_correct():
     assert statuses == {1: "wrong result", 2: "ok"}
 
 
+@tilelab.jit
+def gather_by_index(idx, x, block: int = 32, threads: int = 32):
+    """Eager: out[i] = x[idx[i]]; random indices would read outside x."""
+    N, M = T.const("N, M")
+    idx: T.Tensor((N,), T.int32)
+    x: T.Tensor((M,), T.float32)
+    out = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, block), threads=threads) as b:
+        for i in T.Parallel(block):
+            if b * block + i < N:
+                out[b * block + i] = x[idx[b * block + i]]
+    return out
+
+
+@pytest.mark.parametrize("own_process", [False, True])
+def test_given_inputs_replace_random_ones(monkeypatch, own_process):
+    """Indices must be in range: random inputs (-8..7) make every candidate fail, the
+    tensors of `autotune_inputs` (pickled to a spawned worker too) tune it."""
+    if own_process:
+        monkeypatch.setattr(AutoTuner, "_backend",
+                            lambda self: LocalBackend(compile_workers=2, bench_processes=True))
+    configs = [{"block": 64}, {"block": 16, "threads": 16}]
+    idx, x = torch.randint(0, 50, (77,), dtype=torch.int32), torch.randn(50)
+    with pytest.raises(TileLabError, match="no configuration of gather_by_index ran"):
+        tuned(gather_by_index, configs)(idx, x)
+    tuner = tuned(gather_by_index, configs, ref_prog=lambda i, v: v[i.long()])
+    with tilelab.autotune_inputs(idx, x):
+        kernel = tuner.compile(idx, x)
+    assert [r["status"] for r in kernel.autotune_result.rows] == ["ok"] * 3
+    fresh = torch.randint(0, 50, (77,), dtype=torch.int32)
+    torch.testing.assert_close(kernel(fresh, x), x[fresh.long()])
+
+
+def test_given_inputs_must_be_the_kernels_inputs():
+    tuner = tuned(gather_by_index, [{"block": 16}])
+    idx, x = torch.zeros(10, dtype=torch.int32), torch.randn(5)
+    with pytest.raises(TileLabArgumentError, match="gave 1 tensors; the kernel takes 2"):
+        with tilelab.autotune_inputs(idx):
+            tuner(idx, x)
+    with pytest.raises(TileLabArgumentError, match=r"input 1 is float32 \[6\]; the kernel "
+                       r"wants float32 \[5\]"):
+        with tilelab.autotune_inputs(idx, torch.randn(6)):
+            tuner(idx, x)
+
+
 def test_no_correct_candidate_is_an_error_that_says_why():
     tuner = tuned(scaled_copy, [{"scale": 3}], ref_prog=lambda A: -A)
     with pytest.raises(TileLabError, match="no configuration of scaled_copy ran correctly"):

@@ -32,6 +32,7 @@ _LAZY = {
     "viz": ("viz", None),
     "bench": ("benchmark", "bench"),
     "autotune": ("autotuner", "autotune"),
+    "autotune_inputs": ("autotuner", "autotune_inputs"),
     "AutoTuner": ("autotuner", "AutoTuner"),
 }
 

@@ -19,7 +19,9 @@ kernel, in four steps:
    layout rules reject) is recorded with its reason;
 3. **benchmark phase**: one worker per visible GPU (a process pinned with
    `CUDA_VISIBLE_DEVICES`, or a Ray actor with `num_gpus=1`) loads each built
-   kernel, runs it on seeded random inputs, compares its output with the
+   kernel, runs it on seeded random inputs (or on the tensors given with
+   `with tilelab.autotune_inputs(...)`, for kernels that random values would
+   mislead: indices, masks), compares its output with the
    reference (a wrong one is recorded, not timed), and times it exactly as
    `tilelab.bench` does (`tilelab.profiler.do_bench`). With many timed calls
    per candidate (a GPU's default 100) every candidate is first *screened*
@@ -35,6 +37,8 @@ kernel, in four steps:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
 import itertools
@@ -57,7 +61,7 @@ from .errors import raised_at_the_caller as _user_error
 from .kernel import JITFunction, Kernel, _dtype_name, _freeze, _is_tensor
 from .viz.measurements import AutotuneView
 
-__all__ = ["AutoTuner", "AutotuneResult", "BuiltKernel", "autotune"]
+__all__ = ["AutoTuner", "AutotuneResult", "BuiltKernel", "autotune", "autotune_inputs"]
 
 
 # ---------------------------------------------------------------- what travels between processes
@@ -194,6 +198,43 @@ def random_inputs(params: list, device: str, seed: int) -> list:
     return tensors
 
 
+_GIVEN_INPUTS = contextvars.ContextVar("tilelab_autotune_inputs", default=None)
+
+
+@contextlib.contextmanager
+def autotune_inputs(*tensors):
+    """`with tilelab.autotune_inputs(idx, x):` tunes that start inside the block run each
+    candidate on these tensors (the kernel's inputs, in order, outputs left out) instead
+    of seeded random ones: for kernels whose inputs must mean something (indices in
+    range, a mask, a sorted list). TileLang spells it `set_autotune_inputs`."""
+    token = _GIVEN_INPUTS.set(tuple(tensors))
+    try:
+        yield
+    finally:
+        _GIVEN_INPUTS.reset(token)
+
+
+def _given_inputs(params: list) -> list | None:
+    """The tensors of `autotune_inputs`, checked against the kernel's inputs, on the CPU
+    (they travel to the benchmark workers by pickle); None outside such a block."""
+    given = _GIVEN_INPUTS.get()
+    if given is None:
+        return None
+    wanted = [p for p in params if not p["output"]]
+    if len(given) != len(wanted):
+        raise TileLabArgumentError(f"autotune_inputs gave {len(given)} tensors; the kernel "
+                                   f"takes {len(wanted)} inputs (outputs left out)")
+    for i, (t, p) in enumerate(zip(given, wanted)):
+        if not _is_tensor(t):
+            raise TileLabArgumentError(f"autotune_inputs: input {i} is a "
+                                       f"{type(t).__name__}, not a tensor")
+        shape, dtype = [int(n) for n in t.shape], _dtype_name(t)
+        if shape != [int(n) for n in p["shape"]] or dtype != p["dtype"]:
+            raise TileLabArgumentError(f"autotune_inputs: input {i} is {dtype} {shape}; the "
+                                       f"kernel wants {p['dtype']} {list(p['shape'])}")
+    return [t.detach().cpu() for t in given]
+
+
 class BenchWorker:
     """Runs, checks and times candidates on one device (a process per GPU, or a Ray actor).
 
@@ -229,8 +270,10 @@ class BenchWorker:
         tune = task["tune"]
         try:
             if tune not in self._inputs:
-                self._inputs = {tune: random_inputs(task["params"], self.device(task["target"]),
-                                                    task["seed"])}
+                device = self.device(task["target"])
+                self._inputs = {tune: [t.to(device) for t in task["inputs"]]
+                                if task.get("inputs") is not None else
+                                random_inputs(task["params"], device, task["seed"])}
                 self._expected = {}
             inputs = self._inputs[tune]
             fn = self._callable(task["candidate"])
@@ -808,7 +851,8 @@ class AutoTuner:
                              _plain(t) for t in call],
                             target, device, compiler_fingerprint(), _toolchain(plain_target),
                             warmup, rep, self.skip_check, self.rtol, self.atol,
-                            self.ref_prog is not None, self.baseline is not None)
+                            self.ref_prog is not None, self.baseline is not None,
+                            _GIVEN_INPUTS.get() is not None)
             cached = default_cache().get(key) if self.cache_results else None
             if cached is not None:
                 result = self._result_from(json.loads(cached["autotune.json"]), cached=True)
@@ -868,8 +912,9 @@ class AutoTuner:
                     reference = built[min(built)]  # the default, when it compiled
             tune = f"{os.getpid()}-{id(self)}-{time.time_ns()}"
             params = next(iter(built.values())).params if built else []
+            given = _given_inputs(params)
             tasks = [(i, {"tune": tune, "target": target.partition(":")[0],
-                          "params": params, "seed": self.seed, "candidate": b,
+                          "params": params, "seed": self.seed, "inputs": given, "candidate": b,
                           "reference": reference, "rtol": self.rtol, "atol": self.atol,
                           "warmup": warmup, "rep": rep}) for i, b in built.items()]
             started = time.perf_counter()

@@ -194,15 +194,11 @@ class AutoTuner:
 
 
 def set_autotune_inputs(*inputs, **_options):
-    """`with set_autotune_inputs(q, k, ...)`: tune on these tensors. tilelab's autotuner
-    makes its own inputs (random, of the call's shapes and dtypes) and checks every
-    candidate against the first; so this is an error that says so, when used."""
-    from ..language.tilelang_names import TileLangFeatureError
+    """`with set_autotune_inputs(q, k, ...)`: tunes inside the block run their candidates
+    on these tensors (tilelab.autotune_inputs)."""
+    from ..autotuner import autotune_inputs
 
-    raise TileLangFeatureError(
-        "tilelang.autotuner.set_autotune_inputs gives the autotuner its inputs, which "
-        "tilelab does not take: it tunes on random inputs of the call's shapes",
-        hint="call the tuned kernel without the `with set_autotune_inputs(...)` block")
+    return autotune_inputs(*inputs)
 
 
 def set_random_seed(seed: int = 42) -> None:
