@@ -144,6 +144,7 @@ def _keep_tensors_on_cpu():
     torch.cuda.Event = _ClockEvent
     # examples pick their configs by the GPU's generation: answer as the H200 would
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    torch.cuda.get_device_name = lambda *a, **k: "NVIDIA H200"
     torch.set_default_device = lambda *a, **k: None
     torch.cuda.profiler.start = torch.cuda.profiler.stop = lambda *a, **k: None
     _triton_interpreted()
@@ -154,8 +155,14 @@ def _triton_interpreted():
     run those through Triton's interpreter on the CPU tensors. The interpreter has no
     driver to time an autotuner's configurations with; any of them computes the same
     reference, so none is timed (each is run once and the first kept)."""
+    import contextlib
+
+    import torch
+
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("FLA_CACHE_RESULTS", "0")  # its disk cache wants a driver too
+    if not hasattr(torch.cpu, "device"):  # flash-linear-attention's `torch.<device>.device(i)`
+        torch.cpu.device = lambda *a, **k: contextlib.nullcontext()
     try:
         from triton.runtime import autotuner
     except ImportError:  # the example will say that it needs Triton
