@@ -326,19 +326,9 @@ def tvm_thread_allreduce(count, value, condition, out, *threads, dtype="handle")
         dims.append(match[0])
     extents = [builtins.int(e) for e in builder.threads]
     index = [thread_index(builder, d) for d in range(len(extents))]
-
-    def flat(idx):  # x varies fastest
-        out_index = 0
-        for d in reversed(range(len(extents))):
-            out_index = out_index * extents[d] + idx[d]
-        return out_index
-
     dtype = str(out.source.dtype)
-    exchange = tirx.decl_buffer((math.prod(extents),), dtype, scope="shared.dyn",
-                                name=builder.fresh_name("allreduce_exchange"))
-    builder.buffer_locations[exchange.name] = builder.location
-    builder.emit(tirx.AllocBuffer(exchange))
-    builder.emit(tirx.BufferStore(exchange, E.to_expr(value, dtype), [flat(index)]))
+    exchange = _exchange(builder, "allreduce_exchange", math.prod(extents), dtype)
+    builder.emit(tirx.BufferStore(exchange, E.to_expr(value, dtype), [_flat(index, extents)]))
     r = tirx.Var("r", "int32")
     group = [extents[d] for d in dims]
     others = list(index)
@@ -348,9 +338,28 @@ def tvm_thread_allreduce(count, value, condition, out, *threads, dtype="handle")
     builder.emit(tirx.BufferStore(out.source, E.to_expr(reducer.identity, dtype),
                                   list(out.indices)))
     builder.emit(tirx.For(r, 0, math.prod(group), tirx.ForKind.SERIAL, tirx.BufferStore(
-        out.source, E.to_expr(reducer.combine(here, tirx.BufferLoad(exchange, [flat(others)])),
-                              dtype), list(out.indices))))
+        out.source, E.to_expr(reducer.combine(here, tirx.BufferLoad(
+            exchange, [_flat(others, extents)])), dtype), list(out.indices))))
     return _Done()
+
+
+def _flat(index, extents):
+    """The flat thread index of the thread indices `index` (x varies fastest), as CUDA
+    numbers a block's threads - and so its warps' lanes."""
+    flat = 0
+    for d in reversed(range(len(extents))):
+        flat = flat * extents[d] + index[d]
+    return flat
+
+
+def _exchange(builder, name, size, dtype):
+    """A shared tile of `size` elements through which threads hand each other values in
+    code written for one thread (allocated where the exchange is written)."""
+    exchange = tirx.decl_buffer((size,), dtype, scope="shared.dyn",
+                                name=builder.fresh_name(name))
+    builder.buffer_locations[exchange.name] = builder.location
+    builder.emit(tirx.AllocBuffer(exchange))
+    return exchange
 
 
 def evaluate(value):
