@@ -421,6 +421,12 @@ def _a_python_number(a, out, v, tx):
 
 
 @T.macro
+def _under_a_thread_own_if(a, out, v, tx):
+    if v[0] > 0:
+        v[0] = v[0] + T.shfl_xor(v[0], 1)
+
+
+@T.macro
 def _in_a_ws_role(a, out, v, tx):
     with T.ws(0):
         out[0] = T.shfl_xor(a[0], 1)
@@ -433,6 +439,7 @@ def _in_a_ws_role(a, out, v, tx):
     (_width_at_run_time, "width=.*constant power of two"),
     (_warp_of_64, "warp_size=64"),
     (_a_python_number, "T.shfl_up shuffles a kernel value"),
+    (_under_a_thread_own_if, "warp shuffle .* under an `if` or loop on a thread's own"),
     (_in_a_ws_role, "T.shfl_xor inside a T.ws role"),
 ])
 def test_misuse_is_refused_at_the_line(body, match):

@@ -23,6 +23,7 @@ from ..errors import TileLabSyntaxError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
 from ..ir.expr import dtype_of
+from ..ir.keys import EXCHANGE
 from ..ir.tile_ops import _const_int, is_load
 from ..ir.tile_ops import is_buffer as tirx_is_buffer
 from ..ops._lowering import unravel
@@ -360,7 +361,7 @@ def _exchange(builder, name, size, dtype):
     exchange = tirx.decl_buffer((size,), dtype, scope="shared.dyn",
                                 name=builder.fresh_name(name))
     builder.buffer_locations[exchange.name] = builder.location
-    builder.emit(tirx.AllocBuffer(exchange))
+    builder.emit(tirx.AllocBuffer(exchange, annotations={EXCHANGE: 1}))
     return exchange
 
 
