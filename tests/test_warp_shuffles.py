@@ -432,6 +432,12 @@ def _in_a_ws_role(a, out, v, tx):
         out[0] = T.shfl_xor(a[0], 1)
 
 
+@T.macro
+def _in_a_while_condition(a, out, v, tx):
+    while T.shfl_down(v[0], 1) > 0:
+        v[0] = v[0] - 1
+
+
 @pytest.mark.parametrize("body, match", [
     (_in_parallel, "T.shfl_xor inside a T.Parallel loop"),
     (_width_3, "width=3.*power of two"),
@@ -441,6 +447,7 @@ def _in_a_ws_role(a, out, v, tx):
     (_a_python_number, "T.shfl_up shuffles a kernel value"),
     (_under_a_thread_own_if, "warp shuffle .* under an `if` or loop on a thread's own"),
     (_in_a_ws_role, "T.shfl_xor inside a T.ws role"),
+    (_in_a_while_condition, "while condition stores as well as reads"),
 ])
 def test_misuse_is_refused_at_the_line(body, match):
     with pytest.raises(TileLabError, match=match) as info:
