@@ -155,11 +155,21 @@ def _not_a_thread(a, r, tx):
         T.evaluate(T.tvm_thread_allreduce(T.uint32(1), a[tx], True, r[0], 3, dtype="handle"))
 
 
+@T.macro
+def _under_a_thread_own_if(a, r, tx):
+    if a[tx] > 0:  # the threads that skip it would never store their values
+        with T.attr(T.comm_reducer(lambda p, q: p + q, [T.cast(0, T.float32)]),
+                    "reduce_scope", T.reinterpret(T.uint64(0), dtype="handle")):
+            T.evaluate(T.tvm_thread_allreduce(T.uint32(1), a[tx], True, r[0], tx,
+                                              dtype="handle"))
+
+
 @pytest.mark.parametrize("body, match", [
     (_outside_attr, "needs its reducer"),
     (_other_attr, "T.attr.*'pragma_unroll'.*does not have"),
     (_evaluate_a_value, "T.evaluate takes a T.tvm_thread_allreduce"),
     (_not_a_thread, "reduces over thread indices"),
+    (_under_a_thread_own_if, "thread all-reduce.* under an `if` or loop on a thread's own"),
 ])
 def test_misuse_is_refused_at_the_line(body, match):
     with pytest.raises(TileLabError, match=match) as info:

@@ -399,7 +399,7 @@ def _uses(name):
 
 
 @pytest.mark.parametrize("name, says", [
-    ("shfl_sync", "T.reduce_sum"), ("alloc_tmem", "T.Pipelined"),
+    ("any_sync", "T.shfl_xor"), ("alloc_tmem", "T.Pipelined"),
     ("sync_warp", "inserts the barriers"), ("mbarrier_expect_tx", "T.copy"),
     ("no_such_primitive", "tilelab has no")])
 def test_tilelang_features_tilelab_lacks_are_named_at_the_users_line(name, says):

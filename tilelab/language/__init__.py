@@ -104,6 +104,10 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     no_set_max_nreg,
     parallel,
     reinterpret,
+    shfl_down,
+    shfl_sync,
+    shfl_up,
+    shfl_xor,
     shift_left,
     shift_right,
     short,
@@ -113,6 +117,10 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     truncdiv,
     truncmod,
     tvm_thread_allreduce,
+    tvm_warp_shuffle,
+    tvm_warp_shuffle_down,
+    tvm_warp_shuffle_up,
+    tvm_warp_shuffle_xor,
     uint,
 )
 

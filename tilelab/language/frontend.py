@@ -411,8 +411,16 @@ class Interpreter:
     def exec_While(self, node):  # noqa: N802
         if node.orelse:
             raise TileLabSyntaxError("while ... else is not supported in a kernel")
+        stores = sum(self.builder.writes.values())
         cond = E.as_ir(self.eval(node.test))
         if E.is_expr(cond) and _const_int(cond) is None:
+            if sum(self.builder.writes.values()) != stores:
+                raise TileLabSyntaxError(
+                    "this while condition stores as well as reads (a warp shuffle, an "
+                    "atomic_add with return_prev): the kernel would store once, before the "
+                    "first round, and re-read only the result each round",
+                    hint="compute the value into a T.alloc_var before the loop and again at "
+                         "the end of its body, and test that")
             return self.kernel_while(node, cond)
         if not _leaves(node.body):
             return self.unroll_while(node, cond, _LoopExit(self.kernel_ifs, unrolled=True))

@@ -3,10 +3,12 @@
 tilelab's `T` namespace follows TileLang, whose programs should run here as written.
 TileLang also has other names for things tilelab already has (`T.float` for
 `T.float32`, `T.Serial` for `T.serial`, `T.floordiv(a, b)` for `a // b`); they live
-here, in one place, and `T` re-exports them. Some of TileLang's explicit hardware
-programming (warp shuffles, tcgen05, clusters) has no place in a tile-level language
-that chooses those itself: naming one of those gives a `TileLangFeatureError` that
-says what the feature is and what to write instead, never a bare "has no attribute".
+here, in one place, and `T` re-exports them. TVM's thread all-reduce and the warp
+shuffles (`T.shfl_xor`, `T.tvm_warp_shuffle`, ...) are code written for one thread
+that hands values between threads through shared memory. Some of TileLang's explicit
+hardware programming (tcgen05, clusters) has no place in a tile-level language that
+chooses those itself: naming one of those gives a `TileLangFeatureError` that says what
+the feature is and what to write instead, never a bare "has no attribute".
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..errors import TileLabSyntaxError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
 from ..ir.expr import dtype_of
+from ..ir.keys import EXCHANGE
 from ..ir.tile_ops import _const_int, is_load
 from ..ir.tile_ops import is_buffer as tirx_is_buffer
 from ..ops._lowering import unravel
@@ -326,19 +329,9 @@ def tvm_thread_allreduce(count, value, condition, out, *threads, dtype="handle")
         dims.append(match[0])
     extents = [builtins.int(e) for e in builder.threads]
     index = [thread_index(builder, d) for d in range(len(extents))]
-
-    def flat(idx):  # x varies fastest
-        out_index = 0
-        for d in reversed(range(len(extents))):
-            out_index = out_index * extents[d] + idx[d]
-        return out_index
-
     dtype = str(out.source.dtype)
-    exchange = tirx.decl_buffer((math.prod(extents),), dtype, scope="shared.dyn",
-                                name=builder.fresh_name("allreduce_exchange"))
-    builder.buffer_locations[exchange.name] = builder.location
-    builder.emit(tirx.AllocBuffer(exchange))
-    builder.emit(tirx.BufferStore(exchange, E.to_expr(value, dtype), [flat(index)]))
+    exchange = _exchange(builder, "allreduce_exchange", math.prod(extents), dtype)
+    builder.emit(tirx.BufferStore(exchange, E.to_expr(value, dtype), [_flat(index, extents)]))
     r = tirx.Var("r", "int32")
     group = [extents[d] for d in dims]
     others = list(index)
@@ -348,9 +341,208 @@ def tvm_thread_allreduce(count, value, condition, out, *threads, dtype="handle")
     builder.emit(tirx.BufferStore(out.source, E.to_expr(reducer.identity, dtype),
                                   list(out.indices)))
     builder.emit(tirx.For(r, 0, math.prod(group), tirx.ForKind.SERIAL, tirx.BufferStore(
-        out.source, E.to_expr(reducer.combine(here, tirx.BufferLoad(exchange, [flat(others)])),
-                              dtype), list(out.indices))))
+        out.source, E.to_expr(reducer.combine(here, tirx.BufferLoad(
+            exchange, [_flat(others, extents)])), dtype), list(out.indices))))
     return _Done()
+
+
+def _flat(index, extents):
+    """The flat thread index of the thread indices `index` (x varies fastest), as CUDA
+    numbers a block's threads - and so its warps' lanes."""
+    flat = 0
+    for d in reversed(range(len(extents))):
+        flat = flat * extents[d] + index[d]
+    return flat
+
+
+def _exchange(builder, name, size, dtype):
+    """A shared tile of `size` elements through which threads hand each other values in
+    code written for one thread (allocated where the exchange is written)."""
+    exchange = tirx.decl_buffer((size,), dtype, scope="shared.dyn",
+                                name=builder.fresh_name(name))
+    builder.buffer_locations[exchange.name] = builder.location
+    builder.emit(tirx.AllocBuffer(exchange, annotations={EXCHANGE: 1}))
+    return exchange
+
+
+# ---------------------------------------------------------------- warp shuffles
+#
+# CUDA's __shfl_sync family hands each lane of a warp (32 threads, numbered by the flat
+# thread index) the value another lane of that warp holds. tilelab passes the values
+# through a shared tile instead, in code written for one thread, as the all-reduce above
+# does: where the shuffle is called each thread stores its value at its flat thread index
+# (a statement), and the shuffle's value is the load of its source lane's entry (an
+# expression, read by the statement that uses it). The store and that statement are
+# separate pieces of thread code (passes/thread_code.py), so the CPU runs the store for
+# every thread before any thread reads, and on CUDA TVM's ThreadSync puts a
+# __syncthreads() between them - and between the reads and the next store of the tile
+# where the shuffle sits in a loop. Each call has its own tile: a shuffle's value is read
+# where it is used, which may come after another shuffle has stored (`T.shfl_xor(a, 1) +
+# T.shfl_xor(b, 2)` stores both values before it reads either).
+#
+# Which lane a shuffle reads is CUDA's rule (PTX's shfl.sync): `width` (a power of two up
+# to 32) cuts the warp into segments that shuffle on their own, and a source outside the
+# caller's segment gives the caller its own value - except a shfl_xor's source in an
+# earlier segment, which CUDA reads. Lanes and offsets count modulo 32, CUDA reading their
+# low five bits. The mask, the lanes that take part, changes nothing here: every thread
+# that reaches the shuffle stores its value.
+
+WARP_SIZE = 32
+_FULL_MASK = 0xFFFFFFFF
+
+
+def _shuffle(op, value, width, source):
+    """The exchange of one `T.<op>`: emits the store of the caller's `value` and returns
+    the load of its source lane's entry, `source(lane, first, width)` for the caller's lane
+    (0..31) and the first lane of its `width`-lane segment."""
+    from .frontend import _span
+
+    builder = current(op)
+    if builder.parallel_depth:
+        raise TileLabSyntaxError(
+            f"T.{op} inside a T.Parallel loop: a warp shuffle belongs in code written for one "
+            "thread, whose lanes are its threads; the compiler deals a T.Parallel loop's "
+            "elements to threads itself",
+            hint="take the thread index (tx = T.get_thread_binding()) and loop with T.serial")
+    if builder.role is not None:
+        raise TileLabSyntaxError(f"T.{op} inside a T.ws role is not supported",
+                                 hint="shuffle in code for one thread outside the role")
+    value = E.as_ir(value)
+    if not E.is_expr(value):
+        raise TileLabSyntaxError(f"T.{op} shuffles a kernel value; got {value!r}",
+                                 hint="give a constant its type (T.float32(1)), or read it "
+                                      "from a buffer")
+    size = _const_int(E.as_ir(width))
+    if size is None or isinstance(width, bool) or not 1 <= size <= WARP_SIZE or \
+            size & (size - 1):
+        raise TileLabSyntaxError(
+            f"T.{op}(..., width={width!r}): the width of the warp's segments is a constant "
+            f"power of two from 1 to {WARP_SIZE}", hint=f"width={WARP_SIZE}: the whole warp")
+    extents = [builtins.int(e) for e in builder.threads]
+    t = _flat([thread_index(builder, d) for d in range(len(extents))], extents)
+    # whole warps: a source lane past the block's last thread reads an entry no thread
+    # wrote, as CUDA leaves that value undefined
+    warps = -(-math.prod(extents) // WARP_SIZE)
+    exchange = _exchange(builder, "shfl_exchange", warps * WARP_SIZE, dtype_of(value))
+    builder.emit(tirx.BufferStore(exchange, value, [t], span=_span(builder.location)))
+    lane = E.binary("%", t, WARP_SIZE)
+    first = E.binary("-", lane, E.binary("%", lane, size))
+    return tirx.BufferLoad(exchange, [E.binary("+", E.binary("-", t, lane),
+                                               source(lane, first, size))])
+
+
+def _lane_number(x):
+    """A lane or offset as CUDA reads it: its low five bits."""
+    return E.binary("&", E.to_expr(x, "int32"), WARP_SIZE - 1)
+
+
+def _read(src_lane):
+    """__shfl_sync: lane `src_lane` modulo width of the caller's segment."""
+    return lambda lane, first, width: E.binary(
+        "+", first, E.binary("&", E.to_expr(src_lane, "int32"), width - 1))
+
+
+def _up(delta):
+    """__shfl_up_sync: `delta` lanes below; the segment's lowest lanes keep their own."""
+    def source(lane, first, width):
+        j = E.binary("-", lane, _lane_number(delta))
+        return tirx.Select(E.binary(">=", j, first), j, lane)
+    return source
+
+
+def _down(delta):
+    """__shfl_down_sync: `delta` lanes above; the segment's highest lanes keep their own."""
+    def source(lane, first, width):
+        j = E.binary("+", lane, _lane_number(delta))
+        return tirx.Select(E.binary("<", j, E.binary("+", first, width)), j, lane)
+    return source
+
+
+def _xor(lane_mask):
+    """__shfl_xor_sync: the lane whose number is the caller's xor `lane_mask`; one in a
+    later segment gives the caller its own value."""
+    def source(lane, first, width):
+        j = E.binary("^", lane, _lane_number(lane_mask))
+        return tirx.Select(E.binary("<", j, E.binary("+", first, width)), j, lane)
+    return source
+
+
+def shfl_sync(*args, **kwargs):
+    """`T.shfl_sync(value, srcLane, width=32, mask=0xFFFFFFFF)`: the `value` that lane
+    `srcLane` (modulo `width`) of the caller's segment of `width` lanes holds - a broadcast
+    when every lane names the same (CUDA's `__shfl_sync`). TileLang's older spelling puts
+    the mask first, as CUDA does: `T.shfl_sync(mask, value, srcLane, width)`; a constant
+    first argument (no value to shuffle) says that one is meant."""
+    if args and _const_int(E.as_ir(args[0])) is not None:
+        return _shfl_sync_mask_first(*args, **kwargs)
+    return _shfl_sync(*args, **kwargs)
+
+
+def _shfl_sync(value, srcLane, width=WARP_SIZE, mask=_FULL_MASK):  # noqa: N803 - TileLang's
+    return _shuffle("shfl_sync", value, width, _read(srcLane))
+
+
+def _shfl_sync_mask_first(mask, value, srcLane, width=WARP_SIZE):  # noqa: N803
+    return _shuffle("shfl_sync", value, width, _read(srcLane))
+
+
+def shfl_xor(value, delta, width=WARP_SIZE, mask=_FULL_MASK):
+    """`T.shfl_xor(value, delta, width=32)`: the `value` of the lane whose number is the
+    caller's xor `delta` (CUDA's `__shfl_xor_sync`); with `delta` 16, 8, 4, 2, 1 in turn,
+    a butterfly that gives every lane the whole warp's sum."""
+    return _shuffle("shfl_xor", value, width, _xor(delta))
+
+
+def shfl_down(value, delta, width=WARP_SIZE, mask=_FULL_MASK):
+    """`T.shfl_down(value, delta, width=32)`: the `value` of the lane `delta` above the
+    caller's; the top `delta` lanes of each segment keep their own (CUDA's
+    `__shfl_down_sync`). With `delta` 16, 8, 4, 2, 1, lane 0 ends with the warp's sum."""
+    return _shuffle("shfl_down", value, width, _down(delta))
+
+
+def shfl_up(value, delta, width=WARP_SIZE, mask=_FULL_MASK):
+    """`T.shfl_up(value, delta, width=32)`: the `value` of the lane `delta` below the
+    caller's; the bottom `delta` lanes of each segment keep their own (CUDA's
+    `__shfl_up_sync`): with `delta` 1, 2, 4, 8, 16, an inclusive prefix sum."""
+    return _shuffle("shfl_up", value, width, _up(delta))
+
+
+def _tvm_width(op, width, warp_size):
+    """`width`, once TVM's `warp_size` (the target's warp) is checked: no more lanes than
+    CUDA's warp, and no fewer than `width`."""
+    size = _const_int(E.as_ir(warp_size))
+    if size is None or isinstance(warp_size, bool) or not 1 <= size <= WARP_SIZE or \
+            size & (size - 1) or (_const_int(E.as_ir(width)) or 0) > size:
+        raise TileLabSyntaxError(
+            f"T.{op}(..., width={width!r}, warp_size={warp_size!r}): the warp size is a "
+            f"constant power of two up to CUDA's {WARP_SIZE}, and the width at most that",
+            hint=f"T.{op}(mask, value, lane, {WARP_SIZE}, {WARP_SIZE})")
+    return width
+
+
+def tvm_warp_shuffle(mask, value, warp_id, width, warp_size):
+    """TVM's `T.tvm_warp_shuffle(mask, value, src_lane, width, warp_size)`: `T.shfl_sync`
+    with CUDA's order of arguments, `warp_id` the source lane."""
+    return _shuffle("tvm_warp_shuffle", value,
+                    _tvm_width("tvm_warp_shuffle", width, warp_size), _read(warp_id))
+
+
+def tvm_warp_shuffle_up(mask, value, offset, width, warp_size):
+    """TVM's spelling of `T.shfl_up(value, offset, width)`."""
+    return _shuffle("tvm_warp_shuffle_up", value,
+                    _tvm_width("tvm_warp_shuffle_up", width, warp_size), _up(offset))
+
+
+def tvm_warp_shuffle_down(mask, value, offset, width, warp_size):
+    """TVM's spelling of `T.shfl_down(value, offset, width)`."""
+    return _shuffle("tvm_warp_shuffle_down", value,
+                    _tvm_width("tvm_warp_shuffle_down", width, warp_size), _down(offset))
+
+
+def tvm_warp_shuffle_xor(mask, value, lane_mask, width, warp_size):
+    """TVM's spelling of `T.shfl_xor(value, lane_mask, width)`."""
+    return _shuffle("tvm_warp_shuffle_xor", value,
+                    _tvm_width("tvm_warp_shuffle_xor", width, warp_size), _xor(lane_mask))
 
 
 def evaluate(value):
@@ -425,9 +617,6 @@ def assume(condition):
 
 # ---------------------------------------------------------------- what tilelab does not have
 
-_THREADS = ("an exchange of values between threads (warp shuffles, thread all-reduce)",
-            "a fragment and T.reduce_sum/T.reduce_max (the compiler picks the shuffles), or "
-            "shared memory written and read by thread index (T.get_thread_binding)")
 _HARDWARE = ("explicit Hopper/Blackwell programming (barriers, TMA, wgmma, tcgen05, warp "
              "specialization)", "T.copy, T.gemm and T.Pipelined: tilelab picks TMA, wgmma, "
              "barriers, async copies and a producer warp for them itself; or write the roles "
@@ -437,8 +626,11 @@ _VIEWS = ("a tensor view (reshape/reinterpret of a buffer)",
           "a separate kernel parameter with the shape you need, or index arithmetic")
 
 MISSING: dict[str, tuple[str, str]] = {
-    **dict.fromkeys(("tvm_warp_shuffle", "any_sync", "shfl_sync", "shfl_xor", "shfl_down",
-                     "shfl_up", "dp4a"), _THREADS),
+    "any_sync": ("a warp vote (does any lane's predicate hold)",
+                 "T.shfl_xor of the predicate as an int in code for one thread, or "
+                 "T.reduce_max of a fragment"),
+    "dp4a": ("CUDA's four-way int8 dot product", "the int8 values cast to T.int32, "
+             "multiplied and summed"),
     **dict.fromkeys(("alloc_cluster_barrier", "mbarrier_arrive_expect_tx", "mbarrier_expect_tx",
                      "alloc_tmem", "WSSync", "WSID", "WSPipeline",
                      "WSScope", "WSRole", "WSSchedule", "ws_op", "annotate_ws_schedule",

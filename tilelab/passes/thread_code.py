@@ -28,7 +28,9 @@ it becomes a barrier of the block (or role), its count checked against the threa
 the `if`s let through. It refuses, at the user's line, what has no meaning for one
 thread: a tile op other than
 `T.fill`/`T.clear`/`T.atomic_add`, a `T.Parallel` loop or a fragment (the compiler
-deals those to threads), a barrier that not every thread reaches.
+deals those to threads), a barrier that not every thread reaches - and a warp shuffle
+or thread all-reduce whose store into its shared exchange and reads of it would fall in
+one mark (under an `if` on a thread's own values), where no barrier can part them.
 
 An `if` on the thread index whose branches hold the block's work (tile ops,
 `T.Parallel`), `if tx < 128: ... else: ...` as TileLang's warp-specialized
@@ -55,7 +57,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import SourceLocation, TileLabTypeError
-from ..ir.keys import KERNEL, PER_THREAD, THREAD_INDEX, THREADS, WARP_ROLE
+from ..ir.keys import EXCHANGE, KERNEL, PER_THREAD, THREAD_INDEX, THREADS, WARP_ROLE
 from ..ir.tile_ops import config, is_load, loaded, regions, scalars
 from ..ir.visit import (
     block_body,
@@ -229,9 +231,10 @@ class _Marker:
     """Puts the marks; splits the block into roles by `if`s on the thread index; refuses
     what one thread cannot do."""
 
-    def __init__(self, private: _Private, func, kernel):
+    def __init__(self, private: _Private, func, kernel, exchanges: set):
         self.private = private
         self.func = func
+        self.exchanges = exchanges  # names of the shared tiles of shuffles and all-reduces
         threads = [int(t) for t in kernel.annotations[THREADS]]
         self.threads = threads[0] if len(threads) == 1 else None  # roles need a 1-D block
         self.block = math.prod(threads)
@@ -405,6 +408,30 @@ class _Marker:
                        "use T.alloc_local for a thread's own registers, or T.alloc_shared")
 
         walk(stmt, object, visit)
+        self.check_exchanges(stmt, refuse)
+
+    def check_exchanges(self, stmt, refuse):
+        """A warp shuffle or all-reduce stores into its exchange tile, then reads the
+        entries other threads stored. The two must be separate pieces of thread code, a
+        barrier between; in one piece (under an `if` or loop on a thread's own values) a
+        thread would read entries its partners have not stored yet."""
+        stored = {}
+
+        def visit(node):
+            if isinstance(node, tirx.BufferStore) and node.buffer.name in self.exchanges:
+                stored.setdefault(node.buffer.name, node)
+
+        walk(stmt, tirx.BufferStore, visit)
+        read = []
+        walk(stmt, object, lambda n: read.append(n) if is_load(n) and
+             n.source.name in stored else None)
+        if read:
+            refuse(stored[read[0].source.name],
+                   "a warp shuffle (or thread all-reduce) under an `if` or loop on a "
+                   "thread's own values: its threads exchange values through shared memory, "
+                   "and every thread of the block must store its value before any reads",
+                   "shuffle where every thread gets to (before the `if`) and use the value "
+                   "inside it")
 
 
 def _location(node):
@@ -450,7 +477,10 @@ def MarkThreadCode():  # noqa: N802
         def on_kernel(kernel):
             def mark(body):
                 private = private_registers(body, kernel.annotations[THREAD_INDEX])
-                return _Marker(private, func, kernel).mark(body)
+                exchanges = set()
+                walk(body, tirx.AllocBuffer, lambda a: exchanges.add(a.buffer.name)
+                     if EXCHANGE in a.annotations else None)
+                return _Marker(private, func, kernel, exchanges).mark(body)
 
             return with_block_body(kernel, mark)
 
