@@ -16,7 +16,15 @@ these things changed around it (the file itself is not edited):
   dimensions kept);
 * without a GPU, tensors the example puts on "cuda" stay on the CPU, so kernels
   run on tilelab's CPU backend, and its benchmarks (`do_bench`) make two timed
-  calls after one warm-up; with a GPU they run there as written.
+  calls after one warm-up; with a GPU they run there as written;
+* without a GPU, references written in Triton (the example's own kernels, or
+  flash-linear-attention's) run in Triton's interpreter (TRITON_INTERPRET=1).
+
+Examples whose references need other packages say so ("needs a package"). The
+rows of `bench/results/tilelang_compat_cpu.json` were made with these beside
+tilelab (`pip install --target DIR`, DIR on PYTHONPATH): triton 3.5.1,
+flash-linear-attention and fla-core 0.4.2 (the examples call its older API),
+scipy, tqdm, einops; the H200's own image has all but flash-linear-attention.
 
 The example's own checks against its torch reference (`assert_close`,
 `assert_allclose`, ...) decide "correct": an example that finishes but checks
