@@ -24,7 +24,7 @@ from ...ops.copy import TENSOR_MAP
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
 from ...passes.heavy_blocks_first import HeavyBlocksFirst
-from ...passes.hide_refills import hidden_refills
+from ...passes.hide_from_thread_sync import hidden_from_thread_sync
 from ...passes.infer_layouts import InferLayouts, warn_unapplied_layouts
 from ...passes.insert_barriers import InsertBarriers
 from ...passes.keep_negations import KeepIntegerNegations
@@ -75,7 +75,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
-    hide_refills, restore_refills = hidden_refills()
+    hide, restore = hidden_from_thread_sync()
     warn_unapplied_layouts(program.layouts, program.buffer_locations)
     return [
         *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
@@ -116,10 +116,10 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.AnnotateEntryFunc(),
         BindSharedConditions,                      # `if tile[i] > 0:` reads into a bool
         HideUniformBranches,                       # `if bx ...`: barriers may go inside
-        hide_refills,                              # pipelines order their own refills
+        hide,                                      # pipelines order their own refills
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
-        restore_refills,
+        restore,
         RestoreUniformBranches,
         WarpRoles,                                 # T.ws: each role's `if`, its own barriers
         PrepareSharedMerge,                        # room for 4-byte tiles, 1 KiB starts
