@@ -27,6 +27,15 @@ touching every tile accessed since the last barrier goes just before each
 barrier, and another tile may take their bytes only after it, where every
 thread has finished with them.
 
+Where the program places the barriers of its own per-thread code itself
+(`tl.disable_thread_storage_sync`), ThreadSync does not see that code
+(passes/hide_from_thread_sync.py), so it cannot put the barrier that the merge
+would need where a tile's last reads and another tile's first writes meet in a
+run of statements that no barrier closes (a `T.copy` reading one tile, then the
+program's thread code writing another in its place). Then a tile is also kept
+alive to the end of its statement list: it shares bytes only with tiles used
+after a barrier, or in another list.
+
 A tile whose last access is a write (it is written and never read again: a
 result nobody uses) has the same problem in another form: the planner frees it
 after that write, the next tile takes its bytes, and its first writes race with
@@ -157,21 +166,28 @@ def _allocated(stmt) -> dict:
     return found
 
 
-def _keep_until_barrier(seq):
+def _keep_until_barrier(seq, to_the_end: bool = False):
     """Before each barrier of a statement list, a marker touching the tiles accessed since
-    the previous one (see the module doc) that are still in scope there."""
+    the previous one (see the module doc) that are still in scope there; `to_the_end`: also
+    after the list's last statement."""
     stmts, pending, changed = [], {}, False
+
+    def keep():
+        nonlocal changed
+        if pending:
+            stmts.append(tirx.Evaluate(tirx.call_extern("int32", MARKER, *pending.values())))
+            changed = True
+
     for stmt in seq.seq:
         if is_sync(stmt):
-            if pending:
-                stmts.append(tirx.Evaluate(tirx.call_extern("int32", MARKER,
-                                                            *pending.values())))
-                changed = True
+            keep()
             pending = {}
         elif not _is_marker(stmt):
             inner = _allocated(stmt)
             pending.update({k: v for k, v in _touched(stmt).items() if k not in inner})
         stmts.append(stmt)
+    if to_the_end:
+        keep()
     return tirx.SeqStmt(stmts) if changed else seq
 
 
@@ -204,15 +220,22 @@ def _keep_to_the_end(body, tiles):
     return tvm_ffi.structural_map(body, (tirx.AttrStmt, at_threads), order="post")
 
 
-@tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SeparateSharedLifetimes")
-def SeparateSharedLifetimes(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
-    """Expects flat buffers (after FlattenBuffer), before MergeSharedMemoryAllocations."""
-    body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, _mark), order="post")
-    body = tvm_ffi.structural_map(body, (tirx.SeqStmt, _keep_until_barrier), order="post")
-    dead = _last_written(body)
-    if dead:
-        body = _keep_to_the_end(body, dead)
-    return func.with_body(body)
+def SeparateSharedLifetimes(own_barriers: bool = False):  # noqa: N802 - named like TVM's
+    """Expects flat buffers (after FlattenBuffer), before MergeSharedMemoryAllocations.
+    `own_barriers` (tl.disable_thread_storage_sync): tiles also live to the end of their
+    statement lists."""
+
+    @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SeparateSharedLifetimes")
+    def _pass(func, mod, ctx):
+        body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, _mark), order="post")
+        body = tvm_ffi.structural_map(body, (tirx.SeqStmt, lambda seq: _keep_until_barrier(
+            seq, to_the_end=own_barriers)), order="post")
+        dead = _last_written(body)
+        if dead:
+            body = _keep_to_the_end(body, dead)
+        return func.with_body(body)
+
+    return _pass
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.DropLifetimeMarkers")

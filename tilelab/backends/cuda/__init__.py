@@ -103,7 +103,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.StmtSimplify(),                      # drop edge guards that always hold
         ScalarBools,                           # no vectors of bool (TVM's CUDA has none)
         T.VectorizeLoop(vectorize),            # 16-byte loads and stores (or scalar loops)
-        SeparateSharedLifetimes,               # tiles that meet in a statement stay apart
+        SeparateSharedLifetimes(),             # tiles that meet in a statement stay apart
         T.StorageRewrite(),                    # (it plans shared memory too)
         TypedAccessPointers,                   # a reused tile's pointers keep their type
         DropLifetimeMarkers,                   # it renames tiles; the markers would go stale
@@ -123,7 +123,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         RestoreUniformBranches,
         WarpRoles,                                 # T.ws: each role's `if`, its own barriers
         PrepareSharedMerge,                        # room for 4-byte tiles, 1 KiB starts
-        SeparateSharedLifetimes,                   # again, for the merge
+        SeparateSharedLifetimes(),                 # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
         SpecializeWarps(reallocate),               # producer warpgroup + consumers (if planned)
