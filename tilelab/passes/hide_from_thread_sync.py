@@ -1,8 +1,8 @@
 """Keep TVM's barrier pass away from statements whose barriers are placed already.
 
 TVM's ThreadSync puts a barrier between any shared-memory write and a read (or a
-read and a write) of other threads that it cannot prove apart. Some statements
-have their barriers from elsewhere, and ThreadSync must not see them.
+read and a write) of other threads that it cannot prove apart. Two kinds of
+statements have their barriers from elsewhere, and ThreadSync must not see them.
 
 The refills of pipelined loops. A pipelined loop (`passes/pipeline_loops.py`)
 refills the slot of a shared tile that an earlier iteration read, while this
@@ -18,6 +18,19 @@ Only the refills inside the loop are hidden (marked `REFILL` by the pipeline): t
 prologue's copies may land on bytes that tiles used before the loop occupy (shared
 memory is merged by lifetime later), and ThreadSync must see them.
 
+The program's own per-thread code, where it places its barriers itself
+(`tl.disable_thread_storage_sync`, TileLang's key): code written for one thread
+(`tx = T.get_thread_binding()`, passes/thread_code.py) and the bodies of T.Parallel
+loops, marked `OWN_BARRIERS` by LowerTileOpsToThreads. A top-k selector that keeps
+its candidates in two halves of one shared tile, reading half `r` and appending to
+half `r ^ 1` under an `if` on each thread's own value, needs no barrier inside that
+`if`; ThreadSync cannot tell the halves apart, wants one there, and cannot put one
+where some threads would not reach it. What such code needs against tile ops,
+InsertBarriers gives it at the tile level (a T.Parallel loop is one statement there,
+and thread code meets tile ops as before); that the shared-memory planners give a
+tile's bytes to another tile only across a barrier, since ThreadSync no longer
+orders such a reuse, passes/separate_shared_lifetimes.py sees to.
+
 `hide` replaces each such statement with a call that touches no memory, just
 before ThreadSync; `restore`, right after it, puts the statement back (without its
 mark).
@@ -28,11 +41,11 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from ..ir.keys import REFILL
+from ..ir.keys import OWN_BARRIERS, REFILL
 from ..ir.visit import rewrite
 
 PLACEHOLDER = "__tilelab_hidden_from_thread_sync"
-HIDDEN = (REFILL,)
+HIDDEN = (REFILL, OWN_BARRIERS)
 
 
 def hidden_from_thread_sync():

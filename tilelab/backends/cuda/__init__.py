@@ -57,7 +57,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            specialize: str = "measured", heavy_first: bool = True,
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
            turns: bool | None = None, uniform_selects: bool = True,
-           safe_global: bool = False, rotate: bool = False) -> list:
+           safe_global: bool = False, rotate: bool = False, own_barriers: bool = False) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -71,7 +71,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     the tensor cores (asked for); `uniform_selects`: a select a whole tile decides alike is
     decided once for the tile; `safe_global`: global tensors read as 0 and are not written
     outside their shapes (TileLang's rule); `rotate`: such a loop issues its next
-    iteration's first T.gemm before this one's last (asked for)."""
+    iteration's first T.gemm before this one's last (asked for); `own_barriers`: the
+    program places the barriers of its thread code and T.Parallel bodies itself."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -92,9 +93,9 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         *([SlotsFit(program, arch)] if arch else []),  # refused now, not after the lowering
         # T.gemm sums leave in rows of 16 bytes a thread
         *([StageStores(shared_memory_limit(arch))] if arch and stage_stores else []),
-        InsertBarriers(),                      # __syncthreads where threads share a tile
+        InsertBarriers(own_barriers),          # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
-        LowerTileOpsToThreads(),               # tile ops -> per-thread code
+        LowerTileOpsToThreads(own_barriers),   # tile ops -> per-thread code
         s_tir.transform.LowerOpaqueBlock(),    # thread-bound loops -> kernel launch attributes
         T.FlattenBuffer(),
         DropTensorViews,                       # views' accesses now use the tensor's pointer
@@ -103,7 +104,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.StmtSimplify(),                      # drop edge guards that always hold
         ScalarBools,                           # no vectors of bool (TVM's CUDA has none)
         T.VectorizeLoop(vectorize),            # 16-byte loads and stores (or scalar loops)
-        SeparateSharedLifetimes(),             # tiles that meet in a statement stay apart
+        SeparateSharedLifetimes(own_barriers),  # tiles that meet in a statement stay apart
         T.StorageRewrite(),                    # (it plans shared memory too)
         TypedAccessPointers,                   # a reused tile's pointers keep their type
         DropLifetimeMarkers,                   # it renames tiles; the markers would go stale
@@ -116,14 +117,14 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.AnnotateEntryFunc(),
         BindSharedConditions,                      # `if tile[i] > 0:` reads into a bool
         HideUniformBranches,                       # `if bx ...`: barriers may go inside
-        hide,                                      # pipelines order their own refills
+        hide,                                      # refills, the program's own barriers
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
         restore,
         RestoreUniformBranches,
         WarpRoles,                                 # T.ws: each role's `if`, its own barriers
         PrepareSharedMerge,                        # room for 4-byte tiles, 1 KiB starts
-        SeparateSharedLifetimes(),                 # again, for the merge
+        SeparateSharedLifetimes(own_barriers),     # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
         SpecializeWarps(reallocate),               # producer warpgroup + consumers (if planned)
@@ -582,9 +583,11 @@ class CUDABackend(Backend):
         rotate = bool(configs.get(PassConfigKey.TL_ENABLE_INTRA_WARPGROUP_OVERLAP.value, False))
         uniform = not configs.get(PassConfigKey.TL_DISABLE_UNIFORM_SELECTS.value, False)
         safe_global = bool(configs.get(PassConfigKey.TL_SAFE_GLOBAL_ACCESS.value, False))
+        own_barriers = bool(configs.get(PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC.value,
+                                        False))
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
-                           turns, uniform, safe_global, rotate)
+                           turns, uniform, safe_global, rotate, own_barriers)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
