@@ -207,6 +207,23 @@ def test_with_the_key_a_tile_the_programs_code_touches_keeps_its_bytes():
     assert source.count("__syncthreads()") == 1  # after the copy into X; none of the program's
 
 
+@needs_nvcc
+def test_a_kernel_of_tile_ops_alone_compiles_the_same_with_the_key():
+    """A 128x256 GEMM tile in 4 cp.async stages: 192 KiB of slots, and its epilogue's tile
+    in the place of dead slots. Tiles touched by no code of the program's own keep sharing
+    bytes (keeping every tile alive to the end of its list asked for 256 KiB)."""
+    from examples.gemm import gemm_kernel
+
+    def compiled(configs):
+        return gemm_kernel.compile(M=1024, N=1024, K=1024, block_n=256, block_k=64,
+                                   num_stages=4, threads=256, target="cuda:sm_90a",
+                                   pass_configs={"tl.disable_tma_lower": True, **configs})
+
+    own, plain = compiled(OWN), compiled({})
+    assert own.launch["dynamic_smem"] == plain.launch["dynamic_smem"] == 192 * 1024
+    assert own.get_kernel_source() == plain.get_kernel_source()
+
+
 @pytest.mark.gpu
 def test_gpu_the_programs_barriers_suffice():
     x = torch.randn(7, THREADS, device="cuda")

@@ -30,7 +30,8 @@ COARSENED = "tilelab.coarsened"  # a T.Kernel loop: program blocks per launched 
 THREAD_INDEX = "tilelab.thread_index"
 PER_THREAD = "tilelab.per_thread"  # AttrStmt: statements each thread runs for itself
 # AttrStmt (CUDA, tl.disable_thread_storage_sync): the lowered code of a piece of thread
-# code or a T.Parallel loop, whose barriers the program places (hide_from_thread_sync.py)
+# code or a T.Parallel loop that touches shared memory, whose barriers the program places;
+# from LowerTileOpsToThreads to the shared-memory merge (hide_from_thread_sync.py)
 OWN_BARRIERS = "tilelab.own_barriers"
 FACTS = (PIPELINE_PLAN, LAYOUT_PLAN)
 

@@ -21,19 +21,20 @@ memory is merged by lifetime later), and ThreadSync must see them.
 The program's own per-thread code, where it places its barriers itself
 (`tl.disable_thread_storage_sync`, TileLang's key): code written for one thread
 (`tx = T.get_thread_binding()`, passes/thread_code.py) and the bodies of T.Parallel
-loops, marked `OWN_BARRIERS` by LowerTileOpsToThreads. A top-k selector that keeps
-its candidates in two halves of one shared tile, reading half `r` and appending to
-half `r ^ 1` under an `if` on each thread's own value, needs no barrier inside that
-`if`; ThreadSync cannot tell the halves apart, wants one there, and cannot put one
-where some threads would not reach it. What such code needs against tile ops,
-InsertBarriers gives it at the tile level (a T.Parallel loop is one statement there,
-and thread code meets tile ops as before); that the shared-memory planners give a
-tile's bytes to another tile only across a barrier, since ThreadSync no longer
-orders such a reuse, passes/separate_shared_lifetimes.py sees to.
+loops, marked `OWN_BARRIERS` by LowerTileOpsToThreads where they touch shared memory.
+A top-k selector that keeps its candidates in two halves of one shared tile, reading
+half `r` and appending to half `r ^ 1` under an `if` on each thread's own value, needs
+no barrier inside that `if`; ThreadSync cannot tell the halves apart, wants one there,
+and cannot put one where some threads would not reach it. What such code needs against
+tile ops, InsertBarriers gives it at the tile level (a T.Parallel loop is one statement
+there, and thread code meets tile ops as before); that the shared-memory planners give
+a tile's bytes to another tile only across a barrier, since ThreadSync no longer orders
+such a reuse, passes/separate_shared_lifetimes.py sees to.
 
 `hide` replaces each such statement with a call that touches no memory, just
-before ThreadSync; `restore`, right after it, puts the statement back (without its
-mark).
+before ThreadSync; `restore`, right after it, puts the statement back: a refill
+without its mark, which nothing reads after, the program's code with its mark, which
+SeparateSharedLifetimes reads for the merge (DropOwnBarrierMarks removes it then).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def hidden_from_thread_sync():
         def on_attr(attr):
             if attr.attr_key not in HIDDEN:
                 return attr
-            hidden.append(attr.body)
+            hidden.append(attr if attr.attr_key == OWN_BARRIERS else attr.body)
             return tirx.Evaluate(tirx.call_extern(
                 "void", PLACEHOLDER, tirx.const(len(hidden) - 1, "int32")))
 

@@ -15,8 +15,8 @@ pass rewrites the tile program into per-thread code around `threadIdx.x`:
 * code written for one thread (a `tilelab.per_thread` mark of passes/thread_code.py)
   runs on every thread as the body of a T.Parallel iteration does; where the program
   places the barriers of such code itself (`tl.disable_thread_storage_sync`), each
-  piece of it and each T.Parallel nest is marked `OWN_BARRIERS` for
-  passes/hide_from_thread_sync.py;
+  piece of it and each T.Parallel nest that touches shared memory is marked
+  `OWN_BARRIERS` (passes/hide_from_thread_sync.py);
 * a tile op is lowered by its own module (`tilelab/ops/copy.py`, `gemm.py`,
   ...), which gets a `ThreadLowering` - the context below: the thread index,
   the layouts, each fragment's local array, and helpers that deal work to
@@ -51,7 +51,7 @@ from ..ir.keys import (
     without_facts,
 )
 from ..ir.layout import Fragment, owner_table, thread_elements
-from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load
+from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load, touches_shared
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, lookup
 from ..ops._lowering import address, is_fragment, seq, simplify, thread_index_range, unravel
@@ -324,8 +324,8 @@ class ThreadLowering:
     def own(self, lowered, inside: bool):
         """The lowered code of a piece of thread code or a T.Parallel nest, marked as the
         program's own where it places the barriers of such code (once: not `inside`
-        another piece)."""
-        if not self.own_barriers or inside:
+        another piece; code that touches no shared tile needs no barrier)."""
+        if not self.own_barriers or inside or not touches_shared(lowered):
             return lowered
         return tirx.AttrStmt(tirx.const(0, "int32"), OWN_BARRIERS, tirx.const(1, "int32"),
                              lowered)

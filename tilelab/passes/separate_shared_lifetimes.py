@@ -28,13 +28,14 @@ barrier, and another tile may take their bytes only after it, where every
 thread has finished with them.
 
 Where the program places the barriers of its own per-thread code itself
-(`tl.disable_thread_storage_sync`), ThreadSync does not see that code
-(passes/hide_from_thread_sync.py), so it cannot put the barrier that the merge
-would need where a tile's last reads and another tile's first writes meet in a
-run of statements that no barrier closes (a `T.copy` reading one tile, then the
-program's thread code writing another in its place). Then a tile is also kept
-alive to the end of its statement list: it shares bytes only with tiles used
-after a barrier, or in another list.
+(`tl.disable_thread_storage_sync`), ThreadSync does not see that code (marked
+`OWN_BARRIERS`, passes/hide_from_thread_sync.py), so it cannot put the barrier that
+a reuse would need where one tile's last reads and another tile's first writes meet
+in a run of statements that no barrier closes (a `T.copy` reading one tile, then the
+program's thread code writing another in its place). A run that holds such code and
+reaches the end of its statement list without a barrier gets a marker there too:
+its tiles share bytes only with tiles used after a barrier, or in another list.
+`DropOwnBarrierMarks`, after the merge, removes the marks.
 
 A tile whose last access is a write (it is written and never read again: a
 result nobody uses) has the same problem in another form: the planner frees it
@@ -50,6 +51,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ..ir.keys import OWN_BARRIERS
 from ..ir.tile_ops import is_access_ptr, loaded
 from ..ops._lowering import is_sync
 
@@ -166,11 +168,19 @@ def _allocated(stmt) -> dict:
     return found
 
 
-def _keep_until_barrier(seq, to_the_end: bool = False):
+def _holds_own_code(stmt) -> bool:
+    """Does `stmt` hold code whose barriers the program places (an OWN_BARRIERS mark)?"""
+    found = []
+    tvm_ffi.structural_walk(stmt, (tirx.AttrStmt, lambda attr: found.append(attr)
+                                   if attr.attr_key == OWN_BARRIERS else None), order="pre")
+    return bool(found)
+
+
+def _keep_until_barrier(seq):
     """Before each barrier of a statement list, a marker touching the tiles accessed since
-    the previous one (see the module doc) that are still in scope there; `to_the_end`: also
-    after the list's last statement."""
-    stmts, pending, changed = [], {}, False
+    the previous one (see the module doc) that are still in scope there; after the list's
+    last statement too, where the run since the last barrier holds the program's own code."""
+    stmts, pending, own, changed = [], {}, False, False
 
     def keep():
         nonlocal changed
@@ -181,12 +191,13 @@ def _keep_until_barrier(seq, to_the_end: bool = False):
     for stmt in seq.seq:
         if is_sync(stmt):
             keep()
-            pending = {}
+            pending, own = {}, False
         elif not _is_marker(stmt):
             inner = _allocated(stmt)
             pending.update({k: v for k, v in _touched(stmt).items() if k not in inner})
+            own = own or _holds_own_code(stmt)
         stmts.append(stmt)
-    if to_the_end:
+    if own:
         keep()
     return tirx.SeqStmt(stmts) if changed else seq
 
@@ -220,22 +231,15 @@ def _keep_to_the_end(body, tiles):
     return tvm_ffi.structural_map(body, (tirx.AttrStmt, at_threads), order="post")
 
 
-def SeparateSharedLifetimes(own_barriers: bool = False):  # noqa: N802 - named like TVM's
-    """Expects flat buffers (after FlattenBuffer), before MergeSharedMemoryAllocations.
-    `own_barriers` (tl.disable_thread_storage_sync): tiles also live to the end of their
-    statement lists."""
-
-    @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SeparateSharedLifetimes")
-    def _pass(func, mod, ctx):
-        body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, _mark), order="post")
-        body = tvm_ffi.structural_map(body, (tirx.SeqStmt, lambda seq: _keep_until_barrier(
-            seq, to_the_end=own_barriers)), order="post")
-        dead = _last_written(body)
-        if dead:
-            body = _keep_to_the_end(body, dead)
-        return func.with_body(body)
-
-    return _pass
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.SeparateSharedLifetimes")
+def SeparateSharedLifetimes(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
+    """Expects flat buffers (after FlattenBuffer), before MergeSharedMemoryAllocations."""
+    body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, _mark), order="post")
+    body = tvm_ffi.structural_map(body, (tirx.SeqStmt, _keep_until_barrier), order="post")
+    dead = _last_written(body)
+    if dead:
+        body = _keep_to_the_end(body, dead)
+    return func.with_body(body)
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.DropLifetimeMarkers")
@@ -249,4 +253,14 @@ def DropLifetimeMarkers(func, mod, ctx):  # noqa: N802
         return kept[0] if len(kept) == 1 else tirx.SeqStmt(kept)
 
     body = tvm_ffi.structural_map(func.body, (tirx.SeqStmt, drop), order="post")
+    return func.with_body(body)
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.DropOwnBarrierMarks")
+def DropOwnBarrierMarks(func, mod, ctx):  # noqa: N802
+    """Removes the marks of the program's own code, once shared memory is merged (their
+    last reader)."""
+    body = tvm_ffi.structural_map(func.body, (tirx.AttrStmt, lambda attr: attr.body
+                                              if attr.attr_key == OWN_BARRIERS else attr),
+                                  order="post")
     return func.with_body(body)

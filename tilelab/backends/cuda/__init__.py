@@ -33,7 +33,11 @@ from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.safe_global_access import SafeGlobalAccess
 from ...passes.scalar_bools import ScalarBools
-from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
+from ...passes.separate_shared_lifetimes import (
+    DropLifetimeMarkers,
+    DropOwnBarrierMarks,
+    SeparateSharedLifetimes,
+)
 from ...passes.shared_conditions import BindSharedConditions
 from ...passes.specialize_warps import PRODUCER_THREADS, SpecializeWarps
 from ...passes.specialize_warps import TURNS as TURN_CALLS
@@ -104,7 +108,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.StmtSimplify(),                      # drop edge guards that always hold
         ScalarBools,                           # no vectors of bool (TVM's CUDA has none)
         T.VectorizeLoop(vectorize),            # 16-byte loads and stores (or scalar loops)
-        SeparateSharedLifetimes(own_barriers),  # tiles that meet in a statement stay apart
+        SeparateSharedLifetimes,               # tiles that meet in a statement stay apart
         T.StorageRewrite(),                    # (it plans shared memory too)
         TypedAccessPointers,                   # a reused tile's pointers keep their type
         DropLifetimeMarkers,                   # it renames tiles; the markers would go stale
@@ -124,9 +128,10 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         RestoreUniformBranches,
         WarpRoles,                                 # T.ws: each role's `if`, its own barriers
         PrepareSharedMerge,                        # room for 4-byte tiles, 1 KiB starts
-        SeparateSharedLifetimes(own_barriers),     # again, for the merge
+        SeparateSharedLifetimes,                   # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
+        *([DropOwnBarrierMarks] if own_barriers else []),  # (read by SeparateSharedLifetimes)
         SpecializeWarps(reallocate),               # producer warpgroup + consumers (if planned)
         *([HeavyBlocksFirst] if heavy_first else []),  # the longest-running blocks start first
         T.SplitHostDevice(),
