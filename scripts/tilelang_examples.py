@@ -552,8 +552,8 @@ EXPLAINED = {
         "used, so its bitonic sort's swaps copied and 126 of 128 rows differed (a small "
         "run, S = 128); fixed, rows now differ only where the 64th score is a near-tie "
         "(5 of 128, scores within 0.4%: float32 sums against the reference's bfloat16). "
-        "CUDA: the swap inside a branch needs a barrier some threads would skip; the "
-        "example turns TileLang's barrier pass off, which tilelab does not implement",
+        "CUDA: the example turns TileLang's barrier pass off "
+        "(`tl.disable_thread_storage_sync`): the barriers of its T.Parallel swaps are its own",
     "gemm/example_gemm_autotune.py":
         "the example picks its tiles by the GPU's compute capability and stops itself "
         "without CUDA (torch.cuda.is_available)",

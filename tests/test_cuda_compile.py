@@ -179,7 +179,8 @@ def test_flash_attention_layouts_and_pipeline(name, target):
 def test_a_pipelined_iteration_has_one_barrier(name, target):
     """The barrier at the top of each iteration orders the refill of a slot against both
     the reads of the iteration that used it and those of the one that will; TVM's
-    ThreadSync does not see the refill (passes/hide_refills.py) and adds none of its own."""
+    ThreadSync does not see the refill (passes/hide_from_thread_sync.py) and adds none of
+    its own."""
     source = compiled(name, target).trace.code["cuda"]
     loop = "key_block" if name.startswith("flash") else "reduction_block"
     body = loop_text(source, loop)

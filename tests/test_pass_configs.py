@@ -71,7 +71,7 @@ def test_every_key_is_tested_here():
               "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST", "TL_DISABLE_STAGE_STORES",
               "TL_DISABLE_SETMAXNREG", "TL_ENABLE_WARPGROUP_TURNS",
               "TL_DISABLE_UNIFORM_SELECTS", "TL_SAFE_GLOBAL_ACCESS",
-              "TL_ENABLE_INTRA_WARPGROUP_OVERLAP"}
+              "TL_ENABLE_INTRA_WARPGROUP_OVERLAP", "TL_DISABLE_THREAD_STORAGE_SYNC"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -91,6 +91,20 @@ def test_intra_warpgroup_overlap_rotates_the_split_attention_loop():
     assert "rotated" not in _attention().trace.pipelines[0]
     key = PassConfigKey.TL_ENABLE_INTRA_WARPGROUP_OVERLAP.value
     assert "wait_group_sync_aligned_1()" in _attention(configs={key: True}).get_kernel_source()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("spelling", [PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC,
+                                      "tl.disable_thread_storage_sync"])
+def test_disable_thread_storage_sync_leaves_thread_code_the_programs_barriers(spelling):
+    """More in tests/test_user_barriers.py."""
+    from tests.test_user_barriers import REFUSED, exchange
+
+    with pytest.raises(tilelab.TileLabCompileError, match=REFUSED):
+        exchange.compile(2, target="cuda:sm_90a")
+    source = exchange.compile(2, target="cuda:sm_90a", pass_configs={spelling: True}) \
+        .get_kernel_source()
+    assert source.count("__syncthreads()") == 2  # the two the program wrote
 
 
 @needs_nvcc

@@ -43,7 +43,7 @@ TILELANG_ONLY_CONFIGS = frozenset("""
     tl.enable_vectorize_planner_verbose tl.debug_merge_shared_memory_allocations
     tl.enable_aggressive_shared_memory_merge tl.disable_shared_memory_reuse
     tl.disable_shuffle_elect tl.disable_loop_unswitching tl.loop_unswitching_allow_non_trivial_else
-    tl.if_stmt_binding_inline_replayable_binds tl.disable_thread_storage_sync tl.force_let_inline
+    tl.if_stmt_binding_inline_replayable_binds tl.force_let_inline
     tl.ast_print_enable tl.layout_visualization_enable tl.layout_visualization_formats
     tl.storage_rewrite_detect_inplace tl.disable_out_of_bound_warning tl.enable_dump_ir
     tl.dump_ir_path tl.pass_profile tl.pass_profile_threshold_ms tl.disable_fast_math

@@ -32,6 +32,10 @@ PER_THREAD = "tilelab.per_thread"  # AttrStmt: statements each thread runs for i
 # AllocBuffer: a shared tile through which thread code hands values between threads (a warp
 # shuffle's, a thread all-reduce's): each thread stores into it, then reads others' entries
 EXCHANGE = "tilelab.exchange"
+# AttrStmt (CUDA, tl.disable_thread_storage_sync): the lowered code of a piece of thread
+# code or a T.Parallel loop that touches shared memory, whose barriers the program places;
+# from LowerTileOpsToThreads to the shared-memory merge (hide_from_thread_sync.py)
+OWN_BARRIERS = "tilelab.own_barriers"
 FACTS = (PIPELINE_PLAN, LAYOUT_PLAN)
 
 # PrimFunc attributes
@@ -152,3 +156,8 @@ class PassConfigKey(str, enum.Enum):
     # the last one's MMAs run (FlashAttention-3's intra-warpgroup overlap); measured to pay
     # only for head dimension 64 with 128x128 tiles (d128: x0.88 of SDPA, x0.95 without)
     TL_ENABLE_INTRA_WARPGROUP_OVERLAP = "tl.enable_intra_warpgroup_overlap"
+    # CUDA: the program places the barriers of its own per-thread code - code written for
+    # one thread (`T.get_thread_binding`) and the bodies of T.Parallel loops: tilelab puts none
+    # inside such code nor between two pieces of thread code; tile ops keep theirs
+    # (passes/hide_from_thread_sync.py). TileLang's name
+    TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"

@@ -89,6 +89,33 @@ def loaded(expr) -> list:
     return found
 
 
+def by_address(node) -> list:
+    """Buffers that calls in `node` take by address (`address_of(A[i])`, and
+    `tvm_access_ptr`: cp.async, wgmma descriptors, atomics)."""
+    found = []
+
+    def visit(call):
+        if getattr(call.op, "name", "") in ("tirx.address_of", "tirx.tvm_access_ptr"):
+            found.extend(loaded(call))
+            tvm_ffi.structural_walk(call, (tirx.Var, lambda var: found.append(var)
+                                           if is_buffer(var) else None), order="pre")
+
+    tvm_ffi.structural_walk(node, (tvm.ir.Call, visit), order="pre")
+    return found
+
+
+def touches_shared(stmt) -> bool:
+    """Does `stmt` read or write a shared tile (also by address: cp.async, wgmma, atomics)?"""
+    found = by_address(stmt)
+
+    def visit(node):
+        found.append(node.buffer if isinstance(node, tirx.BufferStore) else node.source)
+
+    tvm_ffi.structural_walk(stmt, (tirx.BufferStore, visit), order="pre")
+    tvm_ffi.structural_walk(stmt, (tvm.ir.TensorLoad, visit), order="pre")
+    return any(buffer.scope().startswith("shared") for buffer in found)
+
+
 def is_select(value) -> bool:
     """`T.if_then_else(cond, a, b)`: TVM's `if_then_else` call, its `.args` those three."""
     return isinstance(value, tvm.ir.Call) and \

@@ -571,7 +571,9 @@ def sync_threads(barrier_id=None, arrive_count=None):
     its tile ops need itself (passes/insert_barriers.py) and counts this one among them;
     it is kept where the program wrote it (on the CPU, where one thread runs a block's
     statements in order, it has nothing to wait for). Every thread must reach it, so it
-    may not stand inside a T.Parallel loop, whose elements are dealt to threads.
+    may not stand inside a T.Parallel loop, whose elements are dealt to threads. With
+    `tl.disable_thread_storage_sync`, the barriers between pieces of code written for one
+    thread, and inside them and T.Parallel bodies, are only the program's own.
 
     `T.sync_threads(barrier_id, arrive_count)`, TileLang's named barrier, is a barrier
     of the `arrive_count` threads that reach it, in code written for one thread (after

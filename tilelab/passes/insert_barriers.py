@@ -10,6 +10,14 @@ a barrier before any statement that would race with them. A loop whose next
 iteration would race with the end of the previous one gets a barrier at the
 end of its body. (TVM's own ThreadSync pass runs later too, but it cannot see
 the accesses that tensor-core instructions make through pointers.)
+
+A program may place the barriers of its own thread code itself
+(`tl.disable_thread_storage_sync`; code written for one thread is marked by
+passes/thread_code.py): then the accesses inside those marks are kept apart, and
+two of them never call for a barrier - the program's `T.sync_threads()` stands
+between them where one is needed, and it knows where none is (two halves of one
+tile that threads read and append to). An access of thread code and one of a tile
+op (or of the block's own statements) still do, as two tile ops' do.
 """
 
 from __future__ import annotations
@@ -17,9 +25,9 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from ..ir.keys import KERNEL, WARP_ROLE
+from ..ir.keys import KERNEL, PER_THREAD, WARP_ROLE
 from ..ir.tile_ops import config, is_buffer, is_load
-from ..ir.visit import rewrite_pre, walk, with_block_body
+from ..ir.visit import rewrite, rewrite_pre, walk, with_block_body
 from ..ops import effects
 from ..ops._lowering import is_sync, sync
 
@@ -51,20 +59,40 @@ def accesses(stmt, keep=_shared) -> tuple[set, set]:
     return reads, writes
 
 
+class _Touched:
+    """Names of the shared tiles some statements read and write."""
+
+    def __init__(self, reads=(), writes=()):
+        self.reads, self.writes = set(reads), set(writes)
+
+    def races(self, later) -> bool:
+        """Would the accesses `later` race with these, without a barrier between?"""
+        return bool(later.reads & self.writes or later.writes & self.reads or
+                    later.writes & self.writes)
+
+    def __or__(self, other):
+        return _Touched(self.reads | other.reads, self.writes | other.writes)
+
+    def __bool__(self) -> bool:
+        return bool(self.reads or self.writes)
+
+
 class _State:
+    """What was touched since the last barrier: by tile ops and the block's own statements
+    (`block`), and by thread code where the program orders that itself (`own`)."""
+
     def __init__(self):
-        self.reads: set = set()
-        self.writes: set = set()
+        self.block, self.own = _Touched(), _Touched()
 
-    def conflicts(self, reads: set, writes: set) -> bool:
-        return bool(reads & self.writes or writes & self.reads or writes & self.writes)
+    def conflicts(self, block: _Touched, own: _Touched) -> bool:
+        """Two accesses of the program's thread code never call for a barrier here."""
+        return self.block.races(block) or self.block.races(own) or self.own.races(block)
 
-    def add(self, reads: set, writes: set):
-        self.reads |= reads
-        self.writes |= writes
+    def add(self, block: _Touched, own: _Touched):
+        self.block, self.own = self.block | block, self.own | own
 
     def clear(self):
-        self.reads, self.writes = set(), set()
+        self.block, self.own = _Touched(), _Touched()
 
 
 def _is_loop_body_container(stmt) -> bool:
@@ -72,92 +100,120 @@ def _is_loop_body_container(stmt) -> bool:
         tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED)
 
 
-def _sequence(stmts: list, state: _State) -> list:
-    out = []
-    for stmt in stmts:
-        if isinstance(stmt, tirx.SeqStmt):
-            out.extend(_sequence(list(stmt), state))
-            continue
-        if _is_loop_body_container(stmt):
-            out.extend(_loop(stmt, state))
-            continue
-        if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
-            out.extend(_role(stmt, state))
-            continue
-        if is_sync(stmt):
-            state.clear()
+def _statements(body) -> list:
+    return list(body) if isinstance(body, tirx.SeqStmt) else [body]
+
+
+class _Barriers:
+    """The walk over a kernel's statement lists. `own_barriers`: the accesses of thread
+    code are the program's to order (`touched` keeps them apart)."""
+
+    def __init__(self, own_barriers: bool):
+        self.own_barriers = own_barriers
+
+    def touched(self, stmt) -> tuple[_Touched, _Touched]:
+        """(block, own): what `stmt` touches outside and inside thread code's marks; all of
+        it counts as the block's unless the program orders its thread code itself."""
+        if not self.own_barriers:
+            return _Touched(*accesses(stmt)), _Touched()
+        pieces = []
+
+        def take(attr):
+            if attr.attr_key != PER_THREAD:
+                return attr
+            pieces.append(attr.body)
+            return tirx.Evaluate(tirx.const(0, "int32"))
+
+        block = _Touched(*accesses(rewrite(stmt, tirx.AttrStmt, take)))
+        own = _Touched()
+        for piece in pieces:
+            own = own | _Touched(*accesses(piece))
+        return block, own
+
+    def sequence(self, stmts: list, state: _State) -> list:
+        out = []
+        for stmt in stmts:
+            if isinstance(stmt, tirx.SeqStmt):
+                out.extend(self.sequence(list(stmt), state))
+                continue
+            if _is_loop_body_container(stmt):
+                out.extend(self.loop(stmt, state))
+                continue
+            if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
+                out.extend(self.role(stmt, state))
+                continue
+            if is_sync(stmt):
+                state.clear()
+                out.append(stmt)
+                continue
+            touched = self.touched(stmt)
+            if state.conflicts(*touched):
+                out.append(sync())
+                state.clear()
             out.append(stmt)
-            continue
-        reads, writes = accesses(stmt)
-        if state.conflicts(reads, writes):
+            state.add(*touched)
+        return out
+
+    def loop(self, loop, state: _State) -> list:
+        """A loop is its body repeated: check entry, the body, and the wrap-around."""
+        block, own = self.touched(loop.body)
+        if not block and not own:
+            return [loop]
+        out = []
+        if state.conflicts(block, own):
             out.append(sync())
             state.clear()
-        out.append(stmt)
-        state.add(reads, writes)
-    return out
-
-
-def _loop(loop, state: _State) -> list:
-    """A loop is its body repeated: check entry, the body, and the wrap-around."""
-    reads, writes = accesses(loop.body)
-    if not reads and not writes:
-        return [loop]
-    out = []
-    if state.conflicts(reads, writes):
-        out.append(sync())
+        inner = _State()
+        inner.add(state.block, state.own)
+        body = self.sequence(_statements(loop.body), inner)
+        # the next iteration starts with the accesses before the body's first barrier
+        head = _State()
+        for stmt in body:
+            if is_sync(stmt):
+                break
+            head.add(*self.touched(stmt))
+        if inner.conflicts(head.block, head.own):
+            body.append(sync())
+            inner.clear()
+        body = tirx.SeqStmt(body) if len(body) > 1 else body[0]
+        out.append(tirx.While(loop.condition, body) if isinstance(loop, tirx.While) else
+                   tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
+                            annotations=loop.annotations))
         state.clear()
-    inner = _State()
-    inner.reads, inner.writes = set(state.reads), set(state.writes)
-    body = _sequence(list(loop.body) if isinstance(loop.body, tirx.SeqStmt) else [loop.body],
-                     inner)
-    # the next iteration starts with the accesses before the body's first barrier
-    head = _State()
-    for stmt in body:
-        if is_sync(stmt):
-            break
-        head.add(*accesses(stmt))
-    if inner.conflicts(head.reads, head.writes):
-        body.append(sync())
-        inner.clear()
-    body = tirx.SeqStmt(body) if len(body) > 1 else body[0]
-    out.append(tirx.While(loop.condition, body) if isinstance(loop, tirx.While) else
-               tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
-                        annotations=loop.annotations))
-    state.reads, state.writes = inner.reads | reads, inner.writes | writes
-    return out
+        state.add(inner.block | block, inner.own | own)
+        return out
+
+    def role(self, attr, state: _State) -> list:
+        """A T.ws role is one statement to the rest of the block (a barrier of the whole
+        block before it, where it races with what came before); inside, its own statements
+        get barriers as a block of their own (passes/warp_roles.py makes them the role's)."""
+        touched = self.touched(attr.body)
+        out = []
+        if state.conflicts(*touched):
+            out.append(sync())
+            state.clear()
+        inner = self.sequence(_statements(attr.body), _State())
+        body = tirx.SeqStmt(inner) if len(inner) > 1 else inner[0]
+        out.append(tirx.AttrStmt(attr.node, attr.attr_key, attr.value, body))
+        state.add(*touched)
+        return out
 
 
-def _role(attr, state: _State) -> list:
-    """A T.ws role is one statement to the rest of the block (a barrier of the whole
-    block before it, where it races with what came before); inside, its own statements
-    get barriers as a block of their own (passes/warp_roles.py makes them the role's)."""
-    reads, writes = accesses(attr.body)
-    out = []
-    if state.conflicts(reads, writes):
-        out.append(sync())
-        state.clear()
-    inner = _sequence(list(attr.body) if isinstance(attr.body, tirx.SeqStmt) else [attr.body],
-                      _State())
-    body = tirx.SeqStmt(inner) if len(inner) > 1 else inner[0]
-    out.append(tirx.AttrStmt(attr.node, attr.attr_key, attr.value, body))
-    state.add(reads, writes)
-    return out
-
-
-def insert_barriers(body):
-    stmts = _sequence([body], _State())
+def insert_barriers(body, own_barriers: bool = False):
+    stmts = _Barriers(own_barriers).sequence([body], _State())
     return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
 
-def InsertBarriers():  # noqa: N802
-    """Expects tile ops inside kernels; adds `tvm_storage_sync("shared")` where threads race."""
+def InsertBarriers(own_barriers: bool = False):  # noqa: N802
+    """Expects tile ops inside kernels; adds `tvm_storage_sync("shared")` where threads race.
+    `own_barriers` (tl.disable_thread_storage_sync): none between two pieces of thread code."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.InsertBarriers")
     def _pass(func, _mod, _ctx):
         def on_kernel(loop):
             if KERNEL not in loop.annotations:
                 return loop
-            return with_block_body(loop, insert_barriers)
+            return with_block_body(loop, lambda body: insert_barriers(body, own_barriers))
 
         return func.with_body(rewrite_pre(func.body, tirx.For, on_kernel))
 

@@ -12,6 +12,11 @@ pass rewrites the tile program into per-thread code around `threadIdx.x`:
   fragments is dealt to the threads in runs of up to four elements;
 * a store outside parallel loops runs once per block (thread 0), or on every
   thread for a register;
+* code written for one thread (a `tilelab.per_thread` mark of passes/thread_code.py)
+  runs on every thread as the body of a T.Parallel iteration does; where the program
+  places the barriers of such code itself (`tl.disable_thread_storage_sync`), each
+  piece of it and each T.Parallel nest that touches shared memory is marked
+  `OWN_BARRIERS` (passes/hide_from_thread_sync.py);
 * a tile op is lowered by its own module (`tilelab/ops/copy.py`, `gemm.py`,
   ...), which gets a `ThreadLowering` - the context below: the thread index,
   the layouts, each fragment's local array, and helpers that deal work to
@@ -35,6 +40,7 @@ from ..ir.expr import dtype_of
 from ..ir.keys import (
     KERNEL,
     LAYOUT_PLAN,
+    OWN_BARRIERS,
     PER_THREAD,
     SWIZZLE,
     THREAD_INDEX,
@@ -45,7 +51,7 @@ from ..ir.keys import (
     without_facts,
 )
 from ..ir.layout import Fragment, owner_table, thread_elements
-from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load
+from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load, touches_shared
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, lookup
 from ..ops._lowering import address, is_fragment, seq, simplify, thread_index_range, unravel
@@ -84,8 +90,10 @@ def _placed(layout, row, col) -> list:
 class ThreadLowering:
     """State of the rewrite of one kernel body."""
 
-    def __init__(self, plan: LayoutPlan, threads: int, tx, block_vars, func=None):
+    def __init__(self, plan: LayoutPlan, threads: int, tx, block_vars, func=None,
+                 own_barriers: bool = False):
         self.func = func  # the PrimFunc: errors name the user's file through its attributes
+        self.own_barriers = own_barriers  # tl.disable_thread_storage_sync
         self.plan = plan
         self.threads = threads
         self.tx = tx
@@ -296,7 +304,8 @@ class ThreadLowering:
         barriers (and makes those inside the role's own)."""
         first, end = int(stmt.node.value), int(stmt.value.value)
         rtx = tirx.Var("rtx", "int32")
-        role = ThreadLowering(self.plan, end - first, rtx, self.block_vars, self.func)
+        role = ThreadLowering(self.plan, end - first, rtx, self.block_vars, self.func,
+                              self.own_barriers)
         role.locals, role.scratch = self.locals, self.scratch
         with thread_index_range(rtx, end - first):
             body = role.finish(role.lower(stmt.body))
@@ -308,9 +317,18 @@ class ThreadLowering:
         T.Parallel iteration, every thread runs it and keeps its own stores."""
         outer, self.in_parallel = self.in_parallel, True
         try:
-            return self.lower(body)
+            return self.own(self.lower(body), outer)
         finally:
             self.in_parallel = outer
+
+    def own(self, lowered, inside: bool):
+        """The lowered code of a piece of thread code or a T.Parallel nest, marked as the
+        program's own where it places the barriers of such code (once: not `inside`
+        another piece; code that touches no shared tile needs no barrier)."""
+        if not self.own_barriers or inside or not touches_shared(lowered):
+            return lowered
+        return tirx.AttrStmt(tirx.const(0, "int32"), OWN_BARRIERS, tirx.const(1, "int32"),
+                             lowered)
 
     def lower_alloc(self, stmt):
         buffer = stmt.buffer
@@ -369,7 +387,7 @@ class ThreadLowering:
         outer, self.in_parallel = self.in_parallel, True
         try:
             if layout is None:
-                return self.parallel_without_fragments(nest, body)
+                return self.own(self.parallel_without_fragments(nest, body), outer)
             elements = thread_elements(layout)
             stmts = []
             for reg in range(layout.local_size):
@@ -382,7 +400,7 @@ class ThreadLowering:
                 if layout.replicate > 1:  # every copy runs the iteration; one writes memory
                     lowered = _first_copy_writes(lowered, index[len(nest.loop_vars)])
                 stmts.append(self.only_if_valid(layout, reg, lowered))
-            return seq(stmts)
+            return self.own(seq(stmts), outer)
         finally:
             self.in_parallel = outer
 
@@ -576,9 +594,10 @@ def _add_threads(loop, lowering_fn, threads, swizzle=None):
     return body
 
 
-def LowerTileOpsToThreads():  # noqa: N802
+def LowerTileOpsToThreads(own_barriers: bool = False):  # noqa: N802
     """Expects tile ops, and the LayoutPlan InferLayouts left on each kernel loop (and
-    T.use_swizzle's setting there, if the program has one)."""
+    T.use_swizzle's setting there, if the program has one). `own_barriers`: the program
+    places the barriers of its thread code and T.Parallel loops (their code is marked)."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.LowerTileOpsToThreads")
     @keep_user_errors
@@ -593,7 +612,7 @@ def LowerTileOpsToThreads():  # noqa: N802
             threads = block_threads(loop)
 
             def lower(body, tx, block_vars):
-                lowering = ThreadLowering(plan, threads, tx, block_vars, func)
+                lowering = ThreadLowering(plan, threads, tx, block_vars, func, own_barriers)
                 lowered = lowering.finish(lowering.swizzle_accesses(lowering.lower(body)))
                 return lowered, lowering.scratch
 

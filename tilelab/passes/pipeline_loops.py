@@ -17,7 +17,7 @@ S-2 groups stay in flight. The barrier both publishes the landed tile to all
 threads and proves that everyone finished reading the slot about to be
 refilled (it was read in iteration k-1). So the refill needs no barrier of
 its own: it is marked (`REFILL`) and TVM's barrier pass does not see it
-(`passes/hide_refills.py`), which would otherwise put a second barrier
+(`passes/hide_from_thread_sync.py`), which would otherwise put a second barrier
 between it and the consumers, not knowing that they use another slot.
 
 On Hopper, a body that only multiplies (`T.gemm`s of float16/bfloat16 tiles:

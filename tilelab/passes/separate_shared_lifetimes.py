@@ -27,6 +27,16 @@ touching every tile accessed since the last barrier goes just before each
 barrier, and another tile may take their bytes only after it, where every
 thread has finished with them.
 
+Where the program places the barriers of its own per-thread code itself
+(`tl.disable_thread_storage_sync`), ThreadSync does not see that code (marked
+`OWN_BARRIERS`, passes/hide_from_thread_sync.py), so it cannot put the barrier that
+a reuse would need where one tile's last reads and another tile's first writes meet
+in a run of statements that no barrier closes (a `T.copy` reading one tile, then the
+program's thread code writing another in its place). A run that holds such code and
+reaches the end of its statement list without a barrier gets a marker there too:
+its tiles share bytes only with tiles used after a barrier, or in another list.
+`DropOwnBarrierMarks`, after the merge, removes the marks.
+
 A tile whose last access is a write (it is written and never read again: a
 result nobody uses) has the same problem in another form: the planner frees it
 after that write, the next tile takes its bytes, and its first writes race with
@@ -41,6 +51,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from ..ir.keys import OWN_BARRIERS
 from ..ir.tile_ops import is_access_ptr, loaded
 from ..ops._lowering import is_sync
 
@@ -157,21 +168,37 @@ def _allocated(stmt) -> dict:
     return found
 
 
+def _holds_own_code(stmt) -> bool:
+    """Does `stmt` hold code whose barriers the program places (an OWN_BARRIERS mark)?"""
+    found = []
+    tvm_ffi.structural_walk(stmt, (tirx.AttrStmt, lambda attr: found.append(attr)
+                                   if attr.attr_key == OWN_BARRIERS else None), order="pre")
+    return bool(found)
+
+
 def _keep_until_barrier(seq):
     """Before each barrier of a statement list, a marker touching the tiles accessed since
-    the previous one (see the module doc) that are still in scope there."""
-    stmts, pending, changed = [], {}, False
+    the previous one (see the module doc) that are still in scope there; after the list's
+    last statement too, where the run since the last barrier holds the program's own code."""
+    stmts, pending, own, changed = [], {}, False, False
+
+    def keep():
+        nonlocal changed
+        if pending:
+            stmts.append(tirx.Evaluate(tirx.call_extern("int32", MARKER, *pending.values())))
+            changed = True
+
     for stmt in seq.seq:
         if is_sync(stmt):
-            if pending:
-                stmts.append(tirx.Evaluate(tirx.call_extern("int32", MARKER,
-                                                            *pending.values())))
-                changed = True
-            pending = {}
+            keep()
+            pending, own = {}, False
         elif not _is_marker(stmt):
             inner = _allocated(stmt)
             pending.update({k: v for k, v in _touched(stmt).items() if k not in inner})
+            own = own or _holds_own_code(stmt)
         stmts.append(stmt)
+    if own:
+        keep()
     return tirx.SeqStmt(stmts) if changed else seq
 
 
@@ -226,4 +253,14 @@ def DropLifetimeMarkers(func, mod, ctx):  # noqa: N802
         return kept[0] if len(kept) == 1 else tirx.SeqStmt(kept)
 
     body = tvm_ffi.structural_map(func.body, (tirx.SeqStmt, drop), order="post")
+    return func.with_body(body)
+
+
+@tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.DropOwnBarrierMarks")
+def DropOwnBarrierMarks(func, mod, ctx):  # noqa: N802
+    """Removes the marks of the program's own code, once shared memory is merged (their
+    last reader)."""
+    body = tvm_ffi.structural_map(func.body, (tirx.AttrStmt, lambda attr: attr.body
+                                              if attr.attr_key == OWN_BARRIERS else attr),
+                                  order="post")
     return func.with_body(body)

@@ -41,6 +41,10 @@ the CPU runs the roles one after another. Roles do not nest.
 
 On the GPU a mark is lowered as the body of a `T.Parallel` iteration: every
 thread runs it, its stores are not left to thread 0 (passes/lower_tile_ops_to_threads.py).
+The compiler puts barriers between marks where their shared accesses race, as between
+tile ops - unless the program places them itself (`tl.disable_thread_storage_sync`,
+TileLang's key): then none goes inside a mark or between two marks
+(passes/insert_barriers.py, passes/hide_from_thread_sync.py).
 On the CPU `ThreadLoops` (after the tile ops became loops) runs each mark as a
 loop over the block's threads, giving each private register a copy per thread.
 Running one mark for all threads before the next mark starts is one order the GPU's

@@ -28,7 +28,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from ..ir.tile_ops import is_buffer
+from ..ir.tile_ops import by_address, is_buffer, touches_shared
 from ..ir.visit import rewrite, walk
 
 ANNOTATION = "tilelab.uniform_branch"
@@ -110,26 +110,12 @@ def _read_only_tensors(func) -> list:
     """Global tensors the kernel never writes: every thread that reads one element reads
     the same value (`i_s = BlockIndices[b, 0, h, i]` is the same for the whole block)."""
     # buffers themselves are compared: `buffer.data` is a new expression at each access
-    written = _by_address(func.body)  # an atomic, say, may write through an address
+    written = by_address(func.body)  # an atomic, say, may write through an address
     loaded = []
     walk(func.body, tirx.BufferStore, lambda store: written.append(store.buffer))
     walk(func.body, tvm.ir.TensorLoad, lambda load: loaded.append(load.source))
     return [b for b in loaded if b.scope() == "global"
             and not any(b.same_as(w) for w in written)]
-
-
-def _by_address(node) -> list:
-    """Buffers that calls in `node` take by address (`address_of(A[i])`, and
-    `tvm_access_ptr`: cp.async, wgmma descriptors, atomics)."""
-    found = []
-
-    def visit(call):
-        if getattr(call.op, "name", "") in ("tirx.address_of", "tirx.tvm_access_ptr"):
-            walk(call, tvm.ir.TensorLoad, lambda load: found.append(load.source))
-            walk(call, tirx.Var, lambda var: found.append(var) if is_buffer(var) else None)
-
-    walk(node, tvm.ir.Call, visit)
-    return found
 
 
 def _is_uniform(expr, uniform: list, readonly: list) -> bool:
@@ -151,17 +137,6 @@ def _is_uniform(expr, uniform: list, readonly: list) -> bool:
     return ok
 
 
-def _touches_shared(stmt) -> bool:
-    found = _by_address(stmt)  # cp.async and wgmma take shared tiles by address
-
-    def visit(node):
-        found.append(node.buffer if isinstance(node, tirx.BufferStore) else node.source)
-
-    walk(stmt, tirx.BufferStore, visit)
-    walk(stmt, tvm.ir.TensorLoad, visit)
-    return any(buffer.scope().startswith("shared") for buffer in found)
-
-
 IF, WHILE = 1, 2  # what a hidden loop stands for (its annotation's value)
 
 
@@ -180,7 +155,7 @@ def HideUniformBranches(func, mod, ctx):  # noqa: N802 - a pass, named like TVM'
     uniform, readonly = _block_uniform_vars(func)
 
     def hide(branch):
-        if not (_is_uniform(branch.condition, uniform, readonly) and _touches_shared(branch)):
+        if not (_is_uniform(branch.condition, uniform, readonly) and touches_shared(branch)):
             return branch
         loops = [_once_if(branch.condition, branch.then_case)]
         if branch.else_case is not None:
@@ -188,7 +163,7 @@ def HideUniformBranches(func, mod, ctx):  # noqa: N802 - a pass, named like TVM'
         return loops[0] if len(loops) == 1 else tirx.SeqStmt(loops)
 
     def hide_while(loop):
-        if not (_is_uniform(loop.condition, uniform, readonly) and _touches_shared(loop)):
+        if not (_is_uniform(loop.condition, uniform, readonly) and touches_shared(loop)):
             return loop
         return _once_if(loop.condition, loop.body, WHILE)
 

@@ -24,7 +24,7 @@ from ...ops.copy import TENSOR_MAP
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
 from ...passes.heavy_blocks_first import HeavyBlocksFirst
-from ...passes.hide_refills import hidden_refills
+from ...passes.hide_from_thread_sync import hidden_from_thread_sync
 from ...passes.infer_layouts import InferLayouts, warn_unapplied_layouts
 from ...passes.insert_barriers import InsertBarriers
 from ...passes.keep_negations import KeepIntegerNegations
@@ -33,7 +33,11 @@ from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.safe_global_access import SafeGlobalAccess
 from ...passes.scalar_bools import ScalarBools
-from ...passes.separate_shared_lifetimes import DropLifetimeMarkers, SeparateSharedLifetimes
+from ...passes.separate_shared_lifetimes import (
+    DropLifetimeMarkers,
+    DropOwnBarrierMarks,
+    SeparateSharedLifetimes,
+)
 from ...passes.shared_conditions import BindSharedConditions
 from ...passes.specialize_warps import PRODUCER_THREADS, SpecializeWarps
 from ...passes.specialize_warps import TURNS as TURN_CALLS
@@ -57,7 +61,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            specialize: str = "measured", heavy_first: bool = True,
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
            turns: bool | None = None, uniform_selects: bool = True,
-           safe_global: bool = False, rotate: bool = False) -> list:
+           safe_global: bool = False, rotate: bool = False, own_barriers: bool = False) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -71,11 +75,12 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     the tensor cores (asked for); `uniform_selects`: a select a whole tile decides alike is
     decided once for the tile; `safe_global`: global tensors read as 0 and are not written
     outside their shapes (TileLang's rule); `rotate`: such a loop issues its next
-    iteration's first T.gemm before this one's last (asked for)."""
+    iteration's first T.gemm before this one's last (asked for); `own_barriers`: the
+    program places the barriers of its thread code and T.Parallel bodies itself."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
-    hide_refills, restore_refills = hidden_refills()
+    hide, restore = hidden_from_thread_sync()
     warn_unapplied_layouts(program.layouts, program.buffer_locations)
     return [
         *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
@@ -92,9 +97,9 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         *([SlotsFit(program, arch)] if arch else []),  # refused now, not after the lowering
         # T.gemm sums leave in rows of 16 bytes a thread
         *([StageStores(shared_memory_limit(arch))] if arch and stage_stores else []),
-        InsertBarriers(),                      # __syncthreads where threads share a tile
+        InsertBarriers(own_barriers),          # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
-        LowerTileOpsToThreads(),               # tile ops -> per-thread code
+        LowerTileOpsToThreads(own_barriers),   # tile ops -> per-thread code
         s_tir.transform.LowerOpaqueBlock(),    # thread-bound loops -> kernel launch attributes
         T.FlattenBuffer(),
         DropTensorViews,                       # views' accesses now use the tensor's pointer
@@ -116,16 +121,17 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.AnnotateEntryFunc(),
         BindSharedConditions,                      # `if tile[i] > 0:` reads into a bool
         HideUniformBranches,                       # `if bx ...`: barriers may go inside
-        hide_refills,                              # pipelines order their own refills
+        hide,                                      # refills, the program's own barriers
         s_tir.transform.ThreadSync("shared"),      # __syncthreads between write and read
         s_tir.transform.ThreadSync("shared.dyn"),
-        restore_refills,
+        restore,
         RestoreUniformBranches,
         WarpRoles,                                 # T.ws: each role's `if`, its own barriers
         PrepareSharedMerge,                        # room for 4-byte tiles, 1 KiB starts
         SeparateSharedLifetimes,                   # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
+        *([DropOwnBarrierMarks] if own_barriers else []),  # (read by SeparateSharedLifetimes)
         SpecializeWarps(reallocate),               # producer warpgroup + consumers (if planned)
         *([HeavyBlocksFirst] if heavy_first else []),  # the longest-running blocks start first
         T.SplitHostDevice(),
@@ -582,9 +588,11 @@ class CUDABackend(Backend):
         rotate = bool(configs.get(PassConfigKey.TL_ENABLE_INTRA_WARPGROUP_OVERLAP.value, False))
         uniform = not configs.get(PassConfigKey.TL_DISABLE_UNIFORM_SELECTS.value, False)
         safe_global = bool(configs.get(PassConfigKey.TL_SAFE_GLOBAL_ACCESS.value, False))
+        own_barriers = bool(configs.get(PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC.value,
+                                        False))
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
-                           turns, uniform, safe_global, rotate)
+                           turns, uniform, safe_global, rotate, own_barriers)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 

@@ -1,0 +1,78 @@
+"""Keep TVM's barrier pass away from statements whose barriers are placed already.
+
+TVM's ThreadSync puts a barrier between any shared-memory write and a read (or a
+read and a write) of other threads that it cannot prove apart. Two kinds of
+statements have their barriers from elsewhere, and ThreadSync must not see them.
+
+The refills of pipelined loops. A pipelined loop (`passes/pipeline_loops.py`)
+refills the slot of a shared tile that an earlier iteration read, while this
+iteration reads another slot. The barrier at the top of each iteration already
+orders both hazards: everyone finished reading the refilled slot before it (a
+write after read), and the copies of a slot have landed before the iteration that
+reads it passes its own (a read after write). ThreadSync cannot know that: slot
+`(k + 2) % 3` and slot `k % 3` are to it just two indices of one buffer (and, in
+dynamic shared memory, all tiles are one buffer), so it puts a second barrier
+between the refill and the first read of the iteration - one more wait for every
+thread in every iteration of the hottest loop of a GEMM or an attention kernel.
+Only the refills inside the loop are hidden (marked `REFILL` by the pipeline): the
+prologue's copies may land on bytes that tiles used before the loop occupy (shared
+memory is merged by lifetime later), and ThreadSync must see them.
+
+The program's own per-thread code, where it places its barriers itself
+(`tl.disable_thread_storage_sync`, TileLang's key): code written for one thread
+(`tx = T.get_thread_binding()`, passes/thread_code.py) and the bodies of T.Parallel
+loops, marked `OWN_BARRIERS` by LowerTileOpsToThreads where they touch shared memory.
+A top-k selector that keeps its candidates in two halves of one shared tile, reading
+half `r` and appending to half `r ^ 1` under an `if` on each thread's own value, needs
+no barrier inside that `if`; ThreadSync cannot tell the halves apart, wants one there,
+and cannot put one where some threads would not reach it. What such code needs against
+tile ops, InsertBarriers gives it at the tile level (a T.Parallel loop is one statement
+there, and thread code meets tile ops as before); that the shared-memory planners give
+a tile's bytes to another tile only across a barrier, since ThreadSync no longer orders
+such a reuse, passes/separate_shared_lifetimes.py sees to.
+
+`hide` replaces each such statement with a call that touches no memory, just
+before ThreadSync; `restore`, right after it, puts the statement back: a refill
+without its mark, which nothing reads after, the program's code with its mark, which
+SeparateSharedLifetimes reads for the merge (DropOwnBarrierMarks removes it then).
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from ..ir.keys import OWN_BARRIERS, REFILL
+from ..ir.visit import rewrite
+
+PLACEHOLDER = "__tilelab_hidden_from_thread_sync"
+HIDDEN = (REFILL, OWN_BARRIERS)
+
+
+def hidden_from_thread_sync():
+    """The pair of passes (hide, restore) of one compile; they share the hidden statements."""
+    hidden: list = []
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.HideFromThreadSync")
+    def hide(func, _mod, _ctx):
+        def on_attr(attr):
+            if attr.attr_key not in HIDDEN:
+                return attr
+            hidden.append(attr if attr.attr_key == OWN_BARRIERS else attr.body)
+            return tirx.Evaluate(tirx.call_extern(
+                "void", PLACEHOLDER, tirx.const(len(hidden) - 1, "int32")))
+
+        return func.with_body(rewrite(func.body, tirx.AttrStmt, on_attr))
+
+    @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.RestoreAfterThreadSync")
+    def restore(func, _mod, _ctx):
+        def on_evaluate(stmt):
+            call = stmt.value
+            if isinstance(call, tvm.ir.Call) and len(call.args) == 2 and \
+                    getattr(call.args[0], "value", None) == PLACEHOLDER:
+                return hidden[int(call.args[1].value)]
+            return stmt
+
+        return func.with_body(rewrite(func.body, tirx.Evaluate, on_evaluate))
+
+    return hide, restore
