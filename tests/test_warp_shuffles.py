@@ -342,6 +342,28 @@ def test_cuda_shuffle_in_a_loop_is_fenced_both_ways(arch):
     assert "__shfl" not in body  # no register shuffle: the exchange is shared memory
 
 
+# the program places the barriers of its own thread code (tl.disable_thread_storage_sync);
+# a shuffle's exchange is tilelab's, so its barriers stay
+warp_sums_own_barriers = tilelab.jit(
+    out_idx=[-1], pass_configs={"tl.disable_thread_storage_sync": True})(warp_sums.fn)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cuda_shuffle_keeps_its_barriers_when_the_program_places_its_own(arch):
+    body = loop_text(_source(warp_sums_own_barriers, 250, arch=arch), "k")
+    store = body.index("shfl_exchange_ptr[((int)threadIdx.x)] = ")
+    read = body.index("+ shfl_exchange_ptr[")
+    assert store < body.index("__syncthreads()", store) < read
+    assert "__syncthreads()" in body[read:]
+
+
+def test_cpu_shuffle_with_the_programs_own_barriers():
+    a = torch.randn(250)
+    got = warp_sums_own_barriers.compile(250, target="cpu")(a)
+    torch.testing.assert_close(got, expected_warp_sums(a), rtol=1e-5, atol=1e-5)
+
+
 @needs_nvcc
 @pytest.mark.parametrize("arch", ARCHS)
 def test_cuda_shuffle_kernels_compile(arch):
@@ -369,6 +391,9 @@ def test_gpu_shuffles_match_torch():
         check_each_shuffle("cuda", case)
     for n in HADAMARD_SIZES:
         check_hadamard("cuda", n)
+    a = torch.randn(250, device="cuda")
+    torch.testing.assert_close(warp_sums_own_barriers.compile(250, target="cuda")(a),
+                               expected_warp_sums(a), rtol=1e-5, atol=1e-5)
 
 
 # ---------------------------------------------------------------- refused at the line

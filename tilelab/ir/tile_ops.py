@@ -104,8 +104,8 @@ def by_address(node) -> list:
     return found
 
 
-def touches_shared(stmt) -> bool:
-    """Does `stmt` read or write a shared tile (also by address: cp.async, wgmma, atomics)?"""
+def accessed_buffers(stmt) -> list:
+    """The buffers `stmt` reads or writes (also by address: cp.async, wgmma, atomics)."""
     found = by_address(stmt)
 
     def visit(node):
@@ -113,7 +113,12 @@ def touches_shared(stmt) -> bool:
 
     tvm_ffi.structural_walk(stmt, (tirx.BufferStore, visit), order="pre")
     tvm_ffi.structural_walk(stmt, (tvm.ir.TensorLoad, visit), order="pre")
-    return any(buffer.scope().startswith("shared") for buffer in found)
+    return found
+
+
+def touches_shared(stmt) -> bool:
+    """Does `stmt` read or write a shared tile?"""
+    return any(buffer.scope().startswith("shared") for buffer in accessed_buffers(stmt))
 
 
 def is_select(value) -> bool:

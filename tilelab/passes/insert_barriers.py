@@ -30,6 +30,7 @@ from ..ir.tile_ops import config, is_buffer, is_load
 from ..ir.visit import rewrite, rewrite_pre, walk, with_block_body
 from ..ops import effects
 from ..ops._lowering import is_sync, sync
+from .thread_code import exchange_tiles
 
 
 def _shared(buffer) -> bool:
@@ -108,8 +109,9 @@ class _Barriers:
     """The walk over a kernel's statement lists. `own_barriers`: the accesses of thread
     code are the program's to order (`touched` keeps them apart)."""
 
-    def __init__(self, own_barriers: bool):
+    def __init__(self, own_barriers: bool, exchanges: set = frozenset()):
         self.own_barriers = own_barriers
+        self.exchanges = exchanges  # exchange tiles: their pieces stay the block's
 
     def touched(self, stmt) -> tuple[_Touched, _Touched]:
         """(block, own): what `stmt` touches outside and inside thread code's marks; all of
@@ -119,8 +121,8 @@ class _Barriers:
         pieces = []
 
         def take(attr):
-            if attr.attr_key != PER_THREAD:
-                return attr
+            if attr.attr_key != PER_THREAD or self.exchanges & set().union(*accesses(attr.body)):
+                return attr  # (a shuffle's exchange: tilelab places its barriers)
             pieces.append(attr.body)
             return tirx.Evaluate(tirx.const(0, "int32"))
 
@@ -200,7 +202,7 @@ class _Barriers:
 
 
 def insert_barriers(body, own_barriers: bool = False):
-    stmts = _Barriers(own_barriers).sequence([body], _State())
+    stmts = _Barriers(own_barriers, exchange_tiles(body)).sequence([body], _State())
     return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
 

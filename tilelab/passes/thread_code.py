@@ -472,6 +472,17 @@ def _kernels(func, on_kernel):
     return func.with_body(rewrite_pre(func.body, tirx.For, visit))
 
 
+def exchange_tiles(body) -> set:
+    """Names of the shared tiles through which thread code hands values between threads
+    (a warp shuffle's, a thread all-reduce's: marked EXCHANGE where they are allocated).
+    Their barriers are tilelab's to place, also where the program places those of its own
+    thread code (tl.disable_thread_storage_sync)."""
+    found = set()
+    walk(body, tirx.AllocBuffer, lambda a: found.add(a.buffer.name)
+         if EXCHANGE in a.annotations else None)
+    return found
+
+
 def MarkThreadCode():  # noqa: N802
     """Expects tile ops; marks the thread code of kernels that take the thread index."""
 
@@ -481,10 +492,7 @@ def MarkThreadCode():  # noqa: N802
         def on_kernel(kernel):
             def mark(body):
                 private = private_registers(body, kernel.annotations[THREAD_INDEX])
-                exchanges = set()
-                walk(body, tirx.AllocBuffer, lambda a: exchanges.add(a.buffer.name)
-                     if EXCHANGE in a.annotations else None)
-                return _Marker(private, func, kernel, exchanges).mark(body)
+                return _Marker(private, func, kernel, exchange_tiles(body)).mark(body)
 
             return with_block_body(kernel, mark)
 
