@@ -343,3 +343,57 @@ def test_the_threads_family_writes_code_for_one_thread(capsys):
     assert lines[-2].startswith("family threads, seed 0, programs 0..5 all checked")
     assert lines[-1] == "difftest: 6 programs, 0 mismatches, 0 compile errors"
     assert code == 0
+
+
+def _guide_lane(mode, lane, b, width):
+    """The lane CUDA's programming guide says `__shfl*_sync(mask, var, b, width)` reads, for
+    the generator's PTX-rule model to agree with: srcLane modulo width in the caller's
+    segment; delta lanes below or above it, the caller's own where that leaves the
+    segment; lane xor laneMask, the caller's own where that lies in a later segment."""
+    first, b = lane - lane % width, b % 32
+    last = first + width - 1
+    j = {"idx": first + b % width, "up": lane - b, "down": lane + b, "bfly": lane ^ b}[mode]
+    return j if (mode == "up" and j >= first or mode != "up" and j <= last) else lane
+
+
+def test_the_threads_family_shuffles_warps(capsys):
+    """`--family threads` also writes warp shuffles (every spelling tilelab takes, widths 1
+    to 32, in block-uniform loops, float32 and int32 registers), blocks of 1 to 4 warps and
+    partial ones whose size every width divides, so that every lane read exists; the
+    reference reads lanes by PTX's rule, independently of tilelab's lowering. A few of
+    them against it on the CPU (and compiled for sm_90a)."""
+    from tilelab.testing.generator import _SHUFFLE_MODE, _ptx_source
+
+    for mode in set(_SHUFFLE_MODE.values()):
+        for width in (1, 2, 4, 8, 16, 32):
+            for lane in range(32):
+                for b in range(-40, 70):
+                    assert _ptx_source(mode, lane, b, width) == \
+                        _guide_lane(mode, lane, b, width), (mode, width, lane, b)
+    programs = [generate(0, i, "threads") for i in range(40)]
+    shuffled = [p for p in programs if any(s["op"] == "shfl" for s in p.steps)]
+    assert len(shuffled) >= 15 and all(validate(p) for p in shuffled)
+    text = "\n".join(p.source() for p in shuffled)
+    for call in ("T.shfl_xor(", "T.shfl_down(", "T.shfl_up(", "T.shfl_sync(",
+                 "T.shfl_sync(0xFFFFFFFF, ", "T.tvm_warp_shuffle(", "T.tvm_warp_shuffle_up(",
+                 "T.tvm_warp_shuffle_down(", "T.tvm_warp_shuffle_xor(", " >> r",
+                 "for r in T.serial(", "T.int32)", "T.float32)"):
+        assert call in text, call
+    widths = {sh["width"] for p in shuffled for s in p.steps if s["op"] == "shfl"
+              for item in s["body"] for sh in item["shuffles"]}
+    assert widths == {1, 2, 4, 8, 16, 32}
+    assert any(p.threads % 32 for p in shuffled) and all(p.threads <= 128 or p.threads == 256
+                                                         for p in shuffled)
+    wide = next(p for p in shuffled if any(
+        sh["width"] > 8 for s in p.steps if s["op"] == "shfl" for item in s["body"]
+        for sh in item["shuffles"]))
+    wide.threads = 24  # a segment past the block's end: lanes CUDA leaves undefined
+    assert not validate(wide)
+    assert [p.index for p in programs[6:9]] == [6, 7, 8] and all(
+        p in shuffled for p in programs[6:9])
+    code = difftest.main(["--family", "threads", "--start", "6", "--count", "3", "--jobs", "2",
+                          "--shrink-seconds", "0"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-2].startswith("family threads, seed 0, programs 6..8 all checked")
+    assert lines[-1] == "difftest: 3 programs, 0 mismatches, 0 compile errors"
+    assert code == 0
