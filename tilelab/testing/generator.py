@@ -1320,8 +1320,10 @@ def _random_step(g: _Gen, dtype: str, acc: str, is_int: bool):
                **{"from": [rng.randint(0, rows - h), rng.randint(0, cols - w)],
                   "to": [rng.randint(0, rows - h), rng.randint(0, cols - w)],
                   "size": [h, w]})
-    elif roll < 0.45 and tiles and p.threads % 32 == 0:  # a reduction over either dimension
-        # (not in a partial warp: "this reduction's threads do not form a shuffle pattern")
+    elif roll < 0.45 and tiles and p.threads & (p.threads - 1) == 0:  # a reduction over
+        # either dimension (not with a thread count that is not a power of two, 96 or a
+        # partial warp: "this reduction's threads do not form a shuffle pattern" on CUDA;
+        # seed 263 of --family threads, program 232, on the H200)
         src = rng.choice(tiles)
         if src["scope"] == "shared" and rng.random() < 0.4:  # read from shared memory itself
             dim = rng.randint(0, 1)
