@@ -912,7 +912,7 @@ class AutoTuner:
                     reference = built[min(built)]  # the default, when it compiled
             tune = f"{os.getpid()}-{id(self)}-{time.time_ns()}"
             params = next(iter(built.values())).params if built else []
-            given = _given_inputs(params)
+            given = _given_inputs(params) if built else None  # (none compiled: said below)
             tasks = [(i, {"tune": tune, "target": target.partition(":")[0],
                           "params": params, "seed": self.seed, "inputs": given, "candidate": b,
                           "reference": reference, "rtol": self.rtol, "atol": self.atol,
