@@ -275,6 +275,17 @@ def test_given_inputs_replace_random_ones(monkeypatch, own_process):
     torch.testing.assert_close(kernel(fresh, x), x[fresh.long()])
 
 
+def test_given_inputs_size_a_kernel_compiled_without_tensors():
+    """`with autotune_inputs(idx, x): kernel.compile()`: the sizes come from the tensors."""
+    idx, x = torch.randint(0, 40, (50,), dtype=torch.int32), torch.randn(40)
+    tuner = tuned(gather_by_index, [{"block": 16}], ref_prog=lambda i, v: v[i.long()])
+    with pytest.raises(TileLabError, match="no configuration of gather_by_index ran"):
+        tuner.compile()  # N and M are not known
+    with tilelab.autotune_inputs(idx, x):
+        kernel = tuner.compile()
+    torch.testing.assert_close(kernel(idx, x), x[idx.long()])
+
+
 def test_given_inputs_must_be_the_kernels_inputs():
     tuner = tuned(gather_by_index, [{"block": 16}])
     idx, x = torch.zeros(10, dtype=torch.int32), torch.randn(5)

@@ -740,7 +740,13 @@ class AutoTuner:
 
     @_user_error
     def compile(self, *args, **kwargs) -> Kernel:
-        """The tuned kernel for these arguments, without running it."""
+        """The tuned kernel for these arguments, without running it. Inside
+        `autotune_inputs(...)` an eager kernel compiled without tensors takes its sizes from
+        the given ones (TileLang's `set_autotune_inputs` around `kernel.compile(n=16)`)."""
+        given = _GIVEN_INPUTS.get()
+        if given is not None and self.jit.style != "factory" and \
+                not any(_is_tensor(a) for a in (*args, *kwargs.values())):
+            args = (*given, *args)
         return self._kernel(args, kwargs)
 
     def _where(self):
