@@ -391,6 +391,8 @@ def run_one(path: Path) -> dict:
         from tilelab.errors import TileLabError
 
         record["cpu"] = "refused" if isinstance(err, (TileLabError, ImportError)) else "error"
+        if type(err).__name__ == "InterpreterError":  # Triton's interpreter (no GPU here)
+            record["cpu"] = "needs a GPU"  # cannot run the example's Triton reference
         if isinstance(err, ModuleNotFoundError) and not (err.name or "").startswith("tilelang"):
             record["cpu"] = "needs a package"  # not tilelab's to provide (einops, ...)
         record["reason"] = _first_line(err)
