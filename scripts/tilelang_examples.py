@@ -155,6 +155,12 @@ def _keep_tensors_on_cpu():
     torch.cuda.get_device_name = lambda *a, **k: "NVIDIA H200"
     torch.set_default_device = lambda *a, **k: None
     torch.cuda.profiler.start = torch.cuda.profiler.stop = lambda *a, **k: None
+    profile = torch.profiler.profile  # the profiler records the CPU's activity instead
+
+    def cpu_profile(*args, activities=None, **kwargs):
+        return profile(*args, activities=[torch.profiler.ProfilerActivity.CPU], **kwargs)
+
+    torch.profiler.profile = cpu_profile
     _triton_interpreted()
 
 
