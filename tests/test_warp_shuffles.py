@@ -329,17 +329,13 @@ def _source(kernel, *args, arch, **kwargs):
     return source[source.rindex("__global__"):]
 
 
-@needs_nvcc
-@pytest.mark.parametrize("arch", ARCHS)
-def test_cuda_shuffle_in_a_loop_is_fenced_both_ways(arch):
-    body = loop_text(_source(warp_sums, 250, arch=arch), "k")
+def fenced_both_ways(body: str) -> bool:
+    """A barrier between a round's store into the exchange and its reads, and one after the
+    reads: the next round's store overwrites entries the partners are reading."""
     store = body.index("shfl_exchange_ptr[((int)threadIdx.x)] = ")
     read = body.index("+ shfl_exchange_ptr[")
-    # a barrier between a round's store and its reads, and one after the reads: the next
-    # round's store overwrites entries the partners are reading
-    assert store < body.index("__syncthreads()", store) < read
-    assert "__syncthreads()" in body[read:]
-    assert "__shfl" not in body  # no register shuffle: the exchange is shared memory
+    return store < body.index("__syncthreads()", store) < read and \
+        "__syncthreads()" in body[read:]
 
 
 # the program places the barriers of its own thread code (tl.disable_thread_storage_sync);
@@ -350,12 +346,12 @@ warp_sums_own_barriers = tilelab.jit(
 
 @needs_nvcc
 @pytest.mark.parametrize("arch", ARCHS)
-def test_cuda_shuffle_keeps_its_barriers_when_the_program_places_its_own(arch):
-    body = loop_text(_source(warp_sums_own_barriers, 250, arch=arch), "k")
-    store = body.index("shfl_exchange_ptr[((int)threadIdx.x)] = ")
-    read = body.index("+ shfl_exchange_ptr[")
-    assert store < body.index("__syncthreads()", store) < read
-    assert "__syncthreads()" in body[read:]
+@pytest.mark.parametrize("own_barriers", [False, True])
+def test_cuda_shuffle_in_a_loop_is_fenced_both_ways(arch, own_barriers):
+    kernel = warp_sums_own_barriers if own_barriers else warp_sums
+    body = loop_text(_source(kernel, 250, arch=arch), "k")
+    assert fenced_both_ways(body)
+    assert "__shfl" not in body  # no register shuffle: the exchange is shared memory
 
 
 def test_cpu_shuffle_with_the_programs_own_barriers():
