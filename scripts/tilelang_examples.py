@@ -108,6 +108,8 @@ def _cut(name: str, value):
 
 def _keep_tensors_on_cpu():
     """Without a GPU, `device="cuda"` means the CPU (tilelab then picks its CPU backend)."""
+    import contextlib
+
     import torch
 
     def cpu(device):
@@ -148,6 +150,7 @@ def _keep_tensors_on_cpu():
     # one stream on the CPU: `torch.cuda.stream(None)` is torch's own no-op context
     torch.cuda.Stream = torch.cuda.default_stream = torch.cuda.current_stream = \
         lambda *a, **k: None
+    torch.cuda.device = lambda *a, **k: contextlib.nullcontext()  # `with torch.cuda.device(i)`
     # examples time themselves with CUDA events after their checks: the CPU's clock
     torch.cuda.Event = _ClockEvent
     # examples pick their configs by the GPU's generation: answer as the H200 would
