@@ -412,9 +412,8 @@ def _shuffle(op, value, width, source):
         raise TileLabSyntaxError(f"T.{op} shuffles a kernel value; got {value!r}",
                                  hint="give a constant its type (T.float32(1)), or read it "
                                       "from a buffer")
-    size = _const_int(E.as_ir(width))
-    if size is None or isinstance(width, bool) or not 1 <= size <= WARP_SIZE or \
-            size & (size - 1):
+    size = _lane_count(width)
+    if size is None:
         raise TileLabSyntaxError(
             f"T.{op}(..., width={width!r}): the width of the warp's segments is a constant "
             f"power of two from 1 to {WARP_SIZE}", hint=f"width={WARP_SIZE}: the whole warp")
@@ -429,6 +428,14 @@ def _shuffle(op, value, width, source):
     first = E.binary("-", lane, E.binary("%", lane, size))
     return tirx.BufferLoad(exchange, [E.binary("+", E.binary("-", t, lane),
                                                source(lane, first, size))])
+
+
+def _lane_count(x) -> int | None:
+    """`x` as a number of a warp's lanes: a constant power of two from 1 to 32 (else None)."""
+    size = _const_int(E.as_ir(x))
+    if size is None or isinstance(x, bool) or not 1 <= size <= WARP_SIZE or size & (size - 1):
+        return None
+    return size
 
 
 def _lane_number(x):
@@ -510,9 +517,8 @@ def shfl_up(value, delta, width=WARP_SIZE, mask=_FULL_MASK):
 def _tvm_width(op, width, warp_size):
     """`width`, once TVM's `warp_size` (the target's warp) is checked: no more lanes than
     CUDA's warp, and no fewer than `width`."""
-    size = _const_int(E.as_ir(warp_size))
-    if size is None or isinstance(warp_size, bool) or not 1 <= size <= WARP_SIZE or \
-            size & (size - 1) or (_const_int(E.as_ir(width)) or 0) > size:
+    size = _lane_count(warp_size)
+    if size is None or (_const_int(E.as_ir(width)) or 0) > size:
         raise TileLabSyntaxError(
             f"T.{op}(..., width={width!r}, warp_size={warp_size!r}): the warp size is a "
             f"constant power of two up to CUDA's {WARP_SIZE}, and the width at most that",

@@ -30,7 +30,7 @@ from ..ir.tile_ops import config, is_buffer, is_load
 from ..ir.visit import rewrite, rewrite_pre, walk, with_block_body
 from ..ops import effects
 from ..ops._lowering import is_sync, sync
-from .thread_code import exchange_tiles
+from .thread_code import exchange_tiles, hands_over
 
 
 def _shared(buffer) -> bool:
@@ -121,7 +121,7 @@ class _Barriers:
         pieces = []
 
         def take(attr):
-            if attr.attr_key != PER_THREAD or self.exchanges & set().union(*accesses(attr.body)):
+            if attr.attr_key != PER_THREAD or hands_over(attr.body, self.exchanges):
                 return attr  # (a shuffle's exchange: tilelab places its barriers)
             pieces.append(attr.body)
             return tirx.Evaluate(tirx.const(0, "int32"))
@@ -202,7 +202,8 @@ class _Barriers:
 
 
 def insert_barriers(body, own_barriers: bool = False):
-    stmts = _Barriers(own_barriers, exchange_tiles(body)).sequence([body], _State())
+    exchanges = exchange_tiles(body) if own_barriers else set()
+    stmts = _Barriers(own_barriers, exchanges).sequence([body], _State())
     return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
 
 

@@ -51,19 +51,12 @@ from ..ir.keys import (
     without_facts,
 )
 from ..ir.layout import Fragment, owner_table, thread_elements
-from ..ir.tile_ops import (
-    _const_int,
-    accessed_buffers,
-    data_of,
-    is_buffer,
-    is_load,
-    touches_shared,
-)
+from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load, touches_shared
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, lookup
 from ..ops._lowering import address, is_fragment, seq, simplify, thread_index_range, unravel
 from .infer_layouts import LayoutPlan, parallel_nest, register_read_by_all
-from .thread_code import exchange_tiles, thread_indices
+from .thread_code import exchange_tiles, hands_over, thread_indices
 
 
 def _is_register_tile(buffer) -> bool:
@@ -335,7 +328,7 @@ class ThreadLowering:
         hands values through an exchange tile (a warp shuffle, a thread all-reduce) is
         not: those barriers are tilelab's, the program cannot write them."""
         if not self.own_barriers or inside or not touches_shared(lowered) or \
-                self.exchanges & {b.name for b in accessed_buffers(lowered)}:
+                hands_over(lowered, self.exchanges):
             return lowered
         return tirx.AttrStmt(tirx.const(0, "int32"), OWN_BARRIERS, tirx.const(1, "int32"),
                              lowered)

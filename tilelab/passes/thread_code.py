@@ -62,7 +62,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import SourceLocation, TileLabTypeError
 from ..ir.keys import EXCHANGE, KERNEL, PER_THREAD, THREAD_INDEX, THREADS, WARP_ROLE
-from ..ir.tile_ops import config, is_load, loaded, regions, scalars
+from ..ir.tile_ops import accessed_buffers, config, is_load, loaded, regions, scalars
 from ..ir.visit import (
     block_body,
     keep_user_errors,
@@ -481,6 +481,13 @@ def exchange_tiles(body) -> set:
     walk(body, tirx.AllocBuffer, lambda a: found.add(a.buffer.name)
          if EXCHANGE in a.annotations else None)
     return found
+
+
+def hands_over(code, exchanges: set) -> bool:
+    """Does `code` touch one of the `exchanges` (exchange_tiles)? Such code is never the
+    program's to order under tl.disable_thread_storage_sync: the program cannot write the
+    barriers of a shuffle's exchange (passes/insert_barriers.py, the thread lowering)."""
+    return any(buffer.name in exchanges for buffer in accessed_buffers(code))
 
 
 def MarkThreadCode():  # noqa: N802
