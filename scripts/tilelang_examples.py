@@ -38,6 +38,7 @@ column. Nothing of TileLang's is copied into tilelab.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -108,8 +109,6 @@ def _cut(name: str, value):
 
 def _keep_tensors_on_cpu():
     """Without a GPU, `device="cuda"` means the CPU (tilelab then picks its CPU backend)."""
-    import contextlib
-
     import torch
 
     def cpu(device):
@@ -150,7 +149,8 @@ def _keep_tensors_on_cpu():
     # one stream on the CPU: `torch.cuda.stream(None)` is torch's own no-op context
     torch.cuda.Stream = torch.cuda.default_stream = torch.cuda.current_stream = \
         lambda *a, **k: None
-    torch.cuda.device = lambda *a, **k: contextlib.nullcontext()  # `with torch.cuda.device(i)`
+    # `with torch.cuda.device(i)` (and flash-linear-attention's `torch.<device>.device(i)`)
+    torch.cuda.device = torch.cpu.device = lambda *a, **k: contextlib.nullcontext()
     # examples time themselves with CUDA events after their checks: the CPU's clock
     torch.cuda.Event = _ClockEvent
     # examples pick their configs by the GPU's generation: answer as the H200 would
@@ -172,14 +172,8 @@ def _triton_interpreted():
     run those through Triton's interpreter on the CPU tensors. The interpreter has no
     driver to time an autotuner's configurations with; any of them computes the same
     reference, so none is timed (each is run once and the first kept)."""
-    import contextlib
-
-    import torch
-
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("FLA_CACHE_RESULTS", "0")  # its disk cache wants a driver too
-    if not hasattr(torch.cpu, "device"):  # flash-linear-attention's `torch.<device>.device(i)`
-        torch.cpu.device = lambda *a, **k: contextlib.nullcontext()
     try:
         from triton.runtime import autotuner
     except ImportError:  # the example will say that it needs Triton
