@@ -317,17 +317,21 @@ class ThreadLowering:
         T.Parallel iteration, every thread runs it and keeps its own stores."""
         outer, self.in_parallel = self.in_parallel, True
         try:
-            return self.own(self.lower(body), outer)
+            return self.own(self.lower(body), outer, parallel=False)
         finally:
             self.in_parallel = outer
 
-    def own(self, lowered, inside: bool):
-        """The lowered code of a piece of thread code or a T.Parallel nest, marked as the
-        program's own where it places the barriers of such code (once: not `inside`
-        another piece; code that touches no shared tile needs no barrier). A piece that
-        hands values through an exchange tile (a warp shuffle, a thread all-reduce) is
-        not: those barriers are tilelab's, the program cannot write them."""
-        if not self.own_barriers or inside or not touches_shared(lowered) or \
+    def own(self, lowered, inside: bool, parallel: bool):
+        """The lowered code of a piece of thread code or a T.Parallel nest, marked as code
+        whose barriers TVM's ThreadSync does not place (once: not `inside` another piece;
+        code that touches no shared tile needs none). A T.Parallel nest's iterations are
+        independent, and InsertBarriers orders the nest against the rest as a whole; TVM,
+        which takes all dynamic shared memory for one buffer, would put a barrier between
+        its unrolled elements. Thread code is marked where the program places its own
+        barriers (tl.disable_thread_storage_sync). A piece that hands values through an
+        exchange tile (a warp shuffle, a thread all-reduce) is not: those barriers are
+        tilelab's."""
+        if not (self.own_barriers or parallel) or inside or not touches_shared(lowered) or \
                 hands_over(lowered, self.exchanges):
             return lowered
         return tirx.AttrStmt(tirx.const(0, "int32"), OWN_BARRIERS, tirx.const(1, "int32"),
@@ -394,7 +398,7 @@ class ThreadLowering:
         outer, self.in_parallel = self.in_parallel, True
         try:
             if layout is None:
-                return self.own(self.parallel_without_fragments(nest, body), outer)
+                return self.own(self.parallel_without_fragments(nest, body), outer, parallel=True)
             elements = thread_elements(layout)
             stmts = []
             for reg in range(layout.local_size):
@@ -407,7 +411,7 @@ class ThreadLowering:
                 if layout.replicate > 1:  # every copy runs the iteration; one writes memory
                     lowered = _first_copy_writes(lowered, index[len(nest.loop_vars)])
                 stmts.append(self.only_if_valid(layout, reg, lowered))
-            return self.own(seq(stmts), outer)
+            return self.own(seq(stmts), outer, parallel=True)
         finally:
             self.in_parallel = outer
 
