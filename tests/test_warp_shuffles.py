@@ -365,6 +365,7 @@ def test_cpu_shuffle_with_the_programs_own_barriers():
 def test_cuda_shuffle_kernels_compile(arch):
     for kernel, args, kwargs in [
             (warp_sums, (250,), {"threads": 64, "dtype": T.float16}),
+            (warp_sums, (250,), {"threads": 32}),  # one warp: FlattenBuffer's `tx - tx % 32`
             (warp_totals_down, (200,), {}), (prefix_sums_up, (150,), {}),
             (broadcasts, (170, 16, 3), {}), (broadcasts, (170, 8, 5), {}),
             (each_shuffle, SHUFFLE_CASES[2], {}), (hadamard, (5, 256), {}),

@@ -426,8 +426,10 @@ def _shuffle(op, value, width, source):
     builder.emit(tirx.BufferStore(exchange, value, [t], span=_span(builder.location)))
     lane = E.binary("%", t, WARP_SIZE)
     first = E.binary("-", lane, E.binary("%", lane, size))
-    return tirx.BufferLoad(exchange, [E.binary("+", E.binary("-", t, lane),
-                                               source(lane, first, size))])
+    # the warp's first thread as (t // 32) * 32: TVM's FlattenBuffer divides by zero on
+    # `t - t % 32` in an index where t < 32 (a block of one warp)
+    warp = E.binary("*", E.binary("//", t, WARP_SIZE), WARP_SIZE)
+    return tirx.BufferLoad(exchange, [E.binary("+", warp, source(lane, first, size))])
 
 
 def _lane_count(x) -> int | None:
