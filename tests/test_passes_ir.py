@@ -73,6 +73,28 @@ def test_insert_barriers_between_a_write_and_other_threads_reads():
     assert barriers(out) == ["copy", "barrier", "parallel", "barrier", "copy"]
 
 
+def test_insert_barriers_inside_an_if_of_the_block():
+    """An `if` every thread takes alike (here on the block index; T.Persistent guards its
+    waves so) holds the block's work: the barrier between the copy and the loop that reads
+    the tile goes inside it, and one after the `if` covers what either branch left. (TVM's
+    ThreadSync does not see a T.Parallel loop's body, so nothing else puts them there.)"""
+
+    @T.prim_func
+    def guarded(X: T.Tensor((64,), T.float32), Y: T.Tensor((2, 64), T.float32)):
+        with T.Kernel(2, threads=64) as bx:
+            tile = T.alloc_shared((64,), T.float32)
+            if bx > 0:
+                T.copy(X, tile)
+                for i in T.Parallel(64):
+                    Y[bx, i] = tile[63 - i]
+            else:
+                T.fill(tile, 1.0)
+            T.copy(tile, Y[bx, 0])
+
+    out = InsertBarriers()(module(guarded))
+    assert barriers(out) == ["copy", "barrier", "parallel", "fill", "barrier", "copy"]
+
+
 def test_insert_barriers_leaves_a_race_free_program_alone():
     @T.prim_func
     def no_sharing(X: T.Tensor((64,), T.float32), Y: T.Tensor((64,), T.float32)):

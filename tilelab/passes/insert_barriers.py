@@ -8,8 +8,11 @@ reads and writes what its body touches. This pass walks each statement list
 keeping the shared buffers written and read since the last barrier, and puts
 a barrier before any statement that would race with them. A loop whose next
 iteration would race with the end of the previous one gets a barrier at the
-end of its body. (TVM's own ThreadSync pass runs later too, but it cannot see
-the accesses that tensor-core instructions make through pointers.)
+end of its body; an `if` of the block's (every thread takes it alike) is walked
+into, each branch a statement list of its own. (TVM's own ThreadSync pass runs
+later too, for the code tile ops lower to, but it cannot see the accesses that
+tensor-core instructions make through pointers, and it is not shown the bodies
+of T.Parallel loops: it would put a barrier between their unrolled elements.)
 
 A program may place the barriers of its own thread code itself
 (`tl.disable_thread_storage_sync`; code written for one thread is marked by
@@ -105,6 +108,10 @@ def _statements(body) -> list:
     return list(body) if isinstance(body, tirx.SeqStmt) else [body]
 
 
+def _seq(stmts: list):
+    return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+
+
 class _Barriers:
     """The walk over a kernel's statement lists. `own_barriers`: the accesses of thread
     code are the program's to order (`touched` keeps them apart)."""
@@ -144,6 +151,9 @@ class _Barriers:
             if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
                 out.extend(self.role(stmt, state))
                 continue
+            if isinstance(stmt, tirx.IfThenElse):
+                out.extend(self.branches(stmt, state))
+                continue
             if is_sync(stmt):
                 state.clear()
                 out.append(stmt)
@@ -177,12 +187,33 @@ class _Barriers:
         if inner.conflicts(head.block, head.own):
             body.append(sync())
             inner.clear()
-        body = tirx.SeqStmt(body) if len(body) > 1 else body[0]
+        body = _seq(body)
         out.append(tirx.While(loop.condition, body) if isinstance(loop, tirx.While) else
                    tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
                             annotations=loop.annotations))
         state.clear()
         state.add(inner.block | block, inner.own | own)
+        return out
+
+    def branches(self, stmt, state: _State) -> list:
+        """An `if` of the block's is taken alike by every thread (MarkThreadCode keeps a
+        branch on the thread index inside its marks), so a barrier may stand inside it: each
+        branch is a statement list entered with what came before, and after the `if`
+        stands what either branch may have left."""
+        out = []
+        condition = self.touched(tirx.Evaluate(stmt.condition))
+        if state.conflicts(*condition):
+            out.append(sync())
+            state.clear()
+        state.add(*condition)
+        other = _State()
+        other.add(state.block, state.own)
+        then_case = self.sequence(_statements(stmt.then_case), state)
+        else_case = None
+        if stmt.else_case is not None:
+            else_case = _seq(self.sequence(_statements(stmt.else_case), other))
+        state.add(other.block, other.own)
+        out.append(tirx.IfThenElse(stmt.condition, _seq(then_case), else_case))
         return out
 
     def role(self, attr, state: _State) -> list:
@@ -194,8 +225,7 @@ class _Barriers:
         if state.conflicts(*touched):
             out.append(sync())
             state.clear()
-        inner = self.sequence(_statements(attr.body), _State())
-        body = tirx.SeqStmt(inner) if len(inner) > 1 else inner[0]
+        body = _seq(self.sequence(_statements(attr.body), _State()))
         out.append(tirx.AttrStmt(attr.node, attr.attr_key, attr.value, body))
         state.add(*touched)
         return out
@@ -203,8 +233,7 @@ class _Barriers:
 
 def insert_barriers(body, own_barriers: bool = False):
     exchanges = exchange_tiles(body) if own_barriers else set()
-    stmts = _Barriers(own_barriers, exchanges).sequence([body], _State())
-    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+    return _seq(_Barriers(own_barriers, exchanges).sequence([body], _State()))
 
 
 def InsertBarriers(own_barriers: bool = False):  # noqa: N802
