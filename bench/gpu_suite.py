@@ -206,18 +206,6 @@ BENCH = [
                                            "options": {"block_m": 2, "threads": 512}},
      [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16"),
       ("randn", (8192,), "float16")], "layer_norm", 2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
-    # TVM's barrier pass puts a barrier between the unrolled elements of a T.Parallel loop
-    # that reads one shared tile and writes another (all dynamic shared memory is one buffer
-    # to it); with the program placing the barriers of its own code those are left out
-    ("layer_norm_own_barriers", "layer_norm", {"M": 8192, "N": 8192, "options": {
-        "pass_configs": {"tl.disable_thread_storage_sync": True}}},
-     [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16"),
-      ("randn", (8192,), "float16")], "layer_norm", 2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
-    ("layer_norm_bm2_t512_own_barriers", "layer_norm", {"M": 8192, "N": 8192, "options": {
-        "block_m": 2, "threads": 512,
-        "pass_configs": {"tl.disable_thread_storage_sync": True}}},
-     [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16"),
-      ("randn", (8192,), "float16")], "layer_norm", 2e-2, {"bytes": 2 * 2 * 8192 * 8192}),
     ("layer_norm_registers", "layer_norm_registers", {"M": 8192, "N": 8192},
      [("randn", (8192, 8192), "float16"), ("randn", (8192,), "float16"),
       ("randn", (8192,), "float16")], "layer_norm", 2e-2, {"bytes": 2 * 2 * 8192 * 8192}),

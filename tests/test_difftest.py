@@ -98,6 +98,26 @@ def test_compare_takes_equal_infinities_as_equal():
         assert difftest.compare(p, {name: got}, {name: want}, "CUDA vs CPU backend")
 
 
+def test_an_infinity_past_float16s_range_is_that_types_answer(monkeypatch):
+    """The reference computes in float64: where a partial result of an element passed
+    float16's largest value (its size), a backend that multiplies float16 operands in
+    float16 may answer inf (threads family seed 280, program 68: s * s of a tile holding
+    362); an inf where every partial result was in range stays a mismatch."""
+    import torch
+
+    p = generate(3, 2)
+    assert difftest._has_float16(p)
+    name = p.tensors[-1]["name"]
+    want = torch.tensor([364211.0, 2.0])
+    got = torch.tensor([float("inf"), 2.0])
+    monkeypatch.setattr(type(p), "output_sizes", {name: torch.tensor([131044.0, 2.0])})
+    assert difftest.compare(p, {name: got}, {name: want}, "same") is None
+    monkeypatch.setattr(type(p), "output_sizes", {name: torch.tensor([364211.0, 2.0])})
+    assert difftest.compare(p, {name: got.flip(0)}, {name: want.flip(0)}, "CUDA vs CPU")
+    got[0] = 1.0  # a finite wrong value is wrong whatever its size
+    assert difftest.compare(p, {name: got}, {name: want}, "CUDA vs CPU")
+
+
 def test_a_worker_that_dies_is_reported_and_the_rest_are_checked(tmp_path, monkeypatch):
     """A worker that aborts (as a heap corruption does) fails every program in flight;
     those are checked again one by one, the culprit is reported, and the run goes on

@@ -138,8 +138,8 @@ def test_without_the_key_cuda_wants_a_barrier_inside_a_branch():
 
 
 def test_a_swap_inside_t_parallel_needs_no_key():
-    """T.Parallel iterations are independent: TVM's barrier pass does not see their bodies
-    (InsertBarriers orders the loop as a whole), so the sort's swap under a branch compiles
+    """T.Parallel iterations are independent: TVM's barrier pass sees such a loop as one
+    statement (no barrier between its elements), so the sort's swap under a branch compiles
     without the key."""
     source = transposition_sort.compile(2, target="cuda:sm_90a").get_kernel_source()
     assert "__global__" in source

@@ -36,6 +36,9 @@ EXCHANGE = "tilelab.exchange"
 # code or a T.Parallel loop that touches shared memory, whose barriers the program places;
 # from LowerTileOpsToThreads to the shared-memory merge (hide_from_thread_sync.py)
 OWN_BARRIERS = "tilelab.own_barriers"
+# AttrStmt (CUDA): the lowered code of a T.Parallel loop that touches shared memory, which
+# TVM's ThreadSync sees as one statement touching its tiles (hide_from_thread_sync.py)
+AS_ONE = "tilelab.as_one_statement"
 FACTS = (PIPELINE_PLAN, LAYOUT_PLAN)
 
 # PrimFunc attributes

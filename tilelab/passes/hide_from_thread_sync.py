@@ -44,13 +44,40 @@ SeparateSharedLifetimes reads for the merge (DropOwnBarrierMarks removes it then
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
-from ..ir.keys import OWN_BARRIERS, REFILL
+from ..ir.keys import AS_ONE, OWN_BARRIERS, REFILL
 from ..ir.visit import rewrite
 
 PLACEHOLDER = "__tilelab_hidden_from_thread_sync"
-HIDDEN = (REFILL, OWN_BARRIERS)
+HIDDEN = (REFILL, OWN_BARRIERS, AS_ONE)
+
+
+def _shared_accesses(stmt) -> list:
+    """Pointers to the whole of each shared tile `stmt` touches, read (1), written (2) or
+    both (3): what ThreadSync is shown of a statement it sees as one."""
+    masks, buffers = {}, {}
+
+    def note(buffer, mask):
+        if buffer.scope().startswith("shared"):
+            key = str(buffer.data)
+            buffers.setdefault(key, buffer)
+            masks[key] = masks.get(key, 0) | mask
+
+    def visit(node):
+        if isinstance(node, tirx.BufferStore):
+            note(node.buffer, 2)
+        elif isinstance(node, tvm.ir.TensorLoad):
+            note(node.source, 1)
+        elif isinstance(node, tvm.ir.Call) and node.op.name == "tirx.address_of":
+            load = node.args[0]  # an atomic's address: it reads and writes there
+            if isinstance(load, tvm.ir.TensorLoad):
+                note(load.source, 3)
+        return None
+
+    tvm_ffi.structural_walk(stmt, (object, visit), order="pre")
+    return [buffers[key].access_ptr(masks[key]) for key in buffers]
 
 
 def hidden_from_thread_sync():
@@ -63,8 +90,9 @@ def hidden_from_thread_sync():
             if attr.attr_key not in HIDDEN:
                 return attr
             hidden.append(attr if attr.attr_key == OWN_BARRIERS else attr.body)
+            shown = _shared_accesses(attr.body) if attr.attr_key == AS_ONE else []
             return tirx.Evaluate(tirx.call_extern(
-                "void", PLACEHOLDER, tirx.const(len(hidden) - 1, "int32")))
+                "void", PLACEHOLDER, tirx.const(len(hidden) - 1, "int32"), *shown))
 
         return func.with_body(rewrite(func.body, tirx.AttrStmt, on_attr))
 
@@ -72,7 +100,7 @@ def hidden_from_thread_sync():
     def restore(func, _mod, _ctx):
         def on_evaluate(stmt):
             call = stmt.value
-            if isinstance(call, tvm.ir.Call) and len(call.args) == 2 and \
+            if isinstance(call, tvm.ir.Call) and len(call.args) >= 2 and \
                     getattr(call.args[0], "value", None) == PLACEHOLDER:
                 return hidden[int(call.args[1].value)]
             return stmt

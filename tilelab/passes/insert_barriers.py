@@ -108,6 +108,16 @@ def _statements(body) -> list:
     return list(body) if isinstance(body, tirx.SeqStmt) else [body]
 
 
+def _runs_through(loop) -> bool:
+    """Does `loop` run at least one whole iteration, and leave only at its end?"""
+    extent = getattr(loop, "extent", None)
+    if not isinstance(extent, tirx.IntImm) or extent.value < 1:
+        return False
+    breaks = []
+    walk(loop.body, tirx.Break, breaks.append)
+    return not breaks
+
+
 def _seq(stmts: list):
     return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
 
@@ -175,6 +185,8 @@ class _Barriers:
         if state.conflicts(block, own):
             out.append(sync())
             state.clear()
+        entering = _State()
+        entering.add(state.block, state.own)
         inner = _State()
         inner.add(state.block, state.own)
         body = self.sequence(_statements(loop.body), inner)
@@ -191,8 +203,12 @@ class _Barriers:
         out.append(tirx.While(loop.condition, body) if isinstance(loop, tirx.While) else
                    tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
                             annotations=loop.annotations))
+        # after it stands what the last iteration left; a loop that may run no iteration,
+        # or leave one at a `break`, may also leave what came before or what its body touched
         state.clear()
-        state.add(inner.block | block, inner.own | own)
+        state.add(inner.block, inner.own)
+        if not _runs_through(loop):
+            state.add(entering.block | block, entering.own | own)
         return out
 
     def branches(self, stmt, state: _State) -> list:

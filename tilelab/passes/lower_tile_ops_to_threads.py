@@ -16,7 +16,8 @@ pass rewrites the tile program into per-thread code around `threadIdx.x`:
   runs on every thread as the body of a T.Parallel iteration does; where the program
   places the barriers of such code itself (`tl.disable_thread_storage_sync`), each
   piece of it and each T.Parallel nest that touches shared memory is marked
-  `OWN_BARRIERS` (passes/hide_from_thread_sync.py);
+  `OWN_BARRIERS`; otherwise such a nest is marked `AS_ONE`, one statement to TVM's
+  barrier pass (passes/hide_from_thread_sync.py);
 * a tile op is lowered by its own module (`tilelab/ops/copy.py`, `gemm.py`,
   ...), which gets a `ThreadLowering` - the context below: the thread index,
   the layouts, each fragment's local array, and helpers that deal work to
@@ -38,6 +39,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from ..errors import TileLabTypeError
 from ..ir.expr import dtype_of
 from ..ir.keys import (
+    AS_ONE,
     KERNEL,
     LAYOUT_PLAN,
     OWN_BARRIERS,
@@ -322,20 +324,21 @@ class ThreadLowering:
             self.in_parallel = outer
 
     def own(self, lowered, inside: bool, parallel: bool):
-        """The lowered code of a piece of thread code or a T.Parallel nest, marked as code
-        whose barriers TVM's ThreadSync does not place (once: not `inside` another piece;
-        code that touches no shared tile needs none). A T.Parallel nest's iterations are
-        independent, and InsertBarriers orders the nest against the rest as a whole; TVM,
-        which takes all dynamic shared memory for one buffer, would put a barrier between
-        its unrolled elements. Thread code is marked where the program places its own
-        barriers (tl.disable_thread_storage_sync). A piece that hands values through an
-        exchange tile (a warp shuffle, a thread all-reduce) is not: those barriers are
-        tilelab's."""
-        if not (self.own_barriers or parallel) or inside or not touches_shared(lowered) or \
-                hands_over(lowered, self.exchanges):
+        """The lowered code of a piece of thread code or a T.Parallel nest, marked for TVM's
+        ThreadSync (once: not `inside` another piece; code that touches no shared tile
+        needs no barrier). Where the program places the barriers of its own code
+        (tl.disable_thread_storage_sync), both are `OWN_BARRIERS`: ThreadSync does not see
+        them. Otherwise a T.Parallel nest is `AS_ONE`: its iterations are independent, so
+        ThreadSync orders it against the rest as one statement and puts no barrier between
+        its unrolled elements (it takes all dynamic shared memory for one buffer). A piece
+        that hands values through an exchange tile (a warp shuffle, a thread all-reduce)
+        is neither: those barriers are tilelab's."""
+        if inside or not touches_shared(lowered) or hands_over(lowered, self.exchanges):
             return lowered
-        return tirx.AttrStmt(tirx.const(0, "int32"), OWN_BARRIERS, tirx.const(1, "int32"),
-                             lowered)
+        if not self.own_barriers and not parallel:
+            return lowered
+        key = OWN_BARRIERS if self.own_barriers else AS_ONE
+        return tirx.AttrStmt(tirx.const(0, "int32"), key, tirx.const(1, "int32"), lowered)
 
     @functools.cached_property
     def exchanges(self) -> set:

@@ -77,6 +77,13 @@ def make_inputs(p: Program):
     return tensors
 
 
+_FLOAT16_MAX = 65504.0
+
+
+def _has_float16(p: Program) -> bool:
+    return any(b["dtype"] == "float16" for b in p.tensors + p.buffers)
+
+
 def compare(p: Program, actual: dict, expected: dict, what: str) -> str | None:
     """None when every output agrees within the program's tolerance, else what differs."""
     import torch
@@ -98,6 +105,11 @@ def compare(p: Program, actual: dict, expected: dict, what: str) -> str | None:
         size = torch.zeros_like(want) if size is None else \
             torch.nan_to_num(size.double(), nan=0.0, posinf=0.0)
         limit = tol * (1 + torch.clamp(size, min=scale))
+        # the reference computes in float64; a backend that multiplies float16 operands in
+        # float16 overflows where a partial result passed float16's largest value: there
+        # an infinity is that type's answer, not a wrong one
+        if size.numel() and _FLOAT16_MAX < size.max().item() and _has_float16(p):
+            err = torch.where(torch.isinf(got) & (size > _FLOAT16_MAX), 0.0, err)
         excess = torch.where(err <= limit, 0.0, err / limit.clamp(min=1e-300))
         if excess.max().item() > 0 or torch.isnan(err).any():
             excess = torch.nan_to_num(excess, nan=float("inf"))

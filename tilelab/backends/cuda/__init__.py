@@ -131,7 +131,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         SeparateSharedLifetimes,                   # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
-        DropOwnBarrierMarks,                       # (read by SeparateSharedLifetimes)
+        *([DropOwnBarrierMarks] if own_barriers else []),  # (read by SeparateSharedLifetimes)
         SpecializeWarps(reallocate),               # producer warpgroup + consumers (if planned)
         *([HeavyBlocksFirst] if heavy_first else []),  # the longest-running blocks start first
         T.SplitHostDevice(),
