@@ -313,8 +313,9 @@ def _cutting(fn):
 
 def _run_main_block(path: Path, module: dict) -> None:
     """Run a script's `if __name__ == "__main__":` block (if it has one) in its module's
-    namespace, the example's own functions it
-    calls taking sizes cut (`test(4096, 4096)` runs `test(256, 256)`)."""
+    globals, as `python example.py` runs it (a name the block binds is a global the
+    example's functions may read), the example's own functions it calls taking sizes cut
+    (`test(4096, 4096)` runs `test(256, 256)`; their calls to each other are as written)."""
     import ast
     import types
 
@@ -323,13 +324,26 @@ def _run_main_block(path: Path, module: dict) -> None:
               "__main__" in ast.unparse(node.test) and "__name__" in ast.unparse(node.test)]
     if not blocks:  # its checks stand at the top level, and have run
         return
-    namespace = dict(module, __name__="__main__")
-    for name, value in module.items():
-        if isinstance(value, types.FunctionType) and value.__module__ == "__tilelab_example__":
-            namespace[name] = _cutting(value)
+    functions = {name: value for name, value in module.items()
+                 if isinstance(value, types.FunctionType) and
+                 value.__module__ == "__tilelab_example__"}
+    # runpy hands back a copy of the module's globals; its functions hold the real ones
+    namespace = next(iter(functions.values())).__globals__ if functions else dict(module)
+    namespace["__tilelab_cut__"] = {name: _cutting(fn) for name, fn in functions.items()}
+
+    class CutCalls(ast.NodeTransformer):
+        def visit_Call(self, node):  # noqa: N802 - ast's name
+            self.generic_visit(node)
+            if isinstance(node.func, ast.Name) and node.func.id in functions:
+                node.func = ast.Subscript(ast.Name("__tilelab_cut__", ast.Load()),
+                                          ast.Constant(node.func.id), ast.Load())
+            return node
+
+    namespace["__name__"] = "__main__"
     for block in blocks:
-        exec(compile(ast.Module(body=block.body, type_ignores=[]), str(path), "exec"),  # noqa: S102
-             namespace)
+        body = ast.fix_missing_locations(CutCalls().visit(ast.Module(body=block.body,
+                                                                     type_ignores=[])))
+        exec(compile(body, str(path), "exec"), namespace)  # noqa: S102
 
 
 def run_one(path: Path) -> dict:

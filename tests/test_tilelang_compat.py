@@ -1359,7 +1359,10 @@ def _examples_runner():
 def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
     """scripts/tilelang_examples.py runs a script's `__main__` block after its definitions,
     its own functions taking integer sizes above 256 cut (head dimensions and block,
-    thread and stage settings kept), as main()'s defaults are."""
+    thread and stage settings kept), as main()'s defaults are. The block runs in the
+    module's globals, as `python example.py` runs it: a name it binds is a global the
+    functions read (TileLang's NSA backward reads `block_counts` so); the functions'
+    calls to each other are as written."""
     import runpy
 
     runner = _examples_runner()
@@ -1368,13 +1371,20 @@ def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
         "seen = []\n\n"
         "def test(S, topk, DQK=576, d_v=512, block_N=512, threads=1024):\n"
         "    seen.append((S, topk, DQK, d_v, block_N, threads))\n\n"
+        "def size(n):\n"
+        "    return n\n\n"
+        "def reads_a_global():\n"
+        "    seen.append((flag, size(4096)))\n\n"
         "if __name__ == '__main__':\n"
         "    for s in (4096, 100):\n"
-        "        test(s, topk=2048, DQK=576, d_v=512, block_N=512, threads=1024)\n")
+        "        test(s, topk=2048, DQK=576, d_v=512, block_N=512, threads=1024)\n"
+        "    flag = 7\n"
+        "    reads_a_global()\n")
     module = runpy.run_path(str(script), run_name="__tilelab_example__")
     assert module["seen"] == []  # the block waits for the runner
     runner._run_main_block(script, module)
-    assert module["seen"] == [(256, 256, 576, 512, 512, 1024), (100, 256, 576, 512, 512, 1024)]
+    assert module["seen"] == [(256, 256, 576, 512, 512, 1024), (100, 256, 576, 512, 512, 1024),
+                              (7, 4096)]
 
 
 def test_the_runner_tries_larger_sizes_where_the_cut_stops_an_example(tmp_path):
