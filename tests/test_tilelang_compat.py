@@ -670,6 +670,23 @@ def test_from_tilelang_import_tvm():
     assert tl_tvm is tvm and tl_tvm.tirx.const(3, "int32").value == 3
 
 
+def test_tvm_testing_requires_package():
+    """TileLang's TVM marks a test that needs a package (`@tvm.testing.requires_package`,
+    also `tilelang.testing`'s); apache-tvm 0.27 has no such mark: the test runs where the package is installed, and
+    calling it elsewhere names the missing package."""
+    import tilelang.testing
+    from tilelang import tvm
+
+    def test():
+        return "ran"
+
+    for requires_package in (tvm.testing.requires_package,
+                             tilelang.testing.requires_package):
+        assert requires_package("torch")(test)() == "ran"
+        with pytest.raises(ModuleNotFoundError, match="no_such_package_here"):
+            requires_package("torch", "no_such_package_here")(test)()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("M, N, K", [(1000, 1000, 1000), (256, 384, 512)])
 def test_persistent_gemm_on_the_gpu(M, N, K):

@@ -434,7 +434,8 @@ def _submodules() -> dict[str, types.ModuleType]:
                                 __getattr__=_env_value),
         "tilelang.testing": _module("tilelang.testing", "Test helpers.",
                                     set_random_seed=set_random_seed,
-                                    torch_assert_close=torch_assert_close),
+                                    torch_assert_close=torch_assert_close,
+                                    requires_package=_requires_package),
     }
 
 
@@ -485,6 +486,31 @@ def _tvm_spellings() -> None:
     if "dtype" not in vars(tvm.ir.Expr):  # `val.dtype == T.uint8`: an expression's type
         # (a Var keeps TVM's own property: a buffer's element type, else AttributeError)
         tvm.ir.Expr.dtype = property(lambda expr: _as_dtype(str(expr.ty)))
+    import tvm.testing
+
+    if not hasattr(tvm.testing, "requires_package"):  # a test that needs a package
+        tvm.testing.requires_package = _requires_package
+
+
+def _requires_package(*packages):
+    """`@tvm.testing.requires_package("bitblas")`: the test as written where its packages
+    are installed; else calling it says which one is missing (as importing it would)."""
+    import functools
+    import importlib.util
+
+    def mark(fn):
+        missing = [p for p in packages if importlib.util.find_spec(p) is None]
+        if not missing:
+            return fn
+
+        @functools.wraps(fn)
+        def needs(*args, **kwargs):
+            raise ModuleNotFoundError(f"No module named {missing[0]!r} (needed by "
+                                      f"{fn.__name__})", name=missing[0])
+
+        return needs
+
+    return mark
 
 
 _PROVIDED = {"language", "math", "layout", "autotuner", "profiler", "transform", "utils",
