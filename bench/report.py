@@ -208,6 +208,21 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("parallel_as_one_h200.json",
+     "T.Parallel loops are one statement to TVM's ThreadSync (it orders them against the "
+     "rest, and against shared-memory reuse, but puts no barrier between their unrolled "
+     "elements: the tutorial's layer_norm 38 barriers -> 7), beside `_before` rows built "
+     "from main before the change (1d63546): layer_norm x0.82 -> x0.96 of F.layer_norm, two "
+     "rows per block with 512 threads x1.07 -> x1.14; the persistent GEMM (InsertBarriers now "
+     "walks into T.Persistent's guard) and the rotated causal attention level with their "
+     "`_before` rows; all 49 checks ok (2026-12-04, twenty-seventh session, a subset)",
+     "`python bench/gpu_suite.py build --only layer_norm,layer_norm_bm2,layer_norm_bm2_t512,"
+     "layer_norm_bm4_t1024,persistent_gemm_fp16,persistent_gemm_fp16_4096,persistent_gemm_bf16,"
+     "flash_attention_causal_bm128_bn128_w8_ws_rotate,gemm_fp16_128x256_t256_s4,"
+     "flash_attention_bm128_bn128_w8_default,flash_attention_causal_bm128_bn128_w8_default,"
+     "softmax,rms_norm`, and `--only layer_norm,layer_norm_bm2_t512,persistent_gemm_fp16,"
+     "flash_attention_causal_bm128_bn128_w8_ws_rotate` at 1d63546, its artifacts added to the "
+     "manifest as `before_*`, named `*_before` here"),
     ("layer_norm_own_barriers_h200.json",
      "What the barriers TVM's ThreadSync puts inside T.Parallel loops cost: layer_norm with "
      "`tl.disable_thread_storage_sync` (the program places the barriers of its own code; a "
