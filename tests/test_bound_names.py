@@ -18,7 +18,6 @@ import torch
 import tilelab
 import tilelab.language as T
 from tilelab.backends.cuda.nvcc import find_nvcc
-from tilelab.errors import TileLabError
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
 
