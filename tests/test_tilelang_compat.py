@@ -1442,3 +1442,72 @@ def test_the_runner_times_cuda_events_by_the_cpu_clock():
     end.record()
     end.synchronize()
     assert 15 <= start.elapsed_time(end) < 2000
+
+
+@tilelab.jit(out_idx=[-1])
+def roles_with_register_hints(n, count=240):
+    """TileLang's hand-written roles open with T.set_max_nreg: warpgroup 0 doubles the
+    rows, warpgroup 1 negates them."""
+    @T.prim_func
+    def kernel(a: T.Tensor((n, 64), T.float32), out: T.Tensor((2, n, 64), T.float32)):
+        with T.Kernel(T.ceildiv(n, 16), threads=256) as bx:
+            tx = T.get_thread_binding()
+            tile = T.alloc_shared((16, 64), T.float32)
+            T.copy(a[bx * 16, 0], tile)
+            if tx < 128:
+                T.set_max_nreg(count, 1)
+                for i, j in T.Parallel(16, 64):
+                    out[0, bx * 16 + i, j] = tile[i, j] * 2.0
+            else:
+                T.set_max_nreg(24, 0)
+                for i, j in T.Parallel(16, 64):
+                    out[1, bx * 16 + i, j] = -tile[i, j]
+    return kernel
+
+
+def test_set_max_nreg_is_a_hint_the_roles_run_without():
+    """T.set_max_nreg changes no result: the roles run as written on the CPU and compile
+    for sm_90a (tilelab keeps the launch's registers in a program's own roles); a count
+    setmaxnreg cannot take is an error at the user's line."""
+    a = torch.randn(48, 64)
+    torch.testing.assert_close(roles_with_register_hints(48)(a), torch.stack([a * 2, -a]))
+    if find_nvcc() is not None:
+        source = roles_with_register_hints.compile(48, target="cuda:sm_90a") \
+            .get_kernel_source()
+        assert "setmaxnreg" not in source
+    with pytest.raises(TileLabError, match=r"set_max_nreg\(250") as info:
+        roles_with_register_hints.compile(48, 250, target="cpu")
+    assert "T.set_max_nreg(count, 1)" in str(info.value)
+
+
+@tilelab.jit(out_idx=[-1])
+def gemm_by_wgmma_gemm(n, wait=0):
+    """TileLang's asynchronous spelling of T.gemm: issue, then wait for the MMAs."""
+    @T.prim_func
+    def kernel(a: T.Tensor((n, 64), T.float16), b: T.Tensor((64, 64), T.float16),
+               c: T.Tensor((n, 64), T.float32)):
+        with T.Kernel(T.ceildiv(n, 64), threads=128) as bx:
+            a_s = T.alloc_shared((64, 64), T.float16)
+            b_s = T.alloc_shared((64, 64), T.float16)
+            acc = T.alloc_fragment((64, 64), T.float32)
+            T.copy(a[bx * 64, 0], a_s)
+            T.copy(b, b_s)
+            T.clear(acc)
+            T.wgmma_gemm(a_s[:, 0:32], b_s[0:32, :], acc)
+            T.wgmma_gemm(a_s[:, 32:64], b_s[32:64, :], acc)
+            T.wait_wgmma(wait)
+            T.copy(acc, c[bx * 64, 0])
+    return kernel
+
+
+def test_wgmma_gemm_and_wait_wgmma_are_a_gemm():
+    """T.wgmma_gemm is T.gemm (tilelab waits for its MMAs itself), T.wait_wgmma then waits
+    for nothing: the sum is A @ B on the CPU, and the program compiles for sm_90a."""
+    a, b = torch.randn(80, 64).half(), torch.randn(64, 64).half()
+    torch.testing.assert_close(gemm_by_wgmma_gemm(80)(a, b), a.float() @ b.float(),
+                               rtol=1e-3, atol=1e-3)
+    if find_nvcc() is not None:
+        assert "wgmma" in gemm_by_wgmma_gemm.compile(80, target="cuda:sm_90a") \
+            .get_kernel_source()
+    with pytest.raises(TileLabError, match=r"wait_wgmma\(-1\)"):
+        gemm_by_wgmma_gemm.compile(80, -1, target="cpu")

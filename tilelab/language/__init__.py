@@ -104,6 +104,7 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     no_set_max_nreg,
     parallel,
     reinterpret,
+    set_max_nreg,
     shfl_down,
     shfl_sync,
     shfl_up,
@@ -122,6 +123,8 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     tvm_warp_shuffle_up,
     tvm_warp_shuffle_xor,
     uint,
+    wait_wgmma,
+    wgmma_gemm,
 )
 
 bool = boolean  # noqa: A001 - T.bool, as TileLang spells it

@@ -19,7 +19,7 @@ import math
 
 from tvm import tirx
 
-from ..errors import TileLabSyntaxError
+from ..errors import TileLabSyntaxError, TileLabTypeError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
 from ..ir.expr import dtype_of
@@ -574,6 +574,44 @@ def disable_warp_group_reg_alloc():
 no_set_max_nreg = disable_warp_group_reg_alloc  # TileLang's other name for the same hint
 
 
+def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=None,  # noqa: N803
+               clear_accum=False, k_pack=1, wg_wait=0):
+    """TileLang's `T.gemm` issued as warpgroup MMAs the program waits for itself
+    (`T.wait_wgmma`). tilelab lowers it as `T.gemm`, which waits for its MMAs where
+    something reads their result (and keeps them in flight across a pipelined loop), so
+    the program's `T.wait_wgmma` that follows has nothing left to wait for."""
+    from ..ops.gemm import GemmWarpPolicy, gemm
+
+    gemm(A, B, C, transpose_A, transpose_B, GemmWarpPolicy.Square if policy is None else
+         policy, clear_accum, k_pack, wg_wait)
+
+
+def wait_wgmma(count=0):
+    """TileLang's wait for all but `count` groups of a warpgroup's `T.wgmma_gemm` MMAs:
+    tilelab's `T.wgmma_gemm` waits for its own (see there), so this waits for nothing."""
+    current("T.wait_wgmma")
+    if _const_int(count) is None or _const_int(count) < 0:
+        raise TileLabTypeError(f"T.wait_wgmma({count}): the number of MMA groups left in "
+                               "flight is a constant >= 0")
+
+
+def set_max_nreg(reg_count, is_inc):
+    """TileLang's `T.set_max_nreg(240, 1)` at the top of a warp role written by hand: the
+    role's warpgroups take (1) or give back (0) registers, a hint for the register
+    allocator that changes no result. tilelab moves registers itself where it splits a
+    loop into producer and consumers (passes/specialize_warps.py); in a program's own
+    roles it keeps the registers the launch gives every thread, and the hint is checked
+    and left out."""
+    current("T.set_max_nreg")
+    count, inc = _const_int(reg_count), _const_int(is_inc)
+    if count is None or not 24 <= count <= 256 or count % 8:
+        raise TileLabTypeError(f"T.set_max_nreg({reg_count}, ...): the register count is a "
+                               "constant multiple of 8 from 24 to 256")
+    if inc not in (0, 1):
+        raise TileLabTypeError(f"T.set_max_nreg(..., {is_inc}): is_inc is 1 (take registers) "
+                               "or 0 (give them back)")
+
+
 def sync_threads(barrier_id=None, arrive_count=None):
     """A barrier of the whole block, as TileLang writes it. tilelab puts the barriers that
     its tile ops need itself (passes/insert_barriers.py) and counts this one among them;
@@ -645,8 +683,8 @@ MISSING: dict[str, tuple[str, str]] = {
                      "alloc_tmem", "WSSync", "WSID", "WSPipeline",
                      "WSScope", "WSRole", "WSSchedule", "ws_op", "annotate_ws_schedule",
                      "tcgen05_gemm", "tcgen05_mma_arrive", "tcgen05_gemm_blockscaled",
-                     "tcgen05_sf_warp_transpose", "tcgen05_cp_warpx4", "wgmma_gemm",
-                     "wait_wgmma", "set_max_nreg", "annotate_producer_reg_dealloc",
+                     "tcgen05_sf_warp_transpose", "tcgen05_cp_warpx4",
+                     "annotate_producer_reg_dealloc",
                      "annotate_consumer_reg_alloc", "fence_proxy_async", "ClusterKernel",
                      "block_rank_in_cluster", "cp_async_barrier_noinc", "ptx_cp_async",
                      "ptx_commit_group", "ptx_wait_group", "mma_gemm_blockscaled",
