@@ -8,8 +8,8 @@ reads and writes what its body touches. This pass walks each statement list
 keeping the shared buffers written and read since the last barrier, and puts
 a barrier before any statement that would race with them. A loop whose next
 iteration would race with the end of the previous one gets a barrier at the
-end of its body; an `if` of the block's (every thread takes it alike) is walked
-into, each branch a statement list of its own. (TVM's own ThreadSync pass runs
+end of its body; an `if` of the block's on values that read no memory (every
+thread takes it alike) is walked into, each branch a statement list of its own. (TVM's own ThreadSync pass runs
 later too, for the code tile ops lower to, but it cannot see the accesses that
 tensor-core instructions make through pointers, and it is not shown the bodies
 of T.Parallel loops: it would put a barrier between their unrolled elements.)
@@ -108,6 +108,12 @@ def _statements(body) -> list:
     return list(body) if isinstance(body, tirx.SeqStmt) else [body]
 
 
+def _reads_memory(expr) -> bool:
+    found = []
+    walk(expr, object, lambda node: found.append(node) if is_load(node) else None)
+    return bool(found)
+
+
 def _runs_through(loop) -> bool:
     """Does `loop` run at least one whole iteration, and leave only at its end?"""
     extent = getattr(loop, "extent", None)
@@ -161,7 +167,7 @@ class _Barriers:
             if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
                 out.extend(self.role(stmt, state))
                 continue
-            if isinstance(stmt, tirx.IfThenElse):
+            if isinstance(stmt, tirx.IfThenElse) and not _reads_memory(stmt.condition):
                 out.extend(self.branches(stmt, state))
                 continue
             if is_sync(stmt):
@@ -212,10 +218,13 @@ class _Barriers:
         return out
 
     def branches(self, stmt, state: _State) -> list:
-        """An `if` of the block's is taken alike by every thread (MarkThreadCode keeps a
-        branch on the thread index inside its marks), so a barrier may stand inside it: each
-        branch is a statement list entered with what came before, and after the `if`
-        stands what either branch may have left."""
+        """An `if` of the block's on values that read no memory (block indices, loop
+        counters, sizes) is taken alike by every thread (MarkThreadCode keeps a branch on
+        the thread index inside its marks), so a barrier may stand inside it: each branch
+        is a statement list entered with what came before, and after the `if` stands what
+        either branch may have left. (An `if` on a loaded value is one statement here:
+        whether threads see it alike is the CUDA backend's to check, where ThreadSync asks
+        for a barrier inside it.)"""
         out = []
         condition = self.touched(tirx.Evaluate(stmt.condition))
         if state.conflicts(*condition):
