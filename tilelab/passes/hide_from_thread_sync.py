@@ -1,8 +1,9 @@
 """Keep TVM's barrier pass away from statements whose barriers are placed already.
 
 TVM's ThreadSync puts a barrier between any shared-memory write and a read (or a
-read and a write) of other threads that it cannot prove apart. Two kinds of
-statements have their barriers from elsewhere, and ThreadSync must not see them.
+read and a write) of other threads that it cannot prove apart. Three kinds of
+statements have their barriers from elsewhere, or need none inside, and ThreadSync
+must not see them as they are.
 
 The refills of pipelined loops. A pipelined loop (`passes/pipeline_loops.py`)
 refills the slot of a shared tile that an earlier iteration read, while this
@@ -18,27 +19,32 @@ Only the refills inside the loop are hidden (marked `REFILL` by the pipeline): t
 prologue's copies may land on bytes that tiles used before the loop occupy (shared
 memory is merged by lifetime later), and ThreadSync must see them.
 
-The bodies of T.Parallel loops, and the program's own per-thread code where it places
-its barriers itself, marked `OWN_BARRIERS` by LowerTileOpsToThreads where they touch
-shared memory. A T.Parallel loop's iterations are independent, so its body needs no
-barrier inside; ThreadSync, which takes all dynamic shared memory for one buffer, puts
-one between unrolled elements that read one tile and write another (the tutorial's
-layer_norm had 38 barriers, 6 without). Code written for one thread (`tx =
-T.get_thread_binding()`, passes/thread_code.py) is hidden only under
-`tl.disable_thread_storage_sync` (TileLang's key): a top-k selector that keeps its
-candidates in two halves of one shared tile, reading half `r` and appending to half
-`r ^ 1` under an `if` on each thread's own value, needs no barrier inside that `if`;
-ThreadSync cannot tell the halves apart, wants one there, and cannot put one where some
-threads would not reach it. What such statements need against the rest, InsertBarriers
-gives at the tile level (a T.Parallel loop is one statement there, and thread code meets
-tile ops as before); that the shared-memory planners give a tile's bytes to another
-tile only across a barrier, since ThreadSync no longer orders such a reuse,
+T.Parallel loops (marked `AS_ONE` by LowerTileOpsToThreads where they touch shared
+memory). A loop's iterations are independent, so it needs no barrier inside; but
+ThreadSync, which takes all dynamic shared memory for one buffer, puts one between
+unrolled elements that read one tile and write another (the tutorial's layer_norm had
+38 barriers, 7 now). ThreadSync is shown each such loop as one statement: a call whose
+pointers touch each of the loop's shared tiles whole, read, written or both. So it
+still orders the loop against the statements around it, and against another tile
+taking its bytes in the shared-memory merge, as before.
+
+The program's own per-thread code where it places its barriers itself
+(`tl.disable_thread_storage_sync`, TileLang's key), marked `OWN_BARRIERS`: code
+written for one thread (`tx = T.get_thread_binding()`, passes/thread_code.py), and
+T.Parallel loops then too. A top-k selector that keeps its candidates in two halves
+of one shared tile, reading half `r` and appending to half `r ^ 1` under an `if` on
+each thread's own value, needs no barrier inside that `if`; ThreadSync cannot tell the
+halves apart, wants one there, and cannot put one where some threads would not reach
+it. What such code needs against tile ops, InsertBarriers gives at the tile level;
+that the shared-memory planners give a tile's bytes to another tile only across a
+barrier, since ThreadSync no longer orders such a reuse,
 passes/separate_shared_lifetimes.py sees to.
 
-`hide` replaces each such statement with a call that touches no memory, just
-before ThreadSync; `restore`, right after it, puts the statement back: a refill
-without its mark, which nothing reads after, the program's code with its mark, which
-SeparateSharedLifetimes reads for the merge (DropOwnBarrierMarks removes it then).
+`hide` replaces each such statement with a call (touching no memory, or a loop's tiles
+whole), just before ThreadSync; `restore`, right after it, puts the statement back: a
+refill or a loop without its mark, which nothing reads after, the program's code with
+its mark, which SeparateSharedLifetimes reads for the merge (DropOwnBarrierMarks
+removes it then).
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ keeping the shared buffers written and read since the last barrier, and puts
 a barrier before any statement that would race with them. A loop whose next
 iteration would race with the end of the previous one gets a barrier at the
 end of its body; an `if` of the block's on values that read no memory (every
-thread takes it alike) is walked into, each branch a statement list of its own. (TVM's own ThreadSync pass runs
-later too, for the code tile ops lower to, but it cannot see the accesses that
-tensor-core instructions make through pointers, and it is not shown the bodies
-of T.Parallel loops: it would put a barrier between their unrolled elements.)
+thread takes it alike) is walked into, each branch a statement list of its own.
+(TVM's own ThreadSync pass runs later too, on the code tile ops lower to, but it
+cannot see the accesses that tensor-core instructions make through pointers, and
+it sees each T.Parallel loop as one statement: passes/hide_from_thread_sync.py.)
 
 A program may place the barriers of its own thread code itself
 (`tl.disable_thread_storage_sync`; code written for one thread is marked by
