@@ -29,10 +29,10 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.keys import KERNEL, PER_THREAD, WARP_ROLE
-from ..ir.tile_ops import config, is_buffer, is_load
+from ..ir.tile_ops import config, is_buffer, is_load, loaded
 from ..ir.visit import rewrite, rewrite_pre, walk, with_block_body
 from ..ops import effects
-from ..ops._lowering import is_sync, sync
+from ..ops._lowering import is_sync, seq, sync
 from .thread_code import exchange_tiles, hands_over
 
 
@@ -98,6 +98,11 @@ class _State:
     def clear(self):
         self.block, self.own = _Touched(), _Touched()
 
+    def copy(self) -> _State:
+        copied = _State()
+        copied.add(self.block, self.own)
+        return copied
+
 
 def _is_loop_body_container(stmt) -> bool:
     return isinstance(stmt, tirx.While) or isinstance(stmt, tirx.For) and stmt.kind in (
@@ -108,12 +113,6 @@ def _statements(body) -> list:
     return list(body) if isinstance(body, tirx.SeqStmt) else [body]
 
 
-def _reads_memory(expr) -> bool:
-    found = []
-    walk(expr, object, lambda node: found.append(node) if is_load(node) else None)
-    return bool(found)
-
-
 def _runs_through(loop) -> bool:
     """Does `loop` run at least one whole iteration, and leave only at its end?"""
     extent = getattr(loop, "extent", None)
@@ -122,10 +121,6 @@ def _runs_through(loop) -> bool:
     breaks = []
     walk(loop.body, tirx.Break, breaks.append)
     return not breaks
-
-
-def _seq(stmts: list):
-    return tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
 
 
 class _Barriers:
@@ -167,7 +162,7 @@ class _Barriers:
             if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
                 out.extend(self.role(stmt, state))
                 continue
-            if isinstance(stmt, tirx.IfThenElse) and not _reads_memory(stmt.condition):
+            if isinstance(stmt, tirx.IfThenElse) and not loaded(stmt.condition):
                 out.extend(self.branches(stmt, state))
                 continue
             if is_sync(stmt):
@@ -191,10 +186,7 @@ class _Barriers:
         if state.conflicts(block, own):
             out.append(sync())
             state.clear()
-        entering = _State()
-        entering.add(state.block, state.own)
-        inner = _State()
-        inner.add(state.block, state.own)
+        entering, inner = state.copy(), state.copy()
         body = self.sequence(_statements(loop.body), inner)
         # the next iteration starts with the accesses before the body's first barrier
         head = _State()
@@ -205,7 +197,7 @@ class _Barriers:
         if inner.conflicts(head.block, head.own):
             body.append(sync())
             inner.clear()
-        body = _seq(body)
+        body = seq(body)
         out.append(tirx.While(loop.condition, body) if isinstance(loop, tirx.While) else
                    tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body,
                             annotations=loop.annotations))
@@ -225,21 +217,13 @@ class _Barriers:
         either branch may have left. (An `if` on a loaded value is one statement here:
         whether threads see it alike is the CUDA backend's to check, where ThreadSync asks
         for a barrier inside it.)"""
-        out = []
-        condition = self.touched(tirx.Evaluate(stmt.condition))
-        if state.conflicts(*condition):
-            out.append(sync())
-            state.clear()
-        state.add(*condition)
-        other = _State()
-        other.add(state.block, state.own)
+        other = state.copy()
         then_case = self.sequence(_statements(stmt.then_case), state)
         else_case = None
         if stmt.else_case is not None:
-            else_case = _seq(self.sequence(_statements(stmt.else_case), other))
+            else_case = seq(self.sequence(_statements(stmt.else_case), other))
         state.add(other.block, other.own)
-        out.append(tirx.IfThenElse(stmt.condition, _seq(then_case), else_case))
-        return out
+        return [tirx.IfThenElse(stmt.condition, seq(then_case), else_case)]
 
     def role(self, attr, state: _State) -> list:
         """A T.ws role is one statement to the rest of the block (a barrier of the whole
@@ -250,7 +234,7 @@ class _Barriers:
         if state.conflicts(*touched):
             out.append(sync())
             state.clear()
-        body = _seq(self.sequence(_statements(attr.body), _State()))
+        body = seq(self.sequence(_statements(attr.body), _State()))
         out.append(tirx.AttrStmt(attr.node, attr.attr_key, attr.value, body))
         state.add(*touched)
         return out
@@ -258,7 +242,7 @@ class _Barriers:
 
 def insert_barriers(body, own_barriers: bool = False):
     exchanges = exchange_tiles(body) if own_barriers else set()
-    return _seq(_Barriers(own_barriers, exchanges).sequence([body], _State()))
+    return seq(_Barriers(own_barriers, exchanges).sequence([body], _State()))
 
 
 def InsertBarriers(own_barriers: bool = False):  # noqa: N802
