@@ -266,7 +266,7 @@ class JITFunction:
     """The object `@tilelab.jit` returns; see the module docstring."""
 
     def __init__(self, fn, out_idx=None, target="auto", pass_configs=None):
-        from .language.frontend import FunctionSource, eager_tensor_params
+        from .language.frontend import FunctionSource, eager_tensor_params, signature_tensors
 
         functools.update_wrapper(self, fn)
         self.fn = fn
@@ -280,8 +280,10 @@ class JITFunction:
         # read once: an eager call is on the launch path, and inspect.signature alone costs
         # tens of microseconds
         self._signature = inspect.signature(fn)
-        self._tensor_names = frozenset(eager_tensor_params(self.source)) \
-            if self.style == "eager" else frozenset()
+        self._signature_tensors = signature_tensors(fn, self.source) \
+            if self.style == "eager" else {}
+        self._tensor_names = frozenset(eager_tensor_params(self.source,
+                                                           self._signature_tensors))
         self._where = self.source.location(self.source.node)  # the `def` line, for errors
 
     def __repr__(self) -> str:
@@ -435,7 +437,8 @@ class JITFunction:
         if kernel is None:
             from .language.frontend import trace_eager
 
-            program = trace_eager(self.fn, self.source, values, extra, examples)
+            program = trace_eager(self.fn, self.source, values, extra, examples,
+                                  self._signature_tensors)
             kernel = self._store(key, compile(program, target=resolved, pass_configs=configs))
         if need_tensors and not kwargs and target is None and pass_configs is None:
             positions = tuple(i for i, value in enumerate(args) if any(value is t for t in tensors))
@@ -445,10 +448,11 @@ class JITFunction:
         return kernel, tensors
 
 
+@raised_at_the_caller
 def jit(fn=None, *, out_idx=None, target="auto", pass_configs=None, **_ignored):
     """Decorate a kernel (eager style) or a kernel factory; see `JITFunction`."""
     if fn is None:
-        return lambda f: JITFunction(f, out_idx=out_idx, target=target, pass_configs=pass_configs)
+        return lambda f: jit(f, out_idx=out_idx, target=target, pass_configs=pass_configs)
     return JITFunction(fn, out_idx=out_idx, target=target, pass_configs=pass_configs)
 
 

@@ -949,32 +949,68 @@ def trace_prim_func(fn, enclosing: dict | None = None, example_shapes: dict | No
         return _finish(builder, source, fn.__name__)
 
 
-def eager_tensor_params(source: FunctionSource) -> list[str]:
-    """Parameters of an eager-style kernel that its body declares as `X: T.Tensor(...)`."""
+def eager_tensor_params(source: FunctionSource, in_signature=()) -> list[str]:
+    """Parameters of an eager-style kernel that its body declares as `X: T.Tensor(...)`,
+    or its signature (`in_signature`: signature_tensors)."""
     declared = {s.target.id for s in source.node.body
                 if isinstance(s, ast.AnnAssign) and s.value is None
                 and isinstance(s.target, ast.Name)}
-    return [a.arg for a in source.node.args.args if a.arg in declared]
+    return [a.arg for a in source.node.args.args if a.arg in declared or a.arg in in_signature]
+
+
+def signature_tensors(fn, source: FunctionSource) -> dict:
+    """Parameters an eager kernel annotates as tensors in its signature, `def add(A:
+    T.Tensor((N,), T.float32), ...)` as TileLang allows: name -> (its T.Tensor, where).
+    They are declared as if the body began with `A: T.Tensor(...)`. Python evaluated the
+    annotations where the function was defined; under `from __future__ import
+    annotations` they are text, evaluated here - while the function is being decorated,
+    so that the factory's variables are still there to read."""
+    found, env = {}, None
+    for arg in source.node.args.args:
+        spec = getattr(fn, "__annotations__", {}).get(arg.arg)
+        if isinstance(spec, str):
+            env = env or _function_env(fn, _defining_locals(fn))
+            try:
+                spec = eval(spec, dict(env))  # noqa: S307 - the user's own annotation
+            except Exception as err:  # noqa: BLE001 - any failure: say which annotation
+                raise TileLabSyntaxError(
+                    f"cannot evaluate the annotation of {arg.arg} ({_user_message(err)})",
+                    source.location(arg)) from None
+        if isinstance(spec, Tensor):
+            found[arg.arg] = (spec, source.location(arg))
+    return found
+
+
+def _declare_signature_tensors(signature: dict, builder, interp) -> None:
+    for name, (spec, location) in signature.items():
+        builder.location = location
+        with _located(location):
+            interp.locals[name] = builder.declare_param(name, spec.shape, spec.dtype)
 
 
 def trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
-                example_shapes: dict) -> TileProgram:
+                example_shapes: dict, signature: dict | None = None) -> TileProgram:
     """Eager style: trace the whole function with compile-time `values` for its parameters.
 
     A size may be named before the tensor that gives it (`Logits = T.empty((seq_len, n))`
     above `Weights: T.Tensor((seq_len, heads))`, as TileLang's `T.dynamic` sizes allow):
     then a first look at the function, taking unknown sizes as 1, learns the sizes the
-    tensors give, and the function is traced again knowing them."""
+    tensors give, and the function is traced again knowing them. `signature`: the
+    tensors its signature declares (signature_tensors)."""
+    signature = signature or {}
     try:
-        return _trace_eager(fn, source, values, shape_constants, example_shapes)
+        return _trace_eager(fn, source, values, shape_constants, example_shapes, signature)
     except UnknownSize:
-        learned = _sizes_given_later(fn, source, values, shape_constants, example_shapes)
+        learned = _sizes_given_later(fn, source, values, shape_constants, example_shapes,
+                                     signature)
         if not learned:
             raise
-    return _trace_eager(fn, source, values, shape_constants, example_shapes, learned)
+    return _trace_eager(fn, source, values, shape_constants, example_shapes, signature,
+                        learned)
 
 
-def _sizes_given_later(fn, source, values, shape_constants, example_shapes) -> dict:
+def _sizes_given_later(fn, source, values, shape_constants, example_shapes,
+                       signature) -> dict:
     """The sizes the tensors of a call give that `shape_constants` does not hold, learned
     by tracing with unknown sizes taken as 1 (as far as that trace gets)."""
     builder = Builder(shape_constants=dict(shape_constants), example_shapes=example_shapes,
@@ -983,6 +1019,7 @@ def _sizes_given_later(fn, source, values, shape_constants, example_shapes) -> d
     interp.locals.update(values)
     with activate(builder), E.kernel_truth_values():
         try:
+            _declare_signature_tensors(signature, builder, interp)
             interp.run(source.node.body)
         except (_Return, TileLabError):
             pass
@@ -991,7 +1028,8 @@ def _sizes_given_later(fn, source, values, shape_constants, example_shapes) -> d
 
 
 def _trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict,
-                 example_shapes: dict, learned: dict | None = None) -> TileProgram:
+                 example_shapes: dict, signature: dict,
+                 learned: dict | None = None) -> TileProgram:
     builder = Builder(shape_constants={**shape_constants, **(learned or {})},
                       example_shapes=example_shapes, source_file=source.filename)
     interp = Interpreter(builder, source, _function_env(fn), _plain_globals(fn))
@@ -999,6 +1037,7 @@ def _trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict
     returned, has_return = None, False
     with activate(builder), E.kernel_truth_values():
         try:
+            _declare_signature_tensors(signature, builder, interp)
             interp.run(source.node.body)
         except _Return as ret:
             returned, has_return = ret.value, True
@@ -1011,7 +1050,7 @@ def _trace_eager(fn, source: FunctionSource, values: dict, shape_constants: dict
             f"sizes (T.const) are: {sizes}", source.location(source.node))
     outputs = returned if isinstance(returned, (tuple, list)) else \
         ([returned] if returned is not None else [])
-    order = eager_tensor_params(source)
+    order = eager_tensor_params(source, signature)
     by_name = {p.name: (p, b) for p, b in zip(program.params, builder.param_buffers)}
     for param in program.params:
         if not param.output and param.name not in order:
