@@ -486,10 +486,6 @@ def _tvm_spellings() -> None:
     if "dtype" not in vars(tvm.ir.Expr):  # `val.dtype == T.uint8`: an expression's type
         # (a Var keeps TVM's own property: a buffer's element type, else AttributeError)
         tvm.ir.Expr.dtype = property(lambda expr: _as_dtype(str(expr.ty)))
-    import tvm.testing
-
-    if not hasattr(tvm.testing, "requires_package"):  # a test that needs a package
-        tvm.testing.requires_package = _requires_package
 
 
 def _requires_package(*packages):
@@ -520,9 +516,11 @@ _PROVIDED = {"language", "math", "layout", "autotuner", "profiler", "transform",
 def __getattr__(name: str):
     if name in _PROVIDED:
         return _submodules()[f"tilelang.{name}"]
-    if name == "tvm":  # `from tilelang import tvm`: the TVM that tilelab is built on
-        import tvm
+    if name == "tvm":  # `from tilelang import tvm`: the TVM that tilelab is built on,
+        import tvm.testing  # with TileLang's `@tvm.testing.requires_package(...)` (imported
 
+        if not hasattr(tvm.testing, "requires_package"):  # here, not at install: 80 ms)
+            tvm.testing.requires_package = _requires_package
         return tvm
     if name.startswith("__"):
         raise AttributeError(name)
