@@ -1,7 +1,7 @@
 """Boolean tiles on the GPU: TVM's CUDA code generator has no vector type for bool, so a
 copy of four mask bytes became an eight-byte `ushort4` (a misaligned-address fault on the
 H200 in TileLang's block-sparse attention example) and a 16-wide loop was refused
-(`boolx16`). passes/scalar_bools.py moves booleans one at a time."""
+(`boolx16`). passes/cuda_vectors.py moves booleans one at a time."""
 
 import re
 

@@ -768,18 +768,26 @@ def _run_attn(b, s):
 def _emit_tperm(p, s):
     """Thread code: the first `active` threads write dst's elements by their index, each
     element e (row-major) from src's element (e * a + c) mod E, which another thread's
-    step wrote; the others skip the loop (an `if` on the thread index)."""
+    step wrote; the others skip the loop (an `if` on the thread index). With `vec` = w > 1
+    a thread writes runs of w elements in a `T.vectorized(w)` loop (wider than 16 bytes
+    too: passes/cuda_vectors.py splits those)."""
     rows, cols = p.buffer_shape(p.buffer(s["dst"])["kind"])
-    total, active = rows * cols, s["active"]
+    total, active, vec = rows * cols, s["active"], s.get("vec", 1)
     dtype = p.buffer(s["dst"])["dtype"]
-    lines = ["tx = T.get_thread_binding()", f"for r in T.serial({-(-total // active)}):"]
+    lines = ["tx = T.get_thread_binding()",
+             f"for r in T.serial({-(-total // (active * vec))}):"]
     pad = "    "
     if active < p.threads:
         lines.append(f"    if tx < {active}:")
         pad += "    "
-    lines.append(f"{pad}e = r * {active} + tx")
+    if vec > 1:
+        lines.append(f"{pad}for i in T.vectorized({vec}):")
+        pad += "    "
+        lines.append(f"{pad}e = (r * {active} + tx) * {vec} + i")
+    else:
+        lines.append(f"{pad}e = r * {active} + tx")
     lines.append(f"{pad}f = (e * {s['a']} + {s['c']}) % {total}")
-    if total % active:
+    if total % (active * vec):
         lines.append(f"{pad}if e < {total}:")
         pad += "    "
     lines.append(f"{pad}{s['dst']}[e // {cols}, e % {cols}] = {s['src']}[f // {cols}, "
@@ -1230,7 +1238,10 @@ def _tile_program(rng, seed, index, with_ksum=False) -> Program:
 
 def _threads_program(rng, seed, index) -> Program:
     """Shared tiles rewritten by thread code (`tperm` steps, and warp shuffles: `shfl`
-    steps) between the general mix's tile steps."""
+    steps) between the general mix's tile steps. Whether a `tperm` step is vectorized
+    comes from a generator of its own, so that the rest of a seed's programs is what it
+    was before steps could be (twenty-eighth session)."""
+    widths = random.Random(f"tilelab-difftest-threads-vec:{seed}:{index}")
     g, dtype, acc, is_int = _tile_start(rng, seed, index, family="threads")
     p = g.p
     shuffles = rng.random() < 0.7
@@ -1248,7 +1259,8 @@ def _threads_program(rng, seed, index) -> Program:
             g.step(op="tperm", dst=dst["name"], src=src["name"], a=rng.choice((1, 3, 5, 7)),
                    c=rng.randrange(p.bm * p.bn), scale=rng.choice((1, 2, 3)),
                    active=rng.choice([32 * w for w in range(1, p.threads // 32 + 1)] or
-                                     [p.threads]))
+                                     [p.threads]),
+                   vec=widths.choice((1, 1, 2, 4, 8, 16, 32)))
         src = dst
         if rng.random() < 0.5:
             _random_step(g, dtype, acc, is_int)

@@ -23,6 +23,7 @@ from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, fact
 from ...ops.copy import TENSOR_MAP
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
+from ...passes.cuda_vectors import CudaVectors
 from ...passes.heavy_blocks_first import HeavyBlocksFirst
 from ...passes.hide_from_thread_sync import hidden_from_thread_sync
 from ...passes.infer_layouts import InferLayouts, warn_unapplied_layouts
@@ -32,7 +33,6 @@ from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.safe_global_access import SafeGlobalAccess
-from ...passes.scalar_bools import ScalarBools
 from ...passes.separate_shared_lifetimes import (
     DropLifetimeMarkers,
     DropOwnBarrierMarks,
@@ -106,7 +106,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.BF16ComputeLegalize(),
         T.NarrowDataType(32),
         T.StmtSimplify(),                      # drop edge guards that always hold
-        ScalarBools,                           # no vectors of bool (TVM's CUDA has none)
+        CudaVectors,                           # no vectors of bool, none over 16 bytes
         T.VectorizeLoop(vectorize),            # 16-byte loads and stores (or scalar loops)
         SeparateSharedLifetimes,               # tiles that meet in a statement stay apart
         T.StorageRewrite(),                    # (it plans shared memory too)

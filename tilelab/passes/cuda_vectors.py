@@ -1,0 +1,133 @@
+"""Vectors the CUDA code generator can write: no booleans, no gathers, at most 16 bytes.
+
+Tile ops and parallel loops mark their innermost loops *vectorized* so that a
+thread moves 16 bytes with one instruction, and TVM's VectorizeLoop turns such a
+loop into vector loads, stores and arithmetic. A program can mark loops itself
+(`for i in T.vectorized(16)`), and three kinds of vector have no CUDA spelling in
+TVM's code generator:
+
+- *booleans*: it has no vector type for `bool` (`boolx16` is refused outright) and
+  writes four of them as a `ushort4`, eight bytes for four, which reads past the
+  tile and faults on a four-byte-aligned address. A mask is small, so a vectorized
+  loop that touches a `bool` buffer goes back to the unroller: one byte per access,
+  each where it belongs.
+- *more than 16 bytes*: sixteen floats (`float32x16`), sixteen halves or eight
+  doubles are refused ("Cannot convert type"), and eight int32 became a
+  `longlong4` made from eight numbers, which nvcc rejects. No thread moves more
+  than 16 bytes with one instruction anyway, so such a loop is split: an unrolled
+  loop over vectorized loops of 16 bytes, `for i in T.vectorized(16)` over float32
+  becoming `for o in T.unroll(4): for v in T.vectorized(4): ... i = 4 * o + v`.
+  The widest element the loop's body loads or stores decides; a value it converts
+  to a wider type may take up to 32 bytes (eight float16 become a `float32x8`, which
+  prints).
+- *gathers*: where an index does not move by one element per iteration (`src[(e * 5
+  + 3) % 512]`), or the loop variable is in a value (`T.cast(e % 3, ...)`), TVM builds
+  vectors of int32 indices and values, and wrote eight of them as a `longlong4` made
+  from eight numbers and eight gathered bfloat16 as a `uint4` from eight. Such a loop
+  is no vector access: it goes back to the unroller, an element at a time.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import sym, tirx
+
+from ..ir.expr import dtype_of
+from ..ir.tile_ops import _const_int
+from ..ir.visit import rewrite, substitute, walk
+
+MAX_ACCESS_BYTES = 16  # one ld/st.v4.b32: the widest access of a thread
+MAX_VALUE_BYTES = 32  # a converted value in registers: float32x8 prints, float32x16 not
+
+
+def _touches_bools(body) -> bool:
+    found = []
+
+    def visit(node):
+        if isinstance(node, tirx.BufferStore) and str(node.buffer.dtype) == "bool":
+            found.append(node)
+        elif isinstance(node, tvm.ir.TensorLoad) and str(node.source.dtype) == "bool":
+            found.append(node)
+
+    walk(body, object, visit)
+    return bool(found)
+
+
+def _addresses_only(loop) -> bool:
+    """Whether the loop variable only addresses memory, element after element: each index
+    moves by 1 from one iteration to the next (or stays), and the variable is in no value.
+    (It may be in an `if`'s condition, an edge guard: VectorizeLoop makes such a loop a
+    scalar loop itself.)"""
+    var, analyzer = loop.loop_var, sym.Analyzer()
+    uses, addressing, contiguous = [0], [0], [True]
+
+    def count(into):
+        return lambda v: into.__setitem__(0, into[0] + 1) if v.same_as(var) else None
+
+    walk(loop.body, tirx.Var, count(uses))
+
+    def visit(node):
+        if isinstance(node, tirx.IfThenElse):
+            walk(node.condition, tirx.Var, count(addressing))
+        elif isinstance(node, (tirx.BufferStore, tvm.ir.TensorLoad)):
+            for index in node.indices:
+                walk(index, tirx.Var, count(addressing))
+                step = sym.detect_linear_equation(analyzer.simplify(index), [var])
+                if not step or _const_int(step[0]) not in (0, 1):
+                    contiguous[0] = False
+
+    walk(loop.body, object, visit)
+    return contiguous[0] and uses[0] == addressing[0]
+
+
+def _widest(body) -> tuple[int, int]:
+    """Bytes of the widest scalar the body loads or stores, and of the widest it converts
+    a value to."""
+    access, value = [1], [1]
+
+    def visit(node):
+        if isinstance(node, tirx.BufferStore):
+            access[0] = max(access[0], tvm.DataType(str(node.buffer.dtype)).bits // 8)
+        elif isinstance(node, tvm.ir.TensorLoad):
+            access[0] = max(access[0], tvm.DataType(str(node.source.dtype)).bits // 8)
+        elif isinstance(node, tirx.Cast):
+            value[0] = max(value[0], tvm.DataType(dtype_of(node)).bits // 8)
+
+    walk(body, object, visit)
+    return access[0], value[0]
+
+
+def _fits(lanes: int, widest: tuple[int, int]) -> bool:
+    return lanes * widest[0] <= MAX_ACCESS_BYTES and lanes * widest[1] <= MAX_VALUE_BYTES
+
+
+def _legal(loop):
+    if loop.kind != tirx.ForKind.VECTORIZED:
+        return loop
+    if _touches_bools(loop.body) or not _addresses_only(loop):
+        return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.UNROLLED,
+                        loop.body, annotations=loop.annotations)
+    extent = _const_int(loop.extent)
+    widest = _widest(loop.body)
+    if extent is None or _fits(extent, widest):
+        return loop
+    lanes = 1  # the most lanes that fit: a power of two dividing the extent
+    while extent % (lanes * 2) == 0 and _fits(lanes * 2, widest):
+        lanes *= 2
+    if lanes == 1:  # an odd extent: one element at a time
+        return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.UNROLLED,
+                        loop.body, annotations=loop.annotations)
+    var = loop.loop_var
+    outer = tirx.Var(f"{var.name}_o", dtype_of(var))
+    inner = tirx.Var(f"{var.name}_v", dtype_of(var))
+    body = substitute(loop.body, {var: loop.min + outer * lanes + inner})
+    return tirx.For(outer, 0, extent // lanes, tirx.ForKind.UNROLLED,
+                    tirx.For(inner, 0, lanes, tirx.ForKind.VECTORIZED, body),
+                    annotations=loop.annotations)
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilelab.CudaVectors")
+def CudaVectors(func, _mod, _ctx):  # noqa: N802
+    """Expects thread-level code (before VectorizeLoop): vectorized loops over booleans
+    become unrolled ones, and those wider than 16 bytes unrolled loops of 16-byte ones."""
+    return func.with_body(rewrite(func.body, tirx.For, _legal))
