@@ -114,6 +114,25 @@ def test_compile_time_comparisons_still_decide_python_ifs():
     torch.testing.assert_close(tilelab.compile(k, out_idx=[1])(a), a * 2)
 
 
+def test_python_abs_min_max_of_kernel_values_in_the_kernel():
+    """Written in the kernel's own code, Python's abs/min/max of kernel values are T.abs,
+    T.min and T.max (they asked a kernel comparison for True/False, an error placed at
+    the decorator's line)."""
+    N = 40
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), T.float32), B: T.Tensor((N,), T.float32)):
+        with T.Kernel(1, threads=64):
+            for i in T.Parallel(N):
+                B[i] = abs(A[i]) + max(A[i], 0.5) + min(A[i], -0.5, A[(i + 1) % N]) + \
+                    max(i, 7)
+
+    a = _rand(N, seed=11)
+    expected = a.abs() + a.clamp(min=0.5) + torch.minimum(a.clamp(max=-0.5), a.roll(-1)) + \
+        torch.arange(N).clamp(min=7)
+    torch.testing.assert_close(tilelab.compile(k, out_idx=[1])(a), expected)
+
+
 # ---------------------------------------------------------------- TileLang's names (item 1)
 
 tilelang = pytest.importorskip("tilelab.compat.tilelang")

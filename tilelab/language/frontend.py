@@ -670,11 +670,33 @@ class Interpreter:
                 kwargs[kw.arg] = self.eval(kw.value)
         if getattr(fn, "__tilelab_macro__", False):
             return call_macro(self.builder, fn, args, kwargs)
+        if fn in _ON_KERNEL_VALUES and not kwargs and \
+                any(E.is_expr(E.as_ir(a)) for a in args):
+            return _ON_KERNEL_VALUES[fn](*args)
         return E.as_ir(fn(*args, **kwargs))
 
 
 # ---------------------------------------------------------------- helpers
 
+
+def _fold(op):
+    def folded(*values):
+        if len(values) == 1 and not E.is_expr(E.as_ir(values[0])):
+            values = tuple(values[0])  # min([a, b, c]) as well as min(a, b, c)
+        if not values:
+            raise TileLabTypeError(f"{op.__name__}() of no values")
+        result = values[0]
+        for value in values[1:]:
+            result = op(result, value)
+        return result
+
+    return folded
+
+
+# Python's abs, min and max of kernel values, written in the kernel's own code: T.abs,
+# T.min and T.max (Python's would ask each comparison for a True/False the kernel only
+# knows when it runs). A plain helper function's min(x, y) is Python's: it is refused.
+_ON_KERNEL_VALUES = {builtins.abs: E.abs, builtins.min: _fold(E.min), builtins.max: _fold(E.max)}
 
 _MISSING = object()
 
