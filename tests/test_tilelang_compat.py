@@ -114,6 +114,23 @@ def test_compile_time_comparisons_still_decide_python_ifs():
     torch.testing.assert_close(tilelab.compile(k, out_idx=[1])(a), a * 2)
 
 
+def test_a_builtin_asking_a_kernel_value_for_true_or_false_is_an_error_at_its_line():
+    """`sorted` compares kernel values: the error names the kernel's line that called it
+    (it named the decorator's: the first frame outside tilelab above the interpreter)."""
+    def program():
+        @T.prim_func
+        def k(A: T.Tensor((8,), T.float32), B: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=8):
+                for i in T.Parallel(8):
+                    B[i] = sorted([A[i], 0.5])[0]
+
+        return k
+
+    with pytest.raises(TileLabError, match="no True/False") as info:
+        program()
+    assert "sorted([A[i], 0.5])" in info.value.location.excerpt()
+
+
 def test_python_abs_min_max_of_kernel_values_in_the_kernel():
     """Written in the kernel's own code, Python's abs/min/max of kernel values are T.abs,
     T.min and T.max (they asked a kernel comparison for True/False, an error placed at
