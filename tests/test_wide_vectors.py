@@ -2,8 +2,8 @@
 sixteen floats or halves or for eight doubles ("Cannot convert type float32x16"), and
 wrote eight int32 as a `longlong4` nvcc rejects. passes/cuda_vectors.py splits such
 loops into unrolled loops of 16-byte vectors (TileLang's Hadamard transform keeps 16 and
-more float32 per thread), and runs a loop that gathers (its index does not move by one
-element per iteration) an element at a time."""
+more float32 per thread), and a loop that gathers (its index does not move by one element
+per iteration) into loops of four."""
 
 import re
 

@@ -1,4 +1,4 @@
-"""Vectors the CUDA code generator can write: no booleans, no gathers, at most 16 bytes.
+"""Vectors the CUDA code generator can write: no booleans, at most 16 bytes.
 
 Tile ops and parallel loops mark their innermost loops *vectorized* so that a
 thread moves 16 bytes with one instruction, and TVM's VectorizeLoop turns such a
@@ -24,7 +24,7 @@ TVM's code generator:
   + 3) % 512]`), or the loop variable is in a value (`T.cast(e % 3, ...)`), TVM builds
   vectors of int32 indices and values, and wrote eight of them as a `longlong4` made
   from eight numbers and eight gathered bfloat16 as a `uint4` from eight. Such a loop
-  is no vector access: it goes back to the unroller, an element at a time.
+  counts 4 bytes a lane: it is split into loops of four.
 """
 
 from __future__ import annotations
@@ -97,26 +97,31 @@ def _widest(body) -> tuple[int, int]:
     return access[0], value[0]
 
 
-def _fits(lanes: int, widest: tuple[int, int]) -> bool:
-    return lanes * widest[0] <= MAX_ACCESS_BYTES and lanes * widest[1] <= MAX_VALUE_BYTES
+def _unrolled(loop):
+    return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.UNROLLED, loop.body,
+                    annotations=loop.annotations)
 
 
 def _legal(loop):
     if loop.kind != tirx.ForKind.VECTORIZED:
         return loop
-    if _touches_bools(loop.body) or not _addresses_only(loop):
-        return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.UNROLLED,
-                        loop.body, annotations=loop.annotations)
+    if _touches_bools(loop.body):
+        return _unrolled(loop)
     extent = _const_int(loop.extent)
-    widest = _widest(loop.body)
-    if extent is None or _fits(extent, widest):
+    access, value = _widest(loop.body)
+    if not _addresses_only(loop):  # vectors of int32 indices or values: 4 bytes a lane
+        access = max(access, 4)
+
+    def fits(lanes):
+        return lanes * access <= MAX_ACCESS_BYTES and lanes * value <= MAX_VALUE_BYTES
+
+    if extent is None or fits(extent):
         return loop
     lanes = 1  # the most lanes that fit: a power of two dividing the extent
-    while extent % (lanes * 2) == 0 and _fits(lanes * 2, widest):
+    while extent % (lanes * 2) == 0 and fits(lanes * 2):
         lanes *= 2
     if lanes == 1:  # an odd extent: one element at a time
-        return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.UNROLLED,
-                        loop.body, annotations=loop.annotations)
+        return _unrolled(loop)
     var = loop.loop_var
     outer = tirx.Var(f"{var.name}_o", dtype_of(var))
     inner = tirx.Var(f"{var.name}_v", dtype_of(var))
@@ -129,5 +134,6 @@ def _legal(loop):
 @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.CudaVectors")
 def CudaVectors(func, _mod, _ctx):  # noqa: N802
     """Expects thread-level code (before VectorizeLoop): vectorized loops over booleans
-    become unrolled ones, and those wider than 16 bytes unrolled loops of 16-byte ones."""
+    become unrolled ones, and those wider than the code generator writes unrolled loops
+    of narrower ones."""
     return func.with_body(rewrite(func.body, tirx.For, _legal))
