@@ -22,7 +22,9 @@ these things changed around it (the file itself is not edited):
 
 Examples whose references need other packages say so ("needs a package"). The
 rows of `bench/results/tilelang_compat_cpu.json` were made with these beside
-tilelab (`pip install --target DIR`, DIR on PYTHONPATH): triton 3.5.1,
+tilelab (`pip install --target DIR`, DIR on PYTHONPATH): triton 3.5.1 (3.7.0 for the
+rows of gdn/, kda/ and linear_attention/: its interpreter runs linear attention's
+references, and 3.9.0 refuses flash-linear-attention's autotuner keys),
 flash-linear-attention and fla-core 0.4.2 (the examples call its older API),
 scipy, tqdm, einops; the H200's own image has all but flash-linear-attention.
 
