@@ -310,15 +310,19 @@ def seq(stmts: list):
 _ACTIVE: list[Builder] = []
 
 
+def in_tilelab(filename: str) -> bool:
+    """Whether `filename` is one of tilelab's own source files."""
+    from pathlib import Path
+
+    return str(Path(filename).resolve()).startswith(str(Path(__file__).resolve().parents[1]))
+
+
 def _caller_location() -> SourceLocation | None:
     """The first frame outside tilelab: where a user called a primitive directly."""
     import sys
-    from pathlib import Path
 
-    package = str(Path(__file__).resolve().parents[1])
     frame = sys._getframe(1)
-    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(
-            package):
+    while frame is not None and in_tilelab(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return None

@@ -218,7 +218,6 @@ def ceildiv(a, b):
 # TileLabError at the line that asked.
 
 _TVM_DIRS = tuple(str(Path(m.__file__).resolve().parent) for m in (tvm, sys.modules["tvm_ffi"]))
-_TILELAB_DIR = str(Path(__file__).resolve().parents[1])
 
 
 def _compile_time_bool(value, tvm_answer):
@@ -227,17 +226,16 @@ def _compile_time_bool(value, tvm_answer):
         return tvm_answer(value)
     from tvm import sym
 
-    from ..ir.builder import _caller_location
+    from ..ir.builder import _caller_location, in_tilelab
 
     decided = sym.Analyzer().simplify(as_ir(value))
     if isinstance(decided, tirx.IntImm):
         return builtins.bool(decided.value)
     # asked by a helper of the user's: its line; by a builtin the kernel's code called
     # (sorted, any), whose frame is tilelab's interpreter: the statement's (None here)
-    asked_by_user = not str(Path(caller).resolve()).startswith(_TILELAB_DIR)
     raise TileLabTypeError(
         f"`{as_ir(value)}` is a kernel value: it has no True/False while the kernel is compiled",
-        _caller_location() if asked_by_user else None,
+        None if in_tilelab(caller) else _caller_location(),
         hint="choose between values with T.if_then_else(cond, a, b), or make the helper a "
              "@T.macro so that its `if` becomes a branch in the kernel; use `&`/`|` for "
              "and/or of kernel conditions")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import inspect
 import linecache
 import textwrap
@@ -680,17 +681,7 @@ class Interpreter:
 
 
 def _fold(op):
-    def folded(*values):
-        if len(values) == 1 and not E.is_expr(E.as_ir(values[0])):
-            values = tuple(values[0])  # min([a, b, c]) as well as min(a, b, c)
-        if not values:
-            raise TileLabTypeError(f"{op.__name__}() of no values")
-        result = values[0]
-        for value in values[1:]:
-            result = op(result, value)
-        return result
-
-    return folded
+    return lambda *values: functools.reduce(op, values)
 
 
 # Python's abs, min and max of kernel values, written in the kernel's own code: T.abs,

@@ -40,17 +40,20 @@ MAX_ACCESS_BYTES = 16  # one ld/st.v4.b32: the widest access of a thread
 MAX_VALUE_BYTES = 32  # a converted value in registers: float32x8 prints, float32x16 not
 
 
-def _touches_bools(body) -> bool:
-    found = []
+def _moved_and_converted(body) -> tuple[set, set]:
+    """The element types the body loads or stores, and those it converts values to."""
+    moved, converted = set(), set()
 
     def visit(node):
-        if isinstance(node, tirx.BufferStore) and str(node.buffer.dtype) == "bool":
-            found.append(node)
-        elif isinstance(node, tvm.ir.TensorLoad) and str(node.source.dtype) == "bool":
-            found.append(node)
+        if isinstance(node, tirx.BufferStore):
+            moved.add(str(node.buffer.dtype))
+        elif isinstance(node, tvm.ir.TensorLoad):
+            moved.add(str(node.source.dtype))
+        elif isinstance(node, tirx.Cast):
+            converted.add(dtype_of(node))
 
     walk(body, object, visit)
-    return bool(found)
+    return moved, converted
 
 
 def _addresses_only(loop) -> bool:
@@ -59,42 +62,31 @@ def _addresses_only(loop) -> bool:
     (It may be in an `if`'s condition, an edge guard: VectorizeLoop makes such a loop a
     scalar loop itself.)"""
     var, analyzer = loop.loop_var, sym.Analyzer()
-    uses, addressing, contiguous = [0], [0], [True]
-
-    def count(into):
-        return lambda v: into.__setitem__(0, into[0] + 1) if v.same_as(var) else None
-
-    walk(loop.body, tirx.Var, count(uses))
+    indices, conditions = [], []
 
     def visit(node):
         if isinstance(node, tirx.IfThenElse):
-            walk(node.condition, tirx.Var, count(addressing))
+            conditions.append(node.condition)
         elif isinstance(node, (tirx.BufferStore, tvm.ir.TensorLoad)):
-            for index in node.indices:
-                walk(index, tirx.Var, count(addressing))
-                step = sym.detect_linear_equation(analyzer.simplify(index), [var])
-                if not step or _const_int(step[0]) not in (0, 1):
-                    contiguous[0] = False
+            indices.extend(node.indices)
 
     walk(loop.body, object, visit)
-    return contiguous[0] and uses[0] == addressing[0]
+    for index in indices:
+        step = sym.detect_linear_equation(analyzer.simplify(index), [var])
+        if not step or _const_int(step[0]) not in (0, 1):
+            return False
+    return _mentions(loop.body, var) == sum(_mentions(e, var) for e in indices + conditions)
 
 
-def _widest(body) -> tuple[int, int]:
-    """Bytes of the widest scalar the body loads or stores, and of the widest it converts
-    a value to."""
-    access, value = [1], [1]
+def _mentions(node, var) -> int:
+    found = []
+    walk(node, tirx.Var, lambda v: found.append(v) if v.same_as(var) else None)
+    return len(found)
 
-    def visit(node):
-        if isinstance(node, tirx.BufferStore):
-            access[0] = max(access[0], tvm.DataType(str(node.buffer.dtype)).bits // 8)
-        elif isinstance(node, tvm.ir.TensorLoad):
-            access[0] = max(access[0], tvm.DataType(str(node.source.dtype)).bits // 8)
-        elif isinstance(node, tirx.Cast):
-            value[0] = max(value[0], tvm.DataType(dtype_of(node)).bits // 8)
 
-    walk(body, object, visit)
-    return access[0], value[0]
+def _bytes(dtypes: set) -> int:
+    """Bytes of the widest of `dtypes` (1 at least: a bool, or none)."""
+    return max([1, *(tvm.DataType(d).bits // 8 for d in dtypes)])
 
 
 def _unrolled(loop):
@@ -105,10 +97,11 @@ def _unrolled(loop):
 def _legal(loop):
     if loop.kind != tirx.ForKind.VECTORIZED:
         return loop
-    if _touches_bools(loop.body):
+    moved, converted = _moved_and_converted(loop.body)
+    if "bool" in moved:
         return _unrolled(loop)
     extent = _const_int(loop.extent)
-    access, value = _widest(loop.body)
+    access, value = _bytes(moved), _bytes(converted)
     if not _addresses_only(loop):  # vectors of int32 indices or values: 4 bytes a lane
         access = max(access, 4)
 
