@@ -243,6 +243,34 @@ def test_a_given_reference_decides_what_is_correct():
 
 
 @tilelab.jit
+def accumulate_into(N, block=32, scale=1):
+    """Factory, no `out_idx`: adds `scale * A` into S, which it is given (TileLang's
+    backward kernels accumulate so, with atomic adds)."""
+    @T.prim_func
+    def kernel(A: T.Tensor((N,), T.float32), S: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, block), threads=32) as b:
+            for i in T.Parallel(block):
+                if b * block + i < N:
+                    T.atomic_add(S[b * block + i], A[b * block + i] * scale)
+    return kernel
+
+
+def test_a_kernel_that_writes_into_its_arguments_is_checked_by_them():
+    """A kernel that returns nothing is compared by the tensors it wrote, each candidate
+    from the same values: every call adds to S, so comparing after calls on shared
+    tensors failed every candidate, the reference's own configuration too."""
+    tuner = tuned(accumulate_into, [{"block": 32}, {"block": 64}, {"scale": 3}])
+    kernel = tuner(100)
+    statuses = sorted((r["config"].get("block", 32), r["config"].get("scale", 1), r["status"])
+                      for r in tuner.autotune_result.rows)
+    assert statuses == [(32, 1, "ok"), (32, 3, "wrong result"), (64, 1, "ok")]
+    a, s = torch.randn(100), torch.randn(100)
+    expected = s + a
+    kernel(a, s)
+    torch.testing.assert_close(s, expected)
+
+
+@tilelab.jit
 def gather_by_index(idx, x, block: int = 32, threads: int = 32):
     """Eager: out[i] = x[idx[i]]; random indices would read outside x."""
     N, M = T.const("N, M")

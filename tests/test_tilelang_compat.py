@@ -7,6 +7,7 @@ run on the CPU against torch on fresh random inputs (sizes with tails).
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 import torch
@@ -878,6 +879,46 @@ def test_copy_takes_tilelangs_disable_tma():
             with T.Kernel(1, threads=32):
                 tile = T.alloc_shared((32,), T.float32)
                 T.copy(A[0], tile, disable_tma="yes")
+
+
+def _staged_copy(coalesced_width, eviction_policy=None):
+    """Rows of 64 float16 through a shared tile; both copies with TileLang's hints."""
+    @T.prim_func
+    def staged(A: T.Tensor((100, 64), T.float16), B: T.Tensor((100, 64), T.float16)):
+        with T.Kernel(T.ceildiv(100, 16), threads=128) as bx:
+            tile = T.alloc_shared((16, 64), T.float16)
+            T.copy(A[bx * 16, 0], tile, coalesced_width=coalesced_width,
+                   eviction_policy=eviction_policy)
+            T.copy(tile, B[bx * 16, 0], coalesced_width=coalesced_width)
+
+    return staged
+
+
+def test_copy_takes_tilelangs_coalesced_width_and_eviction_policy():
+    a = _rand(100, 64, seed=3).half()
+    for width, policy in ((None, None), (2, "evict_first"), (4, "evict_last"), (1, None)):
+        b = torch.zeros_like(a)
+        tilelab.compile(_staged_copy(width, policy), target="cpu")(a, b)
+        torch.testing.assert_close(b, a)
+    for wrong in (0, 2.5, True):
+        with pytest.raises(TileLabError, match="coalesced_width"):
+            _staged_copy(wrong)
+    with pytest.raises(TileLabError, match="eviction_policy"):
+        _staged_copy(4, "evict_soon")
+
+
+@needs_nvcc
+def test_coalesced_width_narrows_each_threads_accesses():
+    """Without the hint a thread moves 16 bytes (eight float16, a uint4) at once; with
+    `coalesced_width=4`, four (a half4: 8 bytes); with 2, two (a half2)."""
+    def vector_types(width):
+        source = tilelab.compile(_staged_copy(width), target="cuda:sm_90a").trace.code["cuda"]
+        body = source[source.index('extern "C" __global__'):]
+        return set(re.findall(r"\*\((\w+)\*\)\(A_ptr \+", body))
+
+    assert vector_types(None) == {"uint4"}
+    assert vector_types(4) == {"half4"}
+    assert vector_types(2) == {"half2"}
 
 
 def test_the_profiler_checks_and_times_as_tilelang_examples_call_it():

@@ -57,6 +57,34 @@ def tiles_in_turn(A, per_block: int = 3, rows: int = 16):
     return B
 
 
+@tilelab.jit
+def tiles_allocated_in_the_loop(A, blocks: int = 2, rows: int = 16):
+    """As TileLang's persistent AMD FlashAttention: the blocks take every `blocks`-th row
+    tile, and the tiles they work in are allocated inside the while loop (on the CPU an
+    array allocated in a while loop was taken anew each round and freed once, which
+    LLVM refused)."""
+    M, N = T.const("M, N")
+    A: T.Tensor((M, N), T.float32)
+    B = T.empty((M, N), T.float32)
+    with T.Kernel(blocks, threads=64) as bx:
+        cursor = T.alloc_var(T.int32)
+        cursor = bx
+        while cursor < T.ceildiv(M, rows):
+            acc = T.alloc_fragment((rows, N), T.float32)
+            tile = T.alloc_shared((rows, N), T.float32)
+            T.copy(A[cursor * rows, 0], tile)
+            T.copy(tile, acc)
+            for i, j in T.Parallel(rows, N):
+                acc[i, j] = acc[i, j] * 3.0 - cursor
+            T.copy(acc, B[cursor * rows, 0])
+            cursor = cursor + blocks
+    return B
+
+
+def _allocated_in_the_loop_reference(a, rows=16):
+    return a * 3 - (torch.arange(a.shape[0], device=a.device) // rows)[:, None]
+
+
 def test_a_loop_on_kernel_values_runs_on_the_cpu():
     for seed in range(2):
         torch.manual_seed(seed)
@@ -70,6 +98,12 @@ def test_tiles_walked_by_a_while_loop_on_the_cpu():
     torch.testing.assert_close(tiles_in_turn(a), a * 2 + 1)
 
 
+def test_tiles_allocated_inside_a_while_loop_on_the_cpu():
+    torch.manual_seed(3)
+    a = torch.randn(200, 24)
+    torch.testing.assert_close(tiles_allocated_in_the_loop(a), _allocated_in_the_loop_reference(a))
+
+
 @needs_nvcc
 def test_a_kernel_while_compiles_for_cuda():
     x = torch.empty(300, dtype=torch.int32, device="meta")
@@ -79,6 +113,8 @@ def test_a_kernel_while_compiles_for_cuda():
     source = tiles_in_turn.compile(a, target="cuda:sm_90a").get_kernel_source()
     body = source.split("while (")[1]
     assert body.count("__syncthreads()") >= 2  # the tile is rewritten each round
+    assert "while (" in tiles_allocated_in_the_loop.compile(
+        a, target="cuda:sm_90a").get_kernel_source()
 
 
 def test_a_compile_time_while_runs_as_python():
@@ -149,3 +185,5 @@ def test_while_loops_on_the_gpu():
         assert torch.equal(halvings(x).cpu(), _halvings_reference(x.cpu()))
         a = torch.randn(200, 24, device="cuda")
         torch.testing.assert_close(tiles_in_turn(a), a * 2 + 1)
+        torch.testing.assert_close(tiles_allocated_in_the_loop(a),
+                                   _allocated_in_the_loop_reference(a))

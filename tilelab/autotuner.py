@@ -22,7 +22,9 @@ kernel, in four steps:
    kernel, runs it on seeded random inputs (or on the tensors given with
    `with tilelab.autotune_inputs(...)`, for kernels that random values would
    mislead: indices, masks), compares its output with the
-   reference (a wrong one is recorded, not timed), and times it exactly as
+   reference (a wrong one is recorded, not timed; a kernel that returns nothing
+   is compared by the tensors it writes into, each candidate called on copies of
+   the same inputs), and times it exactly as
    `tilelab.bench` does (`tilelab.profiler.do_bench`). With many timed calls
    per candidate (a GPU's default 100) every candidate is first *screened*
    with a few (3 warm-ups, 10 timed); only those within 25% of the fastest
@@ -146,6 +148,22 @@ def _reason(err: BaseException) -> str:
         return f"{text} (hint: {err.hint})" if err.hint else text
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[-1] if text else ''}".rstrip(": ")
+
+
+def _result(fn, inputs: list, returns: bool):
+    """What a call of `fn` produces: what it `returns`, or, from a kernel that returns
+    nothing (it writes into tensors it is given: no `out_idx`), those tensors after a call
+    on copies of them - copies, so that every candidate starts from the same values (a
+    kernel that accumulates into its outputs would otherwise see the last one's)."""
+    if returns:
+        return fn(*inputs)
+    copies = _copies(inputs)
+    fn(*copies)
+    return tuple(t for t in copies if hasattr(t, "clone"))
+
+
+def _copies(inputs: list) -> list:
+    return [t.clone() if hasattr(t, "clone") else t for t in inputs]
 
 
 def split_config(config: dict) -> tuple[dict, dict | None]:
@@ -277,10 +295,12 @@ class BenchWorker:
                 self._expected = {}
             inputs = self._inputs[tune]
             fn = self._callable(task["candidate"])
-            output = fn(*inputs)
+            returns = any(p["output"] for p in task["params"])
+            output = _result(fn, inputs, returns)
             if task["reference"] is not None:
                 if tune not in self._expected:
-                    self._expected = {tune: self._callable(task["reference"])(*inputs)}
+                    self._expected = {tune: _result(self._callable(task["reference"]), inputs,
+                                                    returns)}
                 comparison = compare(output, self._expected[tune], task["rtol"], task["atol"])
                 if not comparison["passed"]:
                     return {"status": "wrong result", "reason": (
@@ -288,7 +308,8 @@ class BenchWorker:
                         f"{comparison['max_abs_error']}, {comparison['mismatched']} of "
                         f"{comparison['total']} values outside rtol={comparison['rtol']}, "
                         f"atol={comparison['atol']} {comparison['message']}").strip()}
-            ms = do_bench(lambda: fn(*inputs), warmup=task["warmup"], rep=task["rep"])
+            timed = inputs if returns else _copies(inputs)  # the originals stay as given
+            ms = do_bench(lambda: fn(*timed), warmup=task["warmup"], rep=task["rep"])
         except Exception as err:  # noqa: BLE001 - a launch that fails is a result too
             failed = {"status": "run failed", "reason": _reason(err)}
             if task["target"] == "cuda" and _context_lost():

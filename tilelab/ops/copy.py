@@ -53,7 +53,7 @@ from ._lowering import (
 from ._operands import grown_source, operand, resolve_pair
 
 
-def copy(src, dst, disable_tma: bool = False):
+def copy(src, dst, coalesced_width=None, disable_tma: bool = False, eviction_policy=None):
     """Copy a tile between any two of global, shared and fragment memory.
 
     Either side may be a whole buffer, a region `A[0:64, k:k + 32]`, or a start
@@ -62,12 +62,24 @@ def copy(src, dst, disable_tma: bool = False):
     region smaller than a destination nearer the threads grows from its start to the
     destination's size, as TileLang copies (with a warning: the source is read past
     the region named); a copy never writes past the region it names.
-    `disable_tma` (TileLang's name): a pipelined loop with this copy does not use TMA
-    (where it would on sm_90a; see passes/pipeline_loops.py).
+
+    The rest are TileLang's hints, which change no result: `coalesced_width`, the most
+    elements a thread moves in one access (the compiler's choice, at most 16 bytes, is
+    narrowed to it); `disable_tma`, a pipelined loop with this copy does not use TMA
+    (where it would on sm_90a; see passes/pipeline_loops.py); `eviction_policy`, a
+    cache hint ("evict_normal", "evict_first", "evict_last") that tilelab accepts and
+    does not emit.
     """
     if not isinstance(disable_tma, bool):
         raise TileLabTypeError(f"T.copy(disable_tma=...) takes True or False, got "
                                f"{disable_tma!r}")
+    if coalesced_width is not None and (isinstance(coalesced_width, bool) or not isinstance(
+            coalesced_width, int) or coalesced_width < 1):
+        raise TileLabTypeError(f"T.copy(coalesced_width=...) takes a number of elements "
+                               f"(a positive int), got {coalesced_width!r}")
+    if eviction_policy not in (None, "evict_normal", "evict_first", "evict_last"):
+        raise TileLabTypeError(f"T.copy(eviction_policy=...) takes 'evict_normal', "
+                               f"'evict_first' or 'evict_last', got {eviction_policy!r}")
     builder = current("copy")
     src, dst = operand(src, "copy"), operand(dst, "copy")
     grown = grown_source(src, dst)
@@ -79,7 +91,10 @@ def copy(src, dst, disable_tma: bool = False):
                       "start", TileLabWarning, stacklevel=2)
         src = grown
     src, dst = resolve_pair(src, dst, "copy")
-    builder.emit(tile_call("copy", src, dst, **({"disable_tma": True} if disable_tma else {})))
+    hints = {"disable_tma": True} if disable_tma else {}
+    if coalesced_width is not None:
+        hints["coalesced_width"] = coalesced_width
+    builder.emit(tile_call("copy", src, dst, **hints))
 
 
 def tma_copy(src, dst, *, barrier=None, eviction_policy=None, **_ignored):
@@ -165,15 +180,15 @@ def lower_threads(call, ctx):
     if fs and fd:
         return fragment_to_fragment(ctx, src, dst)
     if fs or fd:
-        return fragment_memory(ctx, src, dst)
+        return fragment_memory(ctx, src, dst, _widest(call))
     if "tma" in config(call):
         return tma_load(ctx, call)
     if config(call).get("by_barrier"):  # T.tma_copy: the readers may be warpgroup MMAs, which
         # read through the async proxy; each writer orders its stores before its arrival
         from ._gemm_wgmma import proxy_fence
 
-        return seq([cooperative(ctx, src, dst), proxy_fence()])
-    return cooperative(ctx, src, dst, bool(config(call).get("asynchronous")))
+        return seq([cooperative(ctx, src, dst, widest=_widest(call)), proxy_fence()])
+    return cooperative(ctx, src, dst, bool(config(call).get("asynchronous")), _widest(call))
 
 
 TENSOR_MAP = "tilelab.tensor_map"  # AttrStmt: a TMA descriptor's spec, for the launcher
@@ -267,12 +282,13 @@ def _consecutive(elements, v: int, aligned_start: bool = False) -> bool:
     return True
 
 
-def fragment_width(frag, src: Region, dst: Region) -> int:
+def fragment_width(frag, src: Region, dst: Region, widest: int | None = None) -> int:
     """Registers a thread moves at once between a fragment and memory: up to 16 bytes of
-    consecutive elements of the last dimension, within the copied region."""
+    consecutive elements of the last dimension, within the copied region (and at most
+    `widest`, the program's `coalesced_width`)."""
     frag_region, mem = (src, dst) if is_fragment(src.buffer) else (dst, src)
     nbytes = max(itemsize(src.dtype), itemsize(dst.dtype))
-    v = vector_width(nbytes, frag.local_size, frag.shape[-1])
+    v = vector_width(nbytes, frag.local_size, frag.shape[-1], *([widest] if widest else []))
     if mem.scope == "global":
         v = vector_width(nbytes, v, int(mem.buffer.shape[-1]))
     # a region that cuts the last dimension: a vector lies wholly inside it or outside
@@ -315,10 +331,10 @@ def describe(call, ctx) -> None:
                 "slot's mbarrier")
         return
     if fs or fd:
-        v, kind = fragment_width(ctx.layouts[(src if fs else dst).buffer.name], src, dst), \
-            "registers"
+        v, kind = fragment_width(ctx.layouts[(src if fs else dst).buffer.name], src, dst,
+                                 _widest(call)), "registers"
     else:
-        v, kind = cooperative_width(src, dst), "cooperative"
+        v, kind = cooperative_width(src, dst, _widest(call)), "cooperative"
     lane_bytes = v * itemsize(dst.dtype if dst.scope.startswith("shared") else src.dtype)
     share = f"{lane_bytes} bytes at a time"
     if kind == "cooperative" and uses_cp_async(src, dst, v, asynchronous):
@@ -359,7 +375,8 @@ _STAGE_HINT = ("; a warp instruction spreads over several rows. Copied into a sh
 
 def _describe_global(call, ctx, src: Region, dst: Region, from_registers: bool) -> None:
     """The record of a copy between a fragment and global memory."""
-    v = fragment_width(ctx.layouts[(src if from_registers else dst).buffer.name], src, dst)
+    v = fragment_width(ctx.layouts[(src if from_registers else dst).buffer.name], src, dst,
+                       _widest(call))
     lane_bytes = v * itemsize((dst if from_registers else src).dtype)  # of global memory
     verb = "st" if from_registers else "ld"
     why = f"each thread moves the elements of its own registers, {lane_bytes} bytes at a time"
@@ -367,7 +384,7 @@ def _describe_global(call, ctx, src: Region, dst: Region, from_registers: bool) 
             why + (_STAGE_HINT if from_registers and lane_bytes < 16 else ""))
 
 
-def fragment_memory(ctx, src: Region, dst: Region):
+def fragment_memory(ctx, src: Region, dst: Region, widest: int | None = None):
     to_memory = is_fragment(src.buffer)
     frag_region, mem = (src, dst) if to_memory else (dst, src)
     frag = ctx.layout_of(frag_region.buffer)
@@ -375,7 +392,7 @@ def fragment_memory(ctx, src: Region, dst: Region):
     elements = thread_elements(frag)
     rank = len(frag.shape)
     mem_at, inside = region_map(frag_region, mem)
-    v = fragment_width(frag, src, dst)
+    v = fragment_width(frag, src, dst, widest)
     stmts = []
     vv = tirx.Var("v", "int32")
     for reg in range(0, frag.local_size, v):
@@ -406,12 +423,13 @@ def fragment_memory(ctx, src: Region, dst: Region):
     return seq(stmts)
 
 
-def cooperative_width(src: Region, dst: Region) -> int:
-    """Elements each thread moves at once in a cooperative copy: up to 16 bytes, dividing
-    the tile's rows (and a global tensor's), starting aligned on both sides."""
+def cooperative_width(src: Region, dst: Region, widest: int | None = None) -> int:
+    """Elements each thread moves at once in a cooperative copy: up to 16 bytes (and at
+    most `widest`, the program's `coalesced_width`), dividing the tile's rows (and a global
+    tensor's), starting aligned on both sides."""
     extents = [int(_const_int(e)) for e in dst.squeezed_extents()] or [1]
     nbytes = max(itemsize(src.dtype), itemsize(dst.dtype))
-    limits = [extents[-1]]
+    limits = [extents[-1]] + ([widest] if widest else [])
     for region in (src, dst):
         if region.scope == "global":
             limits.append(int(region.buffer.shape[-1]))
@@ -422,6 +440,12 @@ def cooperative_width(src: Region, dst: Region) -> int:
             _converts_float8(src, dst):
         v = 1
     return v
+
+
+def _widest(call) -> int | None:
+    """The program's `T.copy(..., coalesced_width=n)`: at most n elements an access."""
+    n = config(call).get("coalesced_width")
+    return int(n) if n is not None else None
 
 
 def _converts_float8(src: Region, dst: Region) -> bool:
@@ -437,7 +461,8 @@ def uses_cp_async(src: Region, dst: Region, v: int, asynchronous: bool) -> bool:
         v * itemsize(dst.dtype) in (4, 8, 16) and dst.scope.startswith("shared")
 
 
-def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False):
+def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False,
+                widest: int | None = None):
     """All threads copy a tile between global and shared memory, 16 bytes at a time.
 
     `asynchronous` copies (issued by a software pipeline) use `cp.async`, which
@@ -445,7 +470,7 @@ def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False):
     """
     extents = [int(_const_int(e)) for e in dst.squeezed_extents()] or [1]
     total = math.prod(extents)
-    v = cooperative_width(src, dst)
+    v = cooperative_width(src, dst, widest)
     vv = tirx.Var("v", "int32")
     src_at, dst_at = index_map(src), index_map(dst)
     nbytes_vector = v * itemsize(dst.dtype)

@@ -12,6 +12,11 @@ loops that LLVM vectorizes, and shared memory, fragments and thread-local
 scalars all become block-private arrays. One thread runs a block's statements
 in order, so a barrier the program wrote (`T.sync_threads()`) has nothing to
 wait for and goes.
+
+A tile allocated inside a `while` loop is allocated once, before the loop: TVM
+frees a CPU array at the end of the loop or block around it, and a `while` is not
+one of those, so each turn would have taken a new array and the last one alone
+been freed (LLVM refuses the program).
 """
 
 from __future__ import annotations
@@ -55,8 +60,37 @@ def _serialize(loop):
     return loop
 
 
+def _take_allocations(stmt, taken: list):
+    """`stmt` without the allocations its own statements make (not those inside its
+    loops, which free their arrays themselves); they are appended to `taken`."""
+    if isinstance(stmt, tirx.AllocBuffer):
+        taken.append(stmt)
+        return tirx.Evaluate(0)
+    if isinstance(stmt, tirx.SeqStmt):
+        return tirx.SeqStmt([_take_allocations(s, taken) for s in stmt.seq])
+    if isinstance(stmt, tirx.IfThenElse):
+        return tirx.IfThenElse(stmt.condition, _take_allocations(stmt.then_case, taken),
+                               _take_allocations(stmt.else_case, taken)
+                               if stmt.else_case is not None else None)
+    if isinstance(stmt, tirx.AttrStmt):
+        return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value,
+                             _take_allocations(stmt.body, taken))
+    if isinstance(stmt, tirx.While):
+        return tirx.While(stmt.condition, _take_allocations(stmt.body, taken))
+    return stmt
+
+
+def _allocate_before(loop):
+    taken = []
+    body = _take_allocations(loop.body, taken)
+    if not taken:
+        return loop
+    return tirx.SeqStmt([*taken, tirx.While(loop.condition, body)])
+
+
 def kernel_to_cpu_loops(func, has_atomics: bool):
-    body = rewrite(func.body, tirx.For, _serialize)
+    body = rewrite(func.body, tirx.While, _allocate_before)
+    body = rewrite(body, tirx.For, _serialize)
     body = rewrite(body, tirx.Evaluate, lambda node: tirx.Evaluate(0) if is_sync(node) else node)
 
     def lower_kernel(loop):
