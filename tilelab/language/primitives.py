@@ -18,7 +18,7 @@ from tvm import tirx
 from ..errors import TileLabSyntaxError, TileLabTypeError
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
-from ..ir.expr import is_expr, to_expr
+from ..ir.expr import dtype_of, is_expr, to_expr
 from ..ir.keys import KERNEL, SWIZZLE, THREAD_INDEX, THREADS, WARP_ROLE
 from ..ir.tile_ops import _const_int, data_of, is_buffer
 
@@ -88,6 +88,36 @@ def _view(shape, dtype, data):
     builder.buffer_locations[view.name] = builder.location
     builder.emit(tirx.DeclBuffer(view, data=data))
     return view
+
+
+def make_tensor(ptr, shape, dtype="float32", strides=None):
+    """`T.make_tensor(ptr, shape, dtype)`: a tensor in global memory at the address `ptr`,
+    a kernel value of 64 bits - an element of a `T.Tensor((G,), T.ptr)` parameter, the
+    `data_ptr()`s of torch tensors - so that one kernel reaches tensors it was not given
+    one by one (TileLang's grouped GEMM: a table of each group's A, B and C). Its rows are
+    contiguous, as a torch tensor's; its shape is known at compile time. The address must
+    be of memory the kernel runs on (a CUDA tensor's for the GPU, a CPU tensor's for the
+    CPU backend): nothing checks it, as nothing can."""
+    builder = current("T.make_tensor")
+    if strides is not None:
+        raise TileLabTypeError("T.make_tensor(..., strides=...): a made tensor's rows are "
+                               "contiguous here", hint="make it with its full row length and "
+                                                       "index the part you need")
+    address = ptr if is_expr(ptr) else None
+    if address is None or dtype_of(address) not in ("int64", "uint64"):
+        raise TileLabTypeError(
+            f"T.make_tensor takes an address, a 64-bit kernel value (an element of a "
+            f"T.Tensor((n,), T.ptr) parameter), got {_short(ptr)}",
+            hint="pass torch.tensor([t.data_ptr() for t in tensors]) as a T.ptr tensor")
+    shape, dtype = _shape(shape), dtypes.as_dtype(dtype)
+    name = builder.take_name("tensor")
+    data = tirx.Var(f"{name}_data", tvm.ir.PointerType(tvm.ir.PrimType(str(dtype)), "global"))
+    builder.emit(tirx.Bind(data, tvm.ir.Call(tvm.ir.Op.get("tirx.reinterpret"), [address],
+                                             ret_ty=data.ty)))
+    tensor = tirx.decl_buffer(shape, str(dtype), name=name, data=data)
+    builder.buffer_locations[name] = builder.location
+    builder.emit(tirx.DeclBuffer(tensor, data=data))
+    return tensor
 
 
 def reshape(tile, shape):

@@ -54,6 +54,9 @@ short = dtypes.int16
 # mantissa. tilelab keeps all of float32's bits: results at least as accurate.
 tfloat32 = dtypes.float32
 float8_e4m3 = dtypes.float8_e4m3fn  # TileLang's short name: the e4m3 type has no infinities
+# an address: `T.Tensor((G,), T.ptr)` holds torch tensors' data_ptr()s, which
+# T.make_tensor turns back into tensors (torch passes them as int64)
+ptr = dtypes.int64
 
 
 def cast(value, dtype):  # noqa: A002 - TileLang's argument order: T.cast(x, T.float32)
@@ -691,7 +694,7 @@ MISSING: dict[str, tuple[str, str]] = {
                      "clc_try_cancel_multicast", "clc_is_canceled", "clc_get_first_ctaid_x",
                      "sync_grid"), _HARDWARE),
     "sync_warp": _SYNC,
-    **dict.fromkeys(("make_tensor", "access_ptr", "ptr"), _VIEWS),
+    "access_ptr": _VIEWS,
     "PersistentTileScheduler": ("persistent blocks that loop over tiles",
                                 "one block per tile with T.Kernel"),
     "atomic_load": ("atomic loads and stores", "T.atomic_add, or separate kernels"),

@@ -297,6 +297,8 @@ class ThreadLowering:
             return tirx.AttrStmt(stmt.node, stmt.attr_key, stmt.value, self.lower(stmt.body))
         if isinstance(stmt, tirx.BufferStore):
             return self.lower_block_store(stmt)
+        if isinstance(stmt, tirx.Bind):  # `A = T.make_tensor(ptrs[i], ...)`, i a T.alloc_var
+            return tirx.Bind(stmt.var, self.fragment_scalars(stmt.value))
         return stmt
 
     def lower_role(self, stmt):

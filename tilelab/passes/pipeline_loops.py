@@ -192,6 +192,9 @@ def tma_spec(producer, layouts: dict, views: dict | None = None) -> dict | str:
     layout = layouts.get(dst.buffer.name)
     if producer.config.get("disable_tma"):
         return "T.copy(..., disable_tma=True)"
+    if src.buffer.name in (views or {}) and views[src.buffer.name] is None:
+        return f"{src.buffer.name} is made from an address in the kernel (T.make_tensor); " \
+               "a TMA descriptor is made on the host, for a tensor of the launch"
     if layout is None or layout.recipe.get("kind") != "wgmma_panels":
         return f"{dst.buffer.name} is not a warpgroup MMA operand tile"
     if src.dtype != dst.dtype or len(dst.buffer.shape) < 2 or \

@@ -31,13 +31,19 @@ def viewed_tensor(decl):
 
 
 def tensor_views(body) -> dict:
-    """The views declared in `body`: view name -> the viewed tensor's name."""
+    """The tensors declared in `body` over other memory than their own parameter's: view
+    name -> the viewed tensor's name; a tensor made from an address (`T.make_tensor`, its
+    data bound in the kernel) -> None, as no tensor of the launch holds it."""
     views: dict = {}
+    bound = set()
+    walk(body, tirx.Bind, lambda b: bound.add(b.var))
 
     def visit(decl):
         viewed = viewed_tensor(decl)
         if viewed is not None:
             views[str(decl.buffer.name)] = str(viewed.name)
+        elif decl.buffer.scope() == "global" and decl.data in bound:
+            views[str(decl.buffer.name)] = None
 
     walk(body, tirx.DeclBuffer, visit)
     return views

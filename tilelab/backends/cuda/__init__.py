@@ -33,6 +33,7 @@ from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.safe_global_access import SafeGlobalAccess
+from ...passes.scoped_bindings import ScopedBindings
 from ...passes.separate_shared_lifetimes import (
     DropLifetimeMarkers,
     DropOwnBarrierMarks,
@@ -109,6 +110,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         CudaVectors,                           # no vectors of bool, none over 16 bytes
         T.VectorizeLoop(vectorize),            # 16-byte loads and stores (or scalar loops)
         SeparateSharedLifetimes,               # tiles that meet in a statement stay apart
+        ScopedBindings,                        # `A_data = ptrs[i]` (i a register): a scope
         T.StorageRewrite(),                    # (it plans shared memory too)
         TypedAccessPointers,                   # a reused tile's pointers keep their type
         DropLifetimeMarkers,                   # it renames tiles; the markers would go stale
