@@ -1522,8 +1522,9 @@ def test_the_runner_times_cuda_events_by_the_cpu_clock():
 
 
 @tilelab.jit(out_idx=[-1])
-def roles_with_register_hints(n, count=240):
-    """TileLang's hand-written roles open with T.set_max_nreg: warpgroup 0 doubles the
+def roles_with_register_hints(n, count=240, annotate=False):
+    """TileLang's hand-written roles open with T.set_max_nreg (or `annotate`: its
+    annotate_consumer_reg_alloc / annotate_producer_reg_dealloc): warpgroup 0 doubles the
     rows, warpgroup 1 negates them."""
     @T.prim_func
     def kernel(a: T.Tensor((n, 64), T.float32), out: T.Tensor((2, n, 64), T.float32)):
@@ -1532,11 +1533,17 @@ def roles_with_register_hints(n, count=240):
             tile = T.alloc_shared((16, 64), T.float32)
             T.copy(a[bx * 16, 0], tile)
             if tx < 128:
-                T.set_max_nreg(count, 1)
+                if annotate:
+                    T.annotate_consumer_reg_alloc(count)
+                else:
+                    T.set_max_nreg(count, 1)
                 for i, j in T.Parallel(16, 64):
                     out[0, bx * 16 + i, j] = tile[i, j] * 2.0
             else:
-                T.set_max_nreg(24, 0)
+                if annotate:
+                    T.annotate_producer_reg_dealloc()
+                else:
+                    T.set_max_nreg(24, 0)
                 for i, j in T.Parallel(16, 64):
                     out[1, bx * 16 + i, j] = -tile[i, j]
     return kernel
@@ -1547,14 +1554,19 @@ def test_set_max_nreg_is_a_hint_the_roles_run_without():
     for sm_90a (tilelab keeps the launch's registers in a program's own roles); a count
     setmaxnreg cannot take is an error at the user's line."""
     a = torch.randn(48, 64)
-    torch.testing.assert_close(roles_with_register_hints(48)(a), torch.stack([a * 2, -a]))
-    if find_nvcc() is not None:
-        source = roles_with_register_hints.compile(48, target="cuda:sm_90a") \
-            .get_kernel_source()
-        assert "setmaxnreg" not in source
+    for annotate in (False, True):
+        torch.testing.assert_close(roles_with_register_hints(48, annotate=annotate)(a),
+                                   torch.stack([a * 2, -a]))
+        if find_nvcc() is not None:
+            source = roles_with_register_hints.compile(48, annotate=annotate,
+                                                       target="cuda:sm_90a").get_kernel_source()
+            assert "setmaxnreg" not in source
     with pytest.raises(TileLabError, match=r"set_max_nreg\(250") as info:
         roles_with_register_hints.compile(48, 250, target="cpu")
     assert "T.set_max_nreg(count, 1)" in str(info.value)
+    with pytest.raises(TileLabError, match=r"annotate_consumer_reg_alloc\(250\)") as info:
+        roles_with_register_hints.compile(48, 250, annotate=True, target="cpu")
+    assert "T.annotate_consumer_reg_alloc(count)" in str(info.value)
 
 
 @tilelab.jit(out_idx=[-1])

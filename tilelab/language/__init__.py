@@ -83,6 +83,8 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     Unroll,
     alloc_buffer,
     alloc_reducer,
+    annotate_consumer_reg_alloc,
+    annotate_producer_reg_dealloc,
     assume,
     attr,
     cast,

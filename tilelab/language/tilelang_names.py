@@ -605,15 +605,31 @@ def set_max_nreg(reg_count, is_inc):
     loop into producer and consumers (passes/specialize_warps.py); in a program's own
     roles it keeps the registers the launch gives every thread, and the hint is checked
     and left out."""
-    current("T.set_max_nreg")
-    count, inc = _const_int(reg_count), _const_int(is_inc)
-    if count is None or not 24 <= count <= 256 or count % 8:
-        raise TileLabTypeError(f"T.set_max_nreg({reg_count}, ...): the register count is a "
-                               "constant multiple of 8 from 24 to 256")
+    _register_hint("T.set_max_nreg", reg_count, ", ...")
+    inc = _const_int(is_inc)
     if inc not in (0, 1):
         raise TileLabTypeError(f"T.set_max_nreg(..., {is_inc}): is_inc is 1 (take registers) "
                                "or 0 (give them back)")
 
+
+def annotate_producer_reg_dealloc(reg_count=24):
+    """TileLang's `T.set_max_nreg(reg_count, 0)` for a producer role (it gives registers
+    back): a hint, checked and left out as T.set_max_nreg is."""
+    _register_hint("T.annotate_producer_reg_dealloc", reg_count)
+
+
+def annotate_consumer_reg_alloc(reg_count=240):
+    """TileLang's `T.set_max_nreg(reg_count, 1)` for a consumer role (it takes registers):
+    a hint, checked and left out as T.set_max_nreg is."""
+    _register_hint("T.annotate_consumer_reg_alloc", reg_count)
+
+
+def _register_hint(primitive: str, reg_count, more: str = "") -> None:
+    current(primitive)
+    count = _const_int(reg_count)
+    if count is None or not 24 <= count <= 256 or count % 8:
+        raise TileLabTypeError(f"{primitive}({reg_count}{more}): the register count is a "
+                               "constant multiple of 8 from 24 to 256")
 
 def sync_threads(barrier_id=None, arrive_count=None):
     """A barrier of the whole block, as TileLang writes it. tilelab puts the barriers that
@@ -687,8 +703,7 @@ MISSING: dict[str, tuple[str, str]] = {
                      "WSScope", "WSRole", "WSSchedule", "ws_op", "annotate_ws_schedule",
                      "tcgen05_gemm", "tcgen05_mma_arrive", "tcgen05_gemm_blockscaled",
                      "tcgen05_sf_warp_transpose", "tcgen05_cp_warpx4",
-                     "annotate_producer_reg_dealloc",
-                     "annotate_consumer_reg_alloc", "fence_proxy_async", "ClusterKernel",
+                     "fence_proxy_async", "ClusterKernel",
                      "block_rank_in_cluster", "cp_async_barrier_noinc", "ptx_cp_async",
                      "ptx_commit_group", "ptx_wait_group", "mma_gemm_blockscaled",
                      "clc_try_cancel_multicast", "clc_is_canceled", "clc_get_first_ctaid_x",
