@@ -220,7 +220,8 @@ class Kernel:
                       else None, source=self.trace.code.get("cuda") if self.trace else None,
                       config=self.config, tensor_maps=self.launch.get("tensor_maps", ()),
                       next_kernels=self.launch.get("next_kernels", ()),
-                      scratch=self.launch.get("scratch", ()))
+                      scratch=self.launch.get("scratch", ()),
+                      cooperative=self.launch.get("cooperative", False))
 
     def get_profiler(self, tensor_supply_type=None):
         """A Profiler whose random inputs follow `tensor_supply_type` (a TensorSupplyType)."""

@@ -134,6 +134,7 @@ class Builder:
     params: list = field(default_factory=list)  # ParamInfo, in signature order
     example_shapes: dict = field(default_factory=dict)  # param name -> shape of an example
     threads: tuple = ()  # the T.Kernel being traced: its thread extents
+    kernel_level: int = 0  # len(blocks) in the T.Kernel's own statement list
     role: tuple | None = None  # inside `with T.ws(...)`: its threads [first, end)
     thread_vars: dict = field(default_factory=dict)  # T.get_thread_binding: dim -> its Var
     reducers: list = field(default_factory=list)  # `with T.attr(T.comm_reducer(...), ...)`

@@ -117,6 +117,7 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     shift_right,
     short,
     symbolic,
+    sync_grid,
     sync_threads,
     tfloat32,
     truncdiv,

@@ -250,6 +250,7 @@ class Kernel:
         builder.thread_vars = {}
         try:
             with builder.block() as stmts:
+                builder.kernel_level = len(builder.blocks)
                 body_fn(block_vars[0] if len(block_vars) == 1 else tuple(block_vars))
         finally:
             builder.in_kernel -= 1

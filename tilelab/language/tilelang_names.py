@@ -631,6 +631,31 @@ def _register_hint(primitive: str, reg_count, more: str = "") -> None:
         raise TileLabTypeError(f"{primitive}({reg_count}{more}): the register count is a "
                                "constant multiple of 8 from 24 to 256")
 
+def sync_grid():
+    """TileLang's barrier of the whole grid: every block finishes what comes before it
+    before any block goes on, so that a persistent kernel's second phase reads what all
+    blocks wrote in the first (its split attention's partial results). It stands in the
+    kernel's own statement list, not inside a loop, a branch or code for one thread: every
+    thread of every block must reach it.
+
+    On the GPU the kernel is then launched cooperatively - all its blocks resident at once,
+    which the launch checks (a grid of at most as many blocks as the GPU holds: one per
+    multiprocessor, as such kernels are written, is safe) - and the barrier is cooperative
+    groups' grid sync. On the CPU the kernel runs as one loop over its blocks for each
+    phase; what a block keeps in its own tiles from one phase to the next has a copy per
+    block (passes/kernel_to_cpu_loops.py)."""
+    from ..ops._lowering import GRID_SYNC
+
+    builder = current("T.sync_grid")
+    if len(builder.blocks) != builder.kernel_level or builder.role is not None:
+        raise TileLabSyntaxError(
+            "T.sync_grid() stands in the kernel's own statement list: inside a loop, a "
+            "branch, a T.Parallel loop or a warp role not every thread of every block would "
+            "reach it the same number of times",
+            hint="end the phase before it: put the loop or branch's work first, then the "
+                 "barrier, then the next phase")
+    builder.emit(tirx.Evaluate(tirx.call_extern("int32", GRID_SYNC)))
+
 def sync_threads(barrier_id=None, arrive_count=None):
     """A barrier of the whole block, as TileLang writes it. tilelab puts the barriers that
     its tile ops need itself (passes/insert_barriers.py) and counts this one among them;
@@ -706,8 +731,8 @@ MISSING: dict[str, tuple[str, str]] = {
                      "fence_proxy_async", "ClusterKernel",
                      "block_rank_in_cluster", "cp_async_barrier_noinc", "ptx_cp_async",
                      "ptx_commit_group", "ptx_wait_group", "mma_gemm_blockscaled",
-                     "clc_try_cancel_multicast", "clc_is_canceled", "clc_get_first_ctaid_x",
-                     "sync_grid"), _HARDWARE),
+                     "clc_try_cancel_multicast", "clc_is_canceled", "clc_get_first_ctaid_x"),
+                    _HARDWARE),
     "sync_warp": _SYNC,
     "access_ptr": _VIEWS,
     "PersistentTileScheduler": ("persistent blocks that loop over tiles",

@@ -199,6 +199,15 @@ def is_sync(stmt) -> bool:
         str(call.args[0].value).startswith("shared")
 
 
+GRID_SYNC = "tl::sync_grid"  # T.sync_grid: a barrier of every block of the grid
+
+
+def is_grid_sync(stmt) -> bool:
+    call = getattr(stmt, "value", None) if isinstance(stmt, tirx.Evaluate) else None
+    return isinstance(call, tvm.ir.Call) and getattr(call.op, "name", "") == \
+        "tirx.call_extern" and str(call.args[0].value) == GRID_SYNC
+
+
 FLOAT_TEXT = 32  # bytes of text for one float printed on the CPU ("%g" needs at most 14)
 
 

@@ -13,6 +13,11 @@ scalars all become block-private arrays. One thread runs a block's statements
 in order, so a barrier the program wrote (`T.sync_threads()`) has nothing to
 wait for and goes.
 
+`T.sync_grid()` splits the block's statements into phases that all blocks finish
+before any starts the next: each phase is a loop over all blocks of its own. A tile
+that several phases use (a fragment a block fills before the barrier and reads after
+it) is an array with a copy per block, indexed by the block.
+
 A tile allocated inside a `while` loop is allocated once, before the loop: TVM
 frees a CPU array at the end of the loop or block around it, and a `while` is not
 one of those, so each turn would have taken a new array and the last one alone
@@ -21,11 +26,14 @@ been freed (LLVM refuses the program).
 
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
 
+from ..ir.builder import seq
 from ..ir.keys import KERNEL
+from ..ir.tile_ops import accessed_buffers, is_buffer
 from ..ir.visit import rewrite, rewrite_pre, substitute
-from ..ops._lowering import is_sync
+from ..ops._lowering import is_grid_sync, is_sync
 
 
 def _block_loops(loop):
@@ -38,19 +46,71 @@ def _block_loops(loop):
 
 def _flatten_blocks(kernel_loop, run_serially: bool):
     loops, body = _block_loops(kernel_loop)
-    flat = tirx.Var("block", "int32")
-    mapping, stride = {}, 1
     total = 1
     for loop in loops:
         total = total * loop.extent
-    # nesting order is x, y, z from the outside; x varies fastest
-    for loop in loops:
-        index = flat if stride == 1 else tirx.floordiv(flat, stride)
-        mapping[loop.loop_var] = tirx.floormod(index, loop.extent) if loop is not loops[-1] \
-            else index
-        stride = stride * loop.extent
     kind = tirx.ForKind.SERIAL if run_serially else tirx.ForKind.PARALLEL
-    return tirx.For(flat, 0, total, kind, substitute(body, mapping))
+    phases, kept = _phases(body, total)
+    block_loops = []
+    for phase in phases:
+        flat = tirx.Var("block", "int32")
+        mapping, stride = {}, 1
+        # nesting order is x, y, z from the outside; x varies fastest
+        for loop in loops:
+            index = flat if stride == 1 else tirx.floordiv(flat, stride)
+            mapping[loop.loop_var] = tirx.floormod(index, loop.extent) \
+                if loop is not loops[-1] else index
+            stride = stride * loop.extent
+        phase = _per_block(phase, kept, flat)
+        block_loops.append(tirx.For(flat, 0, total, kind, substitute(phase, mapping)))
+    return seq([tirx.AllocBuffer(b) for b in kept.values()] + block_loops)
+
+
+def _phases(body, blocks):
+    """The block's statements between its T.sync_grid barriers, each phase with the
+    allocations of the tiles it alone uses; and the tiles more than one phase uses, each
+    now an array with a copy per block (name -> the array)."""
+    stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    phases = [[]]
+    for stmt in stmts:
+        if is_grid_sync(stmt):
+            phases.append([])
+        else:
+            phases[-1].append(stmt)
+    if len(phases) == 1:
+        return [body], {}
+    allocations = {str(s.buffer.name): s for p in phases for s in p
+                   if isinstance(s, tirx.AllocBuffer)}
+    used = [{str(b.name) for b in accessed_buffers(seq(p))} for p in phases]
+    users = {name: [i for i, names in enumerate(used) if name in names] for name in allocations}
+    kept = {}
+    for name, alloc in allocations.items():
+        buffer = alloc.buffer
+        if len(users[name]) > 1:
+            kept[name] = tirx.decl_buffer((blocks, *buffer.shape), buffer.dtype,
+                                          name=f"{name}_of_blocks")
+    phases = [[s for s in p if not isinstance(s, tirx.AllocBuffer)] for p in phases]
+    for name, alloc in allocations.items():
+        if name not in kept:
+            phases[users[name][0] if users[name] else 0].insert(0, alloc)
+    return [seq(p) for p in phases], kept
+
+
+def _per_block(stmt, kept: dict, flat):
+    """`stmt` with each tile in `kept` read and written in the block's own copy."""
+    if not kept:
+        return stmt
+
+    def on_store(store):
+        array = kept.get(str(store.buffer.name))
+        return store if array is None else \
+            tirx.BufferStore(array, store.value, [flat, *store.indices])
+
+    def on_load(load):
+        array = kept.get(str(load.source.name)) if is_buffer(load.source) else None
+        return load if array is None else tirx.BufferLoad(array, [flat, *load.indices])
+
+    return rewrite(rewrite(stmt, tirx.BufferStore, on_store), tvm.ir.TensorLoad, on_load)
 
 
 def _serialize(loop):

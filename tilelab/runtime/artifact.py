@@ -81,6 +81,7 @@ class Artifact:
     tensor_maps: list = field(default_factory=list)  # TMA descriptors the launcher encodes
     next_kernels: list = field(default_factory=list)  # a program's later `with T.Kernel`s
     scratch: list = field(default_factory=list)  # T.alloc_global tensors made for each call
+    cooperative: bool = False  # T.sync_grid: launched cooperatively
 
     def runtime_params(self) -> list[RuntimeParam]:
         return [RuntimeParam(p["name"], tuple(p["shape"]), p["dtype"], bool(p["output"]))
@@ -95,7 +96,8 @@ class Artifact:
             "kernel_name": self.kernel_name, "grid": self.grid, "block": self.block,
             "dynamic_smem": self.dynamic_smem, "arch": self.arch, "arg_order": self.arg_order,
             "tensor_maps": self.tensor_maps, "next_kernels": self.next_kernels,
-            "scratch": self.scratch}, [p["dtype"] for p in self.params], self.scalar_params)
+            "scratch": self.scratch, "cooperative": self.cooperative},
+            [p["dtype"] for p in self.params], self.scalar_params)
 
     def trace(self):
         """The compilation's Trace, or a small one holding the CUDA source."""
@@ -180,7 +182,8 @@ def _next_kernels(value) -> list:
                         "dynamic_smem": int(k.get("dynamic_smem", 0)),
                         "arg_order": list(k["arg_order"]),
                         **({"tensor_maps": _tensor_maps(k["tensor_maps"])}
-                           if k.get("tensor_maps") else {})})
+                           if k.get("tensor_maps") else {}),
+                        **({"cooperative": True} if k.get("cooperative") is True else {})})
     return kernels
 
 
@@ -204,7 +207,7 @@ def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, bloc
                   dynamic_smem: int, params, arch: str, trace_json: str | None = None,
                   source: str | None = None, scalar_params=(), arg_order=None,
                   config: dict | None = None, tensor_maps=(), next_kernels=(),
-                  scratch=()) -> str:
+                  scratch=(), cooperative: bool = False) -> str:
     """Write a kernel to one `.tilelab` file (atomically); returns the path written."""
     if not isinstance(cubin, (bytes, bytearray)) or not cubin:
         raise TileLabArtifactError("cubin must be non-empty bytes")
@@ -228,6 +231,8 @@ def save_artifact(path, *, name: str, kernel_name: str, cubin: bytes, grid, bloc
         meta["next_kernels"] = _next_kernels(list(next_kernels))
     if scratch:
         meta["scratch"] = _scratch(list(scratch))
+    if cooperative:
+        meta["cooperative"] = True
     if config is not None:  # values JSON cannot hold (a dtype object) are kept as their text
         meta["config"] = {str(k): v if isinstance(v, (bool, int, float, str)) or v is None
                           else str(v) for k, v in config.items()}
@@ -316,6 +321,7 @@ def load_artifact(path) -> Artifact:
             tensor_maps=_tensor_maps(meta.get("tensor_maps", [])),
             next_kernels=_next_kernels(meta.get("next_kernels", [])),
             scratch=_scratch(meta.get("scratch", [])),
+            cooperative=meta.get("cooperative") is True,
             version=version,
         )
     except TileLabArtifactError as err:

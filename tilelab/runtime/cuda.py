@@ -234,7 +234,7 @@ class CudaLauncher:
 
     def __init__(self, cubin: bytes, kernel_name: str, grid, block, dynamic_smem: int = 0,
                  param_dtypes=(), scalar_params=(), arch: str | None = None, arg_order=None,
-                 tensor_maps=()):
+                 tensor_maps=(), cooperative: bool = False):
         if not isinstance(cubin, (bytes, bytearray, memoryview)) or len(cubin) == 0:
             raise TileLabArgumentError("cubin must be non-empty bytes")
         if not kernel_name or not isinstance(kernel_name, str):
@@ -255,6 +255,8 @@ class CudaLauncher:
                     f"unsupported scalar parameter type {dtype!r}",
                     hint="supported: " + ", ".join(SCALAR_CTYPES))
         self.arch = arch
+        # a kernel with T.sync_grid: launched cooperatively, all its blocks resident at once
+        self.cooperative = bool(cooperative)
 
         n_ptr, n_scalar = len(self.param_dtypes), len(self.scalar_params)
         # The kernel's k-th pointer parameter is tensor arg_order[k] of the call (the code
@@ -398,12 +400,19 @@ class CudaLauncher:
         if raw != self._stream_raw:
             self._stream = driver().CUstream(raw)
             self._stream_raw = raw
-        grid, block = self.grid, self.block
-        err = _DRIVER.cuLaunchKernel(function, grid[0], grid[1], grid[2],
-                                     block[0], block[1], block[2], self.dynamic_smem,
-                                     self._stream, self._params_addr, 0)[0]
+        err = self._launch(function)
         if err:
             self._launch_failed(err, device)
+
+    def _launch(self, function):
+        grid, block = self.grid, self.block
+        if self.cooperative:
+            return _DRIVER.cuLaunchCooperativeKernel(
+                function, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                self.dynamic_smem, self._stream, self._params_addr)[0]
+        return _DRIVER.cuLaunchKernel(function, grid[0], grid[1], grid[2],
+                                      block[0], block[1], block[2], self.dynamic_smem,
+                                      self._stream, self._params_addr, 0)[0]
 
     def _launch_failed(self, err, device: int):
         drv = _DRIVER
@@ -411,14 +420,19 @@ class CudaLauncher:
                    drv.CUresult.CUDA_ERROR_INVALID_HANDLE):
             # Another context was current on this thread (e.g. a new thread); retry in torch's.
             _ensure_context(drv, device)
-            grid, block = self.grid, self.block
-            err = drv.cuLaunchKernel(self._functions[device], grid[0], grid[1], grid[2],
-                                     block[0], block[1], block[2], self.dynamic_smem,
-                                     self._stream, self._params_addr, 0)[0]
+            err = self._launch(self._functions[device])
             if not err:
                 return
-        raise _error(f"CUDA launch of {self.kernel_name} (grid={self.grid}, block={self.block},"
-                     f" dynamic smem={self.dynamic_smem} B)", err)
+        where = (f"CUDA launch of {self.kernel_name} (grid={self.grid}, block={self.block},"
+                 f" dynamic smem={self.dynamic_smem} B)")
+        if err == drv.CUresult.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE:
+            raise TileLabError(
+                f"{where}: T.sync_grid needs every block of the grid resident on the GPU at "
+                f"once, and {math.prod(self.grid)} blocks of this size do not fit",
+                hint="launch at most as many blocks as the GPU runs at once (one per "
+                     "multiprocessor: torch.cuda.get_device_properties(0)"
+                     ".multi_processor_count), each walking several tiles")
+        raise _error(where, err)
 
     def _set_scalars(self, values):
         for dtype, slot, value in zip(self.scalar_params, self._scalars, values, strict=True):
@@ -468,7 +482,8 @@ def launcher_for(cubin: bytes, launch: dict, param_dtypes, scalar_params=()):
     dtypes = [str(d) for d in param_dtypes] + [str(s["dtype"]) for s in scratch]
     launchers = [CudaLauncher(cubin, k["kernel_name"], k["grid"], k["block"],
                               k["dynamic_smem"], dtypes, scalar_params, arch=launch.get("arch"),
-                              arg_order=k.get("arg_order"), tensor_maps=k.get("tensor_maps", ()))
+                              arg_order=k.get("arg_order"), tensor_maps=k.get("tensor_maps", ()),
+                              cooperative=k.get("cooperative", False))
                  for k in [launch, *launch.get("next_kernels", [])]]
     if len(launchers) == 1 and not scratch:
         return launchers[0]

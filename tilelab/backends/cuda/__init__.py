@@ -20,6 +20,7 @@ from tvm import tirx
 
 from ...errors import TileLabCompileError, TileLabError
 from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
+from ...ops._lowering import GRID_SYNC, is_grid_sync
 from ...ops.copy import TENSOR_MAP
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
@@ -212,9 +213,11 @@ def source_only():
 
 
 def cuda_source(executable) -> str:
-    """The CUDA C that TVM printed, with tilelab's header included."""
+    """The CUDA C that TVM printed, with tilelab's header included (and its grid barrier,
+    which needs cooperative groups, where a kernel calls T.sync_grid)."""
     source = executable.imports[0].inspect_source()
-    return '#include "tilelab.cuh"\n' + source
+    grid = "#define TILELAB_SYNC_GRID\n" if f"{GRID_SYNC}(" in source else ""
+    return grid + '#include "tilelab.cuh"\n' + source
 
 
 def launch_config(device_mod) -> list[dict]:
@@ -260,10 +263,12 @@ def _kernel_config(gv, func) -> dict:
             specs[str(node.node.name)] = json.loads(str(node.value.value))
 
     walk(func.body, tirx.AttrStmt, tensor_map)
+    grid_syncs = []  # T.sync_grid: the kernel is launched cooperatively
+    walk(func.body, tirx.Evaluate, lambda e: grid_syncs.append(e) if is_grid_sync(e) else None)
     params = [str(p.name) for p in func.params if not is_buffer(p)]
     return {"kernel_name": str(gv.name_hint), "dynamic_smem": smem["shared.dyn"], "grid": grid,
             "threads": threads, "static_smem": smem["shared"], "param_names": params,
-            "tensor_maps": specs}
+            "tensor_maps": specs, "cooperative": bool(grid_syncs)}
 
 
 def global_scratch(program) -> list[dict]:
@@ -507,6 +512,8 @@ def _launch_of(program, config: dict, names: list) -> dict:
               "arg_order": order}
     if tensor_maps:
         launch["tensor_maps"] = tensor_maps
+    if config["cooperative"]:
+        launch["cooperative"] = True
     return launch
 
 

@@ -5,6 +5,9 @@
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#ifdef TILELAB_SYNC_GRID
+#include <cooperative_groups.h>
+#endif
 #ifdef __CUDACC_RTC__  // NVRTC has no C library headers
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
@@ -245,5 +248,12 @@ __device__ __forceinline__ unsigned long long globaltimer() {
   asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
   return t;
 }
+
+#ifdef TILELAB_SYNC_GRID
+// ---- T.sync_grid: every thread of every block arrives before any goes on. The kernel
+// is launched cooperatively (cuLaunchCooperativeKernel), which gives the grid the
+// barrier's state and checks that all its blocks are resident at once.
+__device__ __forceinline__ void sync_grid() { cooperative_groups::this_grid().sync(); }
+#endif
 
 }  // namespace tl

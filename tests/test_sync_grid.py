@@ -1,0 +1,127 @@
+"""`T.sync_grid()`: a barrier of every block of the grid (TileLang's persistent kernels).
+
+Each block of `normalized` sums its part of the input and publishes the sum; after the
+barrier every block reads all the sums and scales its own part - kept in a fragment from
+the first phase - by their total. On the CPU the blocks run one phase after the other
+(the fragment has a copy per block); for CUDA the kernel calls cooperative groups' grid
+sync and is launched cooperatively.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilelab
+import tilelab.language as T
+from tilelab.backends.cuda.nvcc import find_nvcc
+from tilelab.errors import TileLabError
+from tilelab.runtime.artifact import load_artifact
+from tilelab.runtime.cuda import launcher_for
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
+
+PART = 64
+
+
+@tilelab.jit(out_idx=[-1])
+def normalized(n, blocks=4, with_atomics=False):
+    """out = A / sum(A); each of `blocks` blocks owns the parts b, b + blocks, ... of A
+    (a persistent kernel's loop over tiles); n need not be a multiple of PART."""
+    parts = (n + PART - 1) // PART
+    rounds = (parts + blocks - 1) // blocks
+
+    @T.prim_func
+    def kernel(A: T.Tensor((n,), T.float32), sums: T.Tensor((blocks,), T.float32),
+               out: T.Tensor((n,), T.float32)):
+        with T.Kernel(blocks, threads=64) as b:
+            kept = T.alloc_fragment((rounds, PART), T.float32)
+            part = T.alloc_fragment((PART,), T.float32)
+            total = T.alloc_fragment((1,), T.float32)
+            grand = T.alloc_var(T.float32)
+            T.clear(kept)
+            for r in T.serial(rounds):
+                T.copy(A[(r * blocks + b) * PART], part)
+                for i in T.Parallel(PART):
+                    kept[r, i] = part[i]
+            T.reduce_sum(kept, part, dim=0)
+            T.reduce_sum(part, total, dim=0)
+            if with_atomics:
+                T.atomic_add(sums[b], total[0])
+            else:
+                sums[b] = total[0]
+            T.sync_grid()
+            grand = 0.0
+            for k in T.serial(blocks):
+                grand = grand + sums[k]
+            for r, i in T.Parallel(rounds, PART):
+                if (r * blocks + b) * PART + i < n:
+                    out[(r * blocks + b) * PART + i] = kept[r, i] / grand
+    return kernel
+
+
+@pytest.mark.parametrize(("n", "blocks", "with_atomics"),
+                         [(1000, 4, False), (64 * 9 + 5, 3, False), (300, 2, True)])
+def test_blocks_read_what_all_blocks_wrote_before_the_barrier(n, blocks, with_atomics):
+    kernel = normalized(n, blocks, with_atomics)
+    for seed in range(2):
+        torch.manual_seed(seed)
+        a = torch.rand(n) + 0.1
+        sums = torch.zeros(blocks)
+        torch.testing.assert_close(kernel(a, sums), a / a.sum(), rtol=1e-5, atol=1e-7)
+
+
+def test_the_barrier_stands_in_the_kernels_own_statements():
+    def program(where):
+        @T.prim_func
+        def kernel(A: T.Tensor((64,), T.float32)):
+            with T.Kernel(2, threads=32) as b:
+                if where == "loop":
+                    for _ in T.serial(2):
+                        T.sync_grid()
+                elif where == "branch":
+                    if b == 0:
+                        T.sync_grid()
+                else:
+                    for i in T.Parallel(32):
+                        A[i] = 0.0
+                        T.sync_grid()
+
+        return kernel
+
+    for where in ("loop", "branch", "parallel"):
+        with pytest.raises(TileLabError, match="T.sync_grid\\(\\) stands in the kernel's own") \
+                as info:
+            program(where)
+        assert info.value.location is not None and info.value.location.line > 0
+
+
+@needs_nvcc
+def test_a_grid_barrier_kernel_is_launched_cooperatively(tmp_path):
+    kernel = normalized.compile(1000, 4, target="cuda:sm_90a")
+    source = kernel.get_kernel_source()
+    assert source.startswith("#define TILELAB_SYNC_GRID\n") and "tl::sync_grid();" in source
+    assert kernel.launch["cooperative"] is True
+    kernel.export(tmp_path / "normalized.tilelab")
+    loaded = load_artifact(tmp_path / "normalized.tilelab")
+    assert loaded.cooperative and loaded.launcher().cooperative  # (loading needs no GPU)
+    plain = dict(kernel.launch, cooperative=False)
+    assert not launcher_for(b"cubin", plain, ["float32"] * 3).cooperative
+
+
+@pytest.mark.gpu
+def test_grid_barrier_on_the_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for n, blocks in ((1000, 4), (64 * 1000 + 7, sms)):
+        kernel = normalized(n, blocks)
+        for seed in range(3):
+            torch.manual_seed(seed)
+            a = torch.rand(n, device="cuda") + 0.1
+            sums = torch.zeros(blocks, device="cuda")
+            torch.testing.assert_close(kernel(a, sums), a / a.sum(), rtol=1e-5, atol=1e-7)
+    too_many = normalized(64 * 64 * sms, 64 * sms)
+    a = torch.rand(64 * 64 * sms, device="cuda")
+    with pytest.raises(TileLabError, match="T.sync_grid needs every block"):
+        too_many(a, torch.zeros(64 * sms, device="cuda"))
