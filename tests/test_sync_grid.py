@@ -71,6 +71,92 @@ def test_blocks_read_what_all_blocks_wrote_before_the_barrier(n, blocks, with_at
         torch.testing.assert_close(kernel(a, sums), a / a.sum(), rtol=1e-5, atol=1e-7)
 
 
+@tilelab.jit(out_idx=[-1])
+def gemm_over_its_total(m, n, k, block=64):
+    """C = (A @ B) / sum(A @ B): a pipelined GEMM per block, its sum published; after the
+    barrier each block scales the tile it kept in its accumulator."""
+    blocks = (m // block) * (n // block)
+
+    @T.prim_func
+    def kernel(A: T.Tensor((m, k), T.float16), B: T.Tensor((k, n), T.float16),
+               sums: T.Tensor((blocks,), T.float32), C: T.Tensor((m, n), T.float32)):
+        with T.Kernel(n // block, m // block, threads=128) as (bx, by):
+            a = T.alloc_shared((block, 32), T.float16)
+            b = T.alloc_shared((32, block), T.float16)
+            acc = T.alloc_fragment((block, block), T.float32)
+            rows = T.alloc_fragment((block,), T.float32)
+            total = T.alloc_fragment((1,), T.float32)
+            grand = T.alloc_var(T.float32)
+            T.clear(acc)
+            for kk in T.Pipelined(k // 32, num_stages=3):
+                T.copy(A[by * block, kk * 32], a)
+                T.copy(B[kk * 32, bx * block], b)
+                T.gemm(a, b, acc)
+            T.reduce_sum(acc, rows, dim=1)
+            T.reduce_sum(rows, total, dim=0)
+            sums[by * (n // block) + bx] = total[0]
+            T.sync_grid()
+            grand = 0.0
+            for i in T.serial(blocks):
+                grand = grand + sums[i]
+            for i, j in T.Parallel(block, block):
+                C[by * block + i, bx * block + j] = acc[i, j] / grand
+    return kernel
+
+
+def test_a_pipelined_gemm_before_the_barrier():
+    torch.manual_seed(4)
+    a, b = torch.rand(128, 96).half(), torch.rand(96, 128).half()
+    product = a.float() @ b.float()
+    kernel = gemm_over_its_total(128, 128, 96)
+    torch.testing.assert_close(kernel(a, b, torch.zeros(4)), product / product.sum(),
+                               rtol=1e-3, atol=1e-6)
+
+
+@needs_nvcc
+def test_no_producer_warpgroup_where_every_thread_meets_the_grid():
+    """A producer warpgroup runs only its copies and would never reach the barrier:
+    a kernel with T.sync_grid keeps one role, even where a pass config asks for two."""
+    for configs in (None, {"tl.force_warp_specialized": True}):
+        kernel = gemm_over_its_total.compile(128, 128, 96, target="cuda:sm_90a",
+                                             pass_configs=configs)
+        assert kernel.launch["block"] == [128, 1, 1] and kernel.launch["cooperative"]
+
+
+@tilelab.jit(out_idx=[-1])
+def rows_over_their_total(rows=8, blocks=3):
+    """Each block keeps rows of A in a fragment it reads through a T.reshape view in both
+    phases: its sum before the barrier, its values scaled by the total after it."""
+    n = blocks * rows * 16
+
+    @T.prim_func
+    def kernel(A: T.Tensor((n,), T.float32), sums: T.Tensor((blocks,), T.float32),
+               out: T.Tensor((n,), T.float32)):
+        with T.Kernel(blocks, threads=32) as b:
+            tile = T.alloc_fragment((rows, 16), T.float32)
+            flat = T.reshape(tile, (rows * 16,))
+            per_row = T.alloc_fragment((rows,), T.float32)
+            total = T.alloc_fragment((1,), T.float32)
+            grand = T.alloc_var(T.float32)
+            T.copy(A[b * rows * 16], flat)
+            T.reduce_sum(tile, per_row, dim=1)
+            T.reduce_sum(per_row, total, dim=0)
+            sums[b] = total[0]
+            T.sync_grid()
+            grand = 0.0
+            for k in T.serial(blocks):
+                grand = grand + sums[k]
+            for i in T.Parallel(rows * 16):
+                out[b * rows * 16 + i] = flat[i] / grand
+    return kernel
+
+
+def test_a_view_read_on_both_sides_of_the_barrier():
+    torch.manual_seed(5)
+    a = torch.rand(3 * 8 * 16)
+    torch.testing.assert_close(rows_over_their_total()(a, torch.zeros(3)), a / a.sum())
+
+
 def test_the_barrier_stands_in_the_kernels_own_statements():
     def program(where):
         @T.prim_func

@@ -31,7 +31,7 @@ from tvm import tirx
 
 from ..ir.builder import seq
 from ..ir.keys import KERNEL
-from ..ir.tile_ops import accessed_buffers, is_buffer
+from ..ir.tile_ops import accessed_buffers, data_of, is_buffer
 from ..ir.visit import rewrite, rewrite_pre, substitute
 from ..ops._lowering import is_grid_sync, is_sync
 
@@ -50,7 +50,7 @@ def _flatten_blocks(kernel_loop, run_serially: bool):
     for loop in loops:
         total = total * loop.extent
     kind = tirx.ForKind.SERIAL if run_serially else tirx.ForKind.PARALLEL
-    phases, kept = _phases(body, total)
+    phases, kept, views = _phases(body, total)
     block_loops = []
     for phase in phases:
         flat = tirx.Var("block", "int32")
@@ -63,13 +63,17 @@ def _flatten_blocks(kernel_loop, run_serially: bool):
             stride = stride * loop.extent
         phase = _per_block(phase, kept, flat)
         block_loops.append(tirx.For(flat, 0, total, kind, substitute(phase, mapping)))
-    return seq([tirx.AllocBuffer(b) for b in kept.values()] + block_loops)
+    arrays = [b for name, b in kept.items() if name not in views]
+    return seq([tirx.AllocBuffer(b) for b in arrays] +
+               [tirx.DeclBuffer(kept[v], data=kept[base].data) for v, base in views.items()] +
+               block_loops)
 
 
 def _phases(body, blocks):
     """The block's statements between its T.sync_grid barriers, each phase with the
-    allocations of the tiles it alone uses; and the tiles more than one phase uses, each
-    now an array with a copy per block (name -> the array)."""
+    allocations (and views, `T.reshape`) of the tiles it alone uses; the tiles more than
+    one phase uses, each now an array with a copy per block (name -> the array), and
+    which of those are views (name -> the viewed tile's name)."""
     stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
     phases = [[]]
     for stmt in stmts:
@@ -78,22 +82,29 @@ def _phases(body, blocks):
         else:
             phases[-1].append(stmt)
     if len(phases) == 1:
-        return [body], {}
-    allocations = {str(s.buffer.name): s for p in phases for s in p
-                   if isinstance(s, tirx.AllocBuffer)}
-    used = [{str(b.name) for b in accessed_buffers(seq(p))} for p in phases]
-    users = {name: [i for i, names in enumerate(used) if name in names] for name in allocations}
+        return [body], {}, {}
+    declared = [s for p in phases for s in p if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer))]
+    views = {str(d.buffer.name): str(data_of(d.data).name) for d in declared
+             if isinstance(d, tirx.DeclBuffer) and data_of(d.data) is not None}
+    used = []  # per phase, the tiles it touches (through a view: the viewed tile too)
+    for phase in phases:
+        names = {str(b.name) for b in accessed_buffers(seq(phase))}
+        used.append(names | {views[n] for n in names if n in views})
+    users = {str(d.buffer.name): [i for i, names in enumerate(used) if str(d.buffer.name) in names]
+             for d in declared}
     kept = {}
-    for name, alloc in allocations.items():
-        buffer = alloc.buffer
-        if len(users[name]) > 1:
+    for decl in declared:
+        name, buffer = str(decl.buffer.name), decl.buffer
+        if len(users[views.get(name, name)]) > 1:
             kept[name] = tirx.decl_buffer((blocks, *buffer.shape), buffer.dtype,
                                           name=f"{name}_of_blocks")
-    phases = [[s for s in p if not isinstance(s, tirx.AllocBuffer)] for p in phases]
-    for name, alloc in allocations.items():
+    phases = [[s for s in p if not any(s.same_as(d) for d in declared)] for p in phases]
+    for decl in reversed(declared):  # (a view after the tile it views)
+        name = str(decl.buffer.name)
         if name not in kept:
-            phases[users[name][0] if users[name] else 0].insert(0, alloc)
-    return [seq(p) for p in phases], kept
+            for i in users[name] or [0]:
+                phases[i].insert(0, decl)
+    return [seq(p) for p in phases], kept, {v: base for v, base in views.items() if v in kept}
 
 
 def _per_block(stmt, kept: dict, flat):

@@ -599,6 +599,8 @@ class CUDABackend(Backend):
         safe_global = bool(configs.get(PassConfigKey.TL_SAFE_GLOBAL_ACCESS.value, False))
         own_barriers = bool(configs.get(PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC.value,
                                         False))
+        if _has_grid_sync(program):  # every thread of every block reaches T.sync_grid once:
+            specialize, coarsen = "off", False  # no producer warpgroup, no merged blocks
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
                            turns, uniform, safe_global, rotate, own_barriers)
@@ -616,6 +618,14 @@ class CUDABackend(Backend):
         launch = json.loads((entry / "launch.json").read_text())
         cubin = (entry / "kernel.cubin").read_bytes()
         return CompiledArtifact(cuda_runner(program, launch, cubin), trace, launch, cubin)
+
+
+def _has_grid_sync(program) -> bool:
+    from ...ir.visit import walk
+
+    found = []
+    walk(program.func.body, tirx.Evaluate, lambda e: found.append(e) if is_grid_sync(e) else None)
+    return bool(found)
 
 
 def _register() -> CUDABackend:
