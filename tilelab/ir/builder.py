@@ -135,6 +135,10 @@ class Builder:
     example_shapes: dict = field(default_factory=dict)  # param name -> shape of an example
     threads: tuple = ()  # the T.Kernel being traced: its thread extents
     kernel_level: int = 0  # len(blocks) in the T.Kernel's own statement list
+    block_indices: list = field(default_factory=list)  # (var, extent) of blockIdx x, y, z
+    rng: tuple | None = None  # T.rng_init: the stream's registers (seed, seq, position)
+    draws_pending: int = 0  # T.rng_rand calls in the statement being traced
+    after_statement: dict = field(default_factory=dict)  # stores that follow it (by buffer)
     role: tuple | None = None  # inside `with T.ws(...)`: its threads [first, end)
     thread_vars: dict = field(default_factory=dict)  # T.get_thread_binding: dim -> its Var
     reducers: list = field(default_factory=list)  # `with T.attr(T.comm_reducer(...), ...)`

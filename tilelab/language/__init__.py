@@ -75,6 +75,7 @@ from .primitives import (  # noqa: F401
     view,
     ws,
 )
+from .random import rng_init, rng_rand, rng_rand_float  # noqa: F401
 from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     FragmentBuffer,
     LocalBuffer,

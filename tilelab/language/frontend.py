@@ -305,6 +305,12 @@ class Interpreter:
                                      location)
         with _located(location):
             handler(node)
+        builder = self.builder
+        if builder.after_statement:  # a T.rng_rand's stream moves on past its numbers
+            for store in builder.after_statement.values():
+                builder.emit(store)
+            builder.after_statement.clear()
+            builder.draws_pending = 0
 
     def exec_Expr(self, node):  # noqa: N802
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):

@@ -251,6 +251,7 @@ class Kernel:
         try:
             with builder.block() as stmts:
                 builder.kernel_level = len(builder.blocks)
+                builder.block_indices = list(zip(block_vars, self.grid))
                 body_fn(block_vars[0] if len(block_vars) == 1 else tuple(block_vars))
         finally:
             builder.in_kernel -= 1
@@ -295,6 +296,8 @@ def get_thread_binding(dim: int = 0):
         raise TileLabSyntaxError(
             "T.get_thread_binding inside a T.ws role is not supported",
             hint="take the thread index outside the role; inside, use tile ops")
+    if builder.threads[dim] == 1:  # the one thread along dim: its code is the block's
+        return tirx.const(0, "int32")
     return thread_index(builder, dim)
 
 

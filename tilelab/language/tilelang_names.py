@@ -742,8 +742,6 @@ MISSING: dict[str, tuple[str, str]] = {
     "call_extern": ("calls into hand-written device code", "the T.* math functions"),
     "import_source": ("calls into hand-written device code", "the T.* math functions"),
     "device_assert": ("assertions on the device", "T.print, or check the result in Python"),
-    "rng_init": ("random numbers on the device", "random tensors made with torch and passed in"),
-    "rng_rand": ("random numbers on the device", "random tensors made with torch and passed in"),
     "gemm_sp": ("sparse tensor-core GEMM", "T.gemm on dense tiles"),
 }
 
