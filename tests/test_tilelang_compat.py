@@ -1600,3 +1600,29 @@ def test_wgmma_gemm_and_wait_wgmma_are_a_gemm():
             .get_kernel_source()
     with pytest.raises(TileLabError, match=r"wait_wgmma\(-1\)"):
         gemm_by_wgmma_gemm.compile(80, -1, target="cpu")
+
+
+@tilelab.jit(out_idx=[-1])
+def variants(n=64, which="doubled"):
+    """A factory that keeps two kernels side by side, as TileLang's examples do, and returns
+    one; the other cannot be traced (its copy's sides differ in size)."""
+    @T.prim_func
+    def broken(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):
+        with T.Kernel(1, threads=32):
+            T.copy(A, B[0:n + 5])
+
+    @T.prim_func
+    def doubled(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(n):
+                B[i] = A[i] * 2
+
+    return doubled if which == "doubled" else broken
+
+
+def test_a_kernel_the_factory_does_not_return_does_not_stop_it():
+    a = _rand(64, seed=9)
+    torch.testing.assert_close(variants()(a), a * 2)
+    with pytest.raises(TileLabError, match="different extents") as info:
+        variants(which="broken")
+    assert info.value.location.line == variants.source.line_offset + 8  # the copy's own line

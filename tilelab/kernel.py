@@ -364,7 +364,10 @@ class JITFunction:
             except TypeError as err:
                 raise TileLabArgumentError(f"{self.fn.__name__}: {err}",
                                            self.source.location(self.source.node)) from None
-            program = self.fn(*args, **kwargs)
+            from .language.frontend import in_factory
+
+            with in_factory(self.fn.__name__):
+                program = self.fn(*args, **kwargs)
             kernel = self._store(key, compile(program, out_idx=self.out_idx,
                                               target=target or self.target,
                                               pass_configs=configs))
@@ -461,8 +464,10 @@ def jit(fn=None, *, out_idx=None, target="auto", pass_configs=None, **_ignored):
 def compile(program, out_idx=None, target="auto", pass_configs=None) -> Kernel:  # noqa: A001
     """Compile a `@T.prim_func` program into a Kernel."""
     from .compiler import PassConfigKey, compile_program, normalize_configs, resolve_target
-    from .language.frontend import ShapedByCall, TileProgram
+    from .language.frontend import RefusedKernel, ShapedByCall, TileProgram
 
+    if isinstance(program, RefusedKernel):  # a factory's kernel that could not be traced
+        raise program.error
     if isinstance(program, ShapedByCall):
         return ShapedKernel(program, out_idx, target, pass_configs)
     if not isinstance(program, TileProgram):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import functools
 import inspect
 import linecache
@@ -1109,10 +1110,45 @@ def _integer_index(value, buffer):
 
 
 def prim_func(fn=None, **kwargs):
-    """Mark a kernel function in the factory style; it is traced right away."""
+    """Mark a kernel function in the factory style; it is traced right away. Inside a
+    `@tilelab.jit` factory a kernel that cannot be traced is kept as its error
+    (`RefusedKernel`), raised where the kernel is used: a factory may define kernels it
+    does not return (TileLang's examples keep variants side by side)."""
     if fn is None:
-        return lambda f: trace_prim_func(f, enclosing=_defining_locals(f), **kwargs)
-    return trace_prim_func(fn, enclosing=_defining_locals(fn), **kwargs)
+        return lambda f: prim_func(f, **kwargs)
+    enclosing = _defining_locals(fn)
+    if not _FACTORIES:
+        return trace_prim_func(fn, enclosing=enclosing, **kwargs)
+    try:
+        return trace_prim_func(fn, enclosing=enclosing, **kwargs)
+    except TileLabError as err:
+        return RefusedKernel(fn.__name__, err)
+
+
+_FACTORIES: list = []  # the @tilelab.jit factories running now
+
+
+@contextlib.contextmanager
+def in_factory(name: str):
+    """While a `@tilelab.jit` factory runs (`prim_func` keeps refused kernels)."""
+    _FACTORIES.append(name)
+    try:
+        yield
+    finally:
+        _FACTORIES.pop()
+
+
+class RefusedKernel:
+    """A `@T.prim_func` in a factory that could not be traced: any use raises its error."""
+
+    def __init__(self, name: str, error: TileLabError):
+        self.__dict__.update(name=name, error=error)
+
+    def __getattr__(self, attribute):
+        raise self.error
+
+    def __repr__(self) -> str:
+        return f"<RefusedKernel {self.name}: {str(self.error).splitlines()[0]}>"
 
 
 def _defining_locals(fn) -> dict:
