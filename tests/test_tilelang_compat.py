@@ -1626,3 +1626,24 @@ def test_a_kernel_the_factory_does_not_return_does_not_stop_it():
     with pytest.raises(TileLabError, match="different extents") as info:
         variants(which="broken")
     assert info.value.location.line == variants.source.line_offset + 8  # the copy's own line
+
+
+def test_the_kernels_indices_and_extents_by_tilelangs_names():
+    @T.prim_func
+    def where(out: T.Tensor((3, 2, 4, 8), T.int32)):
+        with T.Kernel(2, 3, threads=(8, 4)):
+            bx, by = T.get_block_binding(0), T.get_block_binding(1)
+            tx, ty = T.get_thread_bindings()
+            gx, gy = T.get_block_extents()
+            assert (T.get_thread_extent(0), T.get_thread_extents()) == (8, [8, 4])
+            assert len(T.get_block_bindings()) == 2 and T.get_block_extent(1) == gy
+            out[by, bx, ty, tx] = ((by * gx + bx) * 4 + ty) * 8 + tx
+
+    out = torch.zeros(3, 2, 4, 8, dtype=torch.int32)
+    tilelab.compile(where, target="cpu")(out)
+    assert torch.equal(out.flatten(), torch.arange(3 * 2 * 4 * 8, dtype=torch.int32))
+    with pytest.raises(TileLabError, match=r"get_block_binding\(2\): the kernel's grid has 2"):
+        @T.prim_func
+        def beyond(out: T.Tensor((4,), T.int32)):
+            with T.Kernel(2, 2, threads=4):
+                out[0] = T.get_block_binding(2)

@@ -301,6 +301,51 @@ def get_thread_binding(dim: int = 0):
     return thread_index(builder, dim)
 
 
+def get_thread_bindings():
+    """The thread's index along each dimension of the kernel's threads (a list)."""
+    return [get_thread_binding(d) for d in range(len(current("get_thread_bindings").threads))]
+
+
+def get_thread_extent(dim: int = 0) -> int:
+    """The kernel's threads along `dim` (x, y, z: 0, 1, 2)."""
+    extents = get_thread_extents()
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(extents):
+        raise TileLabTypeError(f"T.get_thread_extent({dim!r}): the kernel has threads="
+                               f"{tuple(extents)!r}")
+    return extents[dim]
+
+
+def get_thread_extents() -> list:
+    return list(current("get_thread_extents").threads)
+
+
+def get_block_binding(dim: int = 0):
+    """The block's index along `dim` of the grid (what `with T.Kernel(...) as (bx, by)`
+    names)."""
+    return _block_index("get_block_binding", dim)[0]
+
+
+def get_block_bindings():
+    return [var for var, _ in current("get_block_bindings").block_indices]
+
+
+def get_block_extent(dim: int = 0):
+    """The grid's blocks along `dim`."""
+    return _block_index("get_block_extent", dim)[1]
+
+
+def get_block_extents():
+    return [extent for _, extent in current("get_block_extents").block_indices]
+
+
+def _block_index(primitive: str, dim):
+    indices = current(primitive).block_indices
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 0 <= dim < len(indices):
+        raise TileLabTypeError(f"T.{primitive}({dim!r}): the kernel's grid has "
+                               f"{len(indices)} dimension(s)")
+    return indices[dim]
+
+
 def thread_binding(start, stop=None, thread: str = "threadIdx.x", annotations=None):
     """TileLang's `tx = T.thread_binding(0, threads, thread="threadIdx.x")`: the thread
     index along x, y or z, whose extent must be the kernel's (T.get_thread_binding)."""
