@@ -741,7 +741,6 @@ MISSING: dict[str, tuple[str, str]] = {
     "atomic_store": ("atomic loads and stores", "T.atomic_add, or separate kernels"),
     "call_extern": ("calls into hand-written device code", "the T.* math functions"),
     "import_source": ("calls into hand-written device code", "the T.* math functions"),
-    "device_assert": ("assertions on the device", "T.print, or check the result in Python"),
     "gemm_sp": ("sparse tensor-core GEMM", "T.gemm on dense tiles"),
 }
 

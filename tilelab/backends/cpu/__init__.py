@@ -142,7 +142,10 @@ def _check_error(report: str):
 
     _, filename, line, col, message = report[report.index(MARKER):].split("|", 4)
     location = SourceLocation(filename, int(line), int(col))
-    if message.startswith("T.barrier"):  # ops/barrier.py
+    if message.startswith("T.device_assert"):  # ops/device_assert.py
+        hint = ("the condition was false where this reports it first; the kernel ran on "
+                "(on a GPU each thread that finds it false prints the message)")
+    elif message.startswith("T.barrier"):  # ops/barrier.py
         hint = ("the CPU runs the T.ws roles one after another, in the order they are "
                 "written: put the role that arrives before the one that waits, and arrive "
                 "as often as the barrier expects")
