@@ -174,8 +174,13 @@ def _keep_tensors_on_cpu(examples: Path):
     # one stream on the CPU: `torch.cuda.stream(None)` is torch's own no-op context
     torch.cuda.Stream = torch.cuda.default_stream = torch.cuda.current_stream = \
         lambda *a, **k: None
-    # `with torch.cuda.device(i)` (and flash-linear-attention's `torch.<device>.device(i)`)
-    torch.cuda.device = torch.cpu.device = lambda *a, **k: contextlib.nullcontext()
+    # `with torch.cuda.device(i)` (and flash-linear-attention's `torch.<device>.device(i)`);
+    # a class still: torch asks isinstance(x, torch.cuda.device) (`torch.cuda.stream(s)`)
+    class Device(contextlib.nullcontext):
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+
+    torch.cuda.device = torch.cpu.device = Device
     # examples time themselves with CUDA events after their checks: the CPU's clock
     torch.cuda.Event = _ClockEvent
     # examples pick their configs by the GPU's generation: answer as the H200 would
