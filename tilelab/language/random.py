@@ -26,6 +26,7 @@ from tvm import tirx
 from ..errors import TileLabSyntaxError, TileLabTypeError
 from ..ir.builder import current
 from . import expr as E
+from .primitives import get_thread_binding
 
 _MULTIPLIERS = (0xD2511F53, 0xCD9E8D57)
 _KEY_STEPS = (0x9E3779B9, 0xBB67AE85)
@@ -98,12 +99,12 @@ def _stream(builder, primitive: str):
 
 
 def _thread_of_the_grid(builder):
+    """The thread's index among all threads of the grid: threads x fastest, then y and z,
+    then the blocks in the same order."""
     index = tirx.const(0, "int32")
     for var, extent in reversed(builder.block_indices):
         index = index * extent + var
     for dim in reversed(range(len(builder.threads))):
-        from .primitives import get_thread_binding
-
         index = index * builder.threads[dim] + get_thread_binding(dim)
     return index
 
