@@ -157,6 +157,41 @@ def test_a_view_read_on_both_sides_of_the_barrier():
     torch.testing.assert_close(rows_over_their_total()(a, torch.zeros(3)), a / a.sum())
 
 
+def test_a_tensor_made_from_an_address_and_a_view_on_both_sides():
+    """T.make_tensor's address (bound from a T.alloc_var) and a tensor view are declared
+    once, before the barrier, and used on both sides of it."""
+    blocks = 4
+
+    @T.prim_func
+    def kernel(P: T.Tensor((2,), T.ptr), sums: T.Tensor((blocks,), T.float32),
+               X: T.Tensor((blocks * 16,), T.float32)):
+        with T.Kernel(blocks, threads=32) as b:
+            which = T.alloc_var(T.int32)
+            which = b % 2
+            A = T.make_tensor(P[which], (blocks * 16,), T.float32)
+            rows = T.Tensor((blocks, 16), T.float32, X.data)
+            part = T.alloc_fragment((16,), T.float32)
+            total = T.alloc_fragment((1,), T.float32)
+            grand = T.alloc_var(T.float32)
+            T.copy(A[b * 16], part)
+            T.reduce_sum(part, total, dim=0)
+            sums[b] = total[0]
+            T.sync_grid()
+            grand = 0.0
+            for k in T.serial(blocks):
+                grand = grand + sums[k]
+            for i in T.Parallel(16):
+                rows[b, i] = A[b * 16 + i] / grand
+
+    torch.manual_seed(6)
+    sources = [torch.rand(blocks * 16) for _ in range(2)]
+    picked = torch.cat([sources[b % 2][b * 16:(b + 1) * 16] for b in range(blocks)])
+    x = torch.zeros(blocks * 16)
+    tilelab.compile(kernel, target="cpu")(
+        torch.tensor([t.data_ptr() for t in sources]), torch.zeros(blocks), x)
+    torch.testing.assert_close(x, picked / picked.sum())
+
+
 def test_the_barrier_stands_in_the_kernels_own_statements():
     def program(where):
         @T.prim_func

@@ -32,7 +32,7 @@ from tvm import tirx
 from ..ir.builder import seq
 from ..ir.keys import KERNEL
 from ..ir.tile_ops import accessed_buffers, data_of, is_buffer
-from ..ir.visit import rewrite, rewrite_pre, substitute
+from ..ir.visit import rewrite, rewrite_pre, substitute, uses
 from ..ops._lowering import is_grid_sync, is_sync
 
 
@@ -70,12 +70,14 @@ def _flatten_blocks(kernel_loop, run_serially: bool):
 
 
 def _phases(body, blocks):
-    """The block's statements between its T.sync_grid barriers, each phase with the
-    allocations (and views, `T.reshape`) of the tiles it alone uses; the tiles more than
-    one phase uses, each now an array with a copy per block (name -> the array), and
-    which of those are views (name -> the viewed tile's name)."""
+    """The block's statements between its T.sync_grid barriers. A declaration (an
+    allocation, a view, a binding such as T.make_tensor's address) stays where it is and
+    is repeated at the head of each later phase that uses it, in program order; the
+    block's own tiles that more than one phase uses become arrays with a copy per block.
+    Returns the phases, those arrays (name -> the array) and which of them are views of
+    another (name -> the viewed tile's name)."""
     stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
-    phases = [[]]
+    phases, home = [[]], {}
     for stmt in stmts:
         if is_grid_sync(stmt):
             phases.append([])
@@ -83,28 +85,59 @@ def _phases(body, blocks):
             phases[-1].append(stmt)
     if len(phases) == 1:
         return [body], {}, {}
-    declared = [s for p in phases for s in p if isinstance(s, (tirx.AllocBuffer, tirx.DeclBuffer))]
-    views = {str(d.buffer.name): str(data_of(d.data).name) for d in declared
+    declarations = []
+    for i, phase in enumerate(phases):
+        for stmt in phase:
+            if isinstance(stmt, (tirx.AllocBuffer, tirx.DeclBuffer, tirx.Bind)):
+                declarations.append(stmt)
+                home[id(stmt)] = i
+    is_declaration = {id(d) for d in declarations}
+    work = [seq([s for s in phase if id(s) not in is_declaration]) for phase in phases]
+    tiles = [d for d in declarations if not isinstance(d, tirx.Bind) and
+             d.buffer.scope() != "global"]  # the block's own (a global tensor is the grid's)
+    views = {str(d.buffer.name): str(data_of(d.data).name) for d in tiles
              if isinstance(d, tirx.DeclBuffer) and data_of(d.data) is not None}
-    used = []  # per phase, the tiles it touches (through a view: the viewed tile too)
-    for phase in phases:
-        names = {str(b.name) for b in accessed_buffers(seq(phase))}
+    used = []  # per phase, the buffers its work touches (through a view: the viewed tile too)
+    for part in work:
+        names = {str(b.name) for b in accessed_buffers(part)}
         used.append(names | {views[n] for n in names if n in views})
-    users = {str(d.buffer.name): [i for i, names in enumerate(used) if str(d.buffer.name) in names]
-             for d in declared}
-    kept = {}
-    for decl in declared:
-        name, buffer = str(decl.buffer.name), decl.buffer
-        if len(users[views.get(name, name)]) > 1:
-            kept[name] = tirx.decl_buffer((blocks, *buffer.shape), buffer.dtype,
-                                          name=f"{name}_of_blocks")
-    phases = [[s for s in p if not any(s.same_as(d) for d in declared)] for p in phases]
-    for decl in reversed(declared):  # (a view after the tile it views)
+
+    def tensor_users(decl) -> set:
         name = str(decl.buffer.name)
-        if name not in kept:
-            for i in users[name] or [0]:
-                phases[i].insert(0, decl)
-    return [seq(p) for p in phases], kept, {v: base for v, base in views.items() if v in kept}
+        return {i for i, names in enumerate(used) if views.get(name, name) in names}
+
+    users = {}
+    for decl in reversed(declarations):  # a binding's readers come after it
+        if not isinstance(decl, tirx.Bind):
+            continue
+        readers = {i for i, part in enumerate(work) if uses(part, decl.var)}
+        for later in declarations:
+            if isinstance(later, tirx.DeclBuffer) and later.data.same_as(decl.var):
+                readers |= tensor_users(later)
+            elif isinstance(later, tirx.Bind) and id(later) in users and \
+                    uses(later.value, decl.var):
+                readers |= users[id(later)]
+        users[id(decl)] = readers
+        for i in readers:  # the binding is evaluated there: what its value reads is used
+            used[i] |= {str(b.name) for b in accessed_buffers(tirx.Evaluate(decl.value))}
+    for decl in declarations:
+        if not isinstance(decl, tirx.Bind):
+            users[id(decl)] = tensor_users(decl)
+    kept = {str(d.buffer.name): tirx.decl_buffer((blocks, *d.buffer.shape), d.buffer.dtype,
+                                                 name=f"{d.buffer.name}_of_blocks")
+            for d in tiles if len(users[id(d)]) > 1}
+
+    def stays(decl, i) -> bool:
+        if not isinstance(decl, tirx.Bind) and str(decl.buffer.name) in kept:
+            return False  # declared once, before the phases
+        return i in users[id(decl)] or (not users[id(decl)] and i == home[id(decl)])
+
+    result = []
+    for i, phase in enumerate(phases):
+        head = [d for d in declarations if home[id(d)] < i and stays(d, i)]
+        own = [s for s in phase if id(s) not in is_declaration or stays(s, i)]
+        result.append(seq(head + own))
+    return result, kept, {v: base for v, base in views.items() if v in kept}
 
 
 def _per_block(stmt, kept: dict, flat):
