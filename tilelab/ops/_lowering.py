@@ -13,7 +13,7 @@ from tvm import sym, tirx
 
 from ..ir.expr import to_expr
 from ..ir.tile_ops import Region, _const_int, is_buffer
-from ..ir.visit import rewrite
+from ..ir.visit import rewrite, walk
 
 _ANALYZER = sym.Analyzer()
 
@@ -174,6 +174,11 @@ def check(cond, message: str, where: str = ""):
                                           tvm.ir.StringImm(where)))
 
 
+def where_text(location) -> str:
+    """A source location as a check's `where` ("file|line|col"; "" for none)."""
+    return f"{location.filename}|{location.line}|{location.col}" if location else ""
+
+
 def is_check(stmt) -> bool:
     value = getattr(stmt, "value", None) if isinstance(stmt, tirx.Evaluate) else None
     return isinstance(value, tvm.ir.Call) and getattr(value.op, "name", "") == \
@@ -206,6 +211,13 @@ def is_grid_sync(stmt) -> bool:
     call = getattr(stmt, "value", None) if isinstance(stmt, tirx.Evaluate) else None
     return isinstance(call, tvm.ir.Call) and getattr(call.op, "name", "") == \
         "tirx.call_extern" and str(call.args[0].value) == GRID_SYNC
+
+
+def calls_grid_sync(node) -> bool:
+    """Does `node` hold a T.sync_grid (its kernel is then launched cooperatively)?"""
+    found = []
+    walk(node, tirx.Evaluate, lambda e: found.append(e) if is_grid_sync(e) else None)
+    return bool(found)
 
 
 FLOAT_TEXT = 32  # bytes of text for one float printed on the CPU ("%g" needs at most 14)

@@ -35,7 +35,7 @@ from ..ir.builder import current
 from ..ir.expr import to_expr
 from ..ir.tile_ops import Region, config, is_buffer, is_load, regions, scalars, tile_call
 from . import Effects, TileOp, register
-from ._lowering import address, check, extern, seq, sync
+from ._lowering import address, check, extern, seq, sync, where_text
 
 PHASE = 32  # the phase count lives above bit 32 of a CPU barrier, arrivals below
 
@@ -73,9 +73,8 @@ def barrier_wait(mbarrier, parity):
     """Wait until the barrier's phase of this parity (0 or 1) has completed."""
     builder = current("barrier_wait")
     element, _ = barrier_element(mbarrier, "barrier_wait", builder)
-    where = builder.location
     builder.emit(tile_call("barrier_wait", element, to_expr(parity, "int32"),
-                           where=f"{where.filename}|{where.line}|{where.col}" if where else ""))
+                           where=where_text(builder.location)))
 
 
 def mbarrier_arrive(mbarrier, cta_id=None):

@@ -20,7 +20,7 @@ from ..ir.builder import current
 from ..ir.expr import as_ir, dtype_of, is_expr, to_expr
 from ..ir.tile_ops import config, scalars, tile_call
 from . import Effects, TileOp, register
-from ._lowering import check, printf
+from ._lowering import check, printf, where_text
 from .print import message_format
 
 
@@ -35,9 +35,8 @@ def device_assert(condition, msg=""):
     if not is_expr(condition) or dtype_of(condition) != "bool":
         raise TileLabTypeError(f"T.device_assert takes a condition (a comparison of kernel "
                                f"values), got {condition!r}")
-    where = builder.location
     builder.emit(tile_call("device_assert", to_expr(condition, "bool"), msg=str(msg),
-                           where=f"{where.filename}|{where.line}|{where.col}" if where else ""))
+                           where=where_text(builder.location)))
 
 
 def effects(call) -> Effects:

@@ -15,6 +15,7 @@ from pathlib import Path
 from tvm import tirx
 
 from ...ir.dtypes import is_float8
+from ...ops._lowering import where_text
 from ...passes.check_bounds import MARKER, CheckAccesses
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.float8_as_bytes import Float8AsBytes
@@ -68,8 +69,7 @@ def _has_float8(program) -> bool:
 
 def _where(program) -> str:
     """The kernel's definition, for checks of accesses that carry no line of their own."""
-    location = program.source.location(program.source.node)
-    return f"{location.filename}|{location.line}|{location.col}"
+    return where_text(program.source.location(program.source.node))
 
 
 def host_target():

@@ -20,7 +20,7 @@ from tvm import tirx
 
 from ...errors import TileLabCompileError, TileLabError
 from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
-from ...ops._lowering import GRID_SYNC, is_grid_sync
+from ...ops._lowering import GRID_SYNC, calls_grid_sync
 from ...ops.copy import TENSOR_MAP
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.coarsen_blocks import CoarsenBlocks
@@ -263,12 +263,10 @@ def _kernel_config(gv, func) -> dict:
             specs[str(node.node.name)] = json.loads(str(node.value.value))
 
     walk(func.body, tirx.AttrStmt, tensor_map)
-    grid_syncs = []  # T.sync_grid: the kernel is launched cooperatively
-    walk(func.body, tirx.Evaluate, lambda e: grid_syncs.append(e) if is_grid_sync(e) else None)
     params = [str(p.name) for p in func.params if not is_buffer(p)]
     return {"kernel_name": str(gv.name_hint), "dynamic_smem": smem["shared.dyn"], "grid": grid,
             "threads": threads, "static_smem": smem["shared"], "param_names": params,
-            "tensor_maps": specs, "cooperative": bool(grid_syncs)}
+            "tensor_maps": specs, "cooperative": calls_grid_sync(func.body)}
 
 
 def global_scratch(program) -> list[dict]:
@@ -599,7 +597,7 @@ class CUDABackend(Backend):
         safe_global = bool(configs.get(PassConfigKey.TL_SAFE_GLOBAL_ACCESS.value, False))
         own_barriers = bool(configs.get(PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC.value,
                                         False))
-        if _has_grid_sync(program):  # every thread of every block reaches T.sync_grid once:
+        if calls_grid_sync(program.func.body):  # every thread of every block reaches it:
             specialize, coarsen = "off", False  # no producer warpgroup, no merged blocks
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
@@ -618,14 +616,6 @@ class CUDABackend(Backend):
         launch = json.loads((entry / "launch.json").read_text())
         cubin = (entry / "kernel.cubin").read_bytes()
         return CompiledArtifact(cuda_runner(program, launch, cubin), trace, launch, cubin)
-
-
-def _has_grid_sync(program) -> bool:
-    from ...ir.visit import walk
-
-    found = []
-    walk(program.func.body, tirx.Evaluate, lambda e: found.append(e) if is_grid_sync(e) else None)
-    return bool(found)
 
 
 def _register() -> CUDABackend:
