@@ -98,8 +98,8 @@ def test_failures_on_the_gpu_leave_the_results_and_the_context():
         pytest.skip("needs a CUDA GPU")
     a = torch.rand(100, device="cuda")
     a[70] = -1.0
-    out = square_roots(target="cuda")(a)  # prints one line, from block 2's thread 6
+    out = square_roots.compile(target="cuda")(a)  # prints one line, from block 2's thread 6
     torch.cuda.synchronize()
     assert torch.isnan(out[70]) and torch.allclose(out[:70], a[:70].sqrt())
     b = torch.rand(100, device="cuda")
-    torch.testing.assert_close(square_roots(target="cuda")(b), b.sqrt())
+    torch.testing.assert_close(square_roots.compile(target="cuda")(b), b.sqrt())

@@ -713,6 +713,23 @@ class TunedPerShape:
         return self.specialize(*args)(*(a for a in args if _is_tensor(a)))
 
 
+def _failures(result: AutotuneResult) -> str:
+    """Why the candidates failed, by reason (the most shared first; each reason's first line),
+    with how many configurations each stopped and the first of them: the reason leads, as a
+    configuration's label can be long."""
+    by_reason: dict[tuple[str, str], list[int]] = {}
+    for row in result.rows:
+        reason = (row["reason"].strip().splitlines() or [""])[0]
+        by_reason.setdefault((row["status"], reason), []).append(row["index"])
+    ranked = sorted(by_reason.items(), key=lambda item: -len(item[1]))
+    lines = [f"{status}: {reason} ({len(indices)} of {len(result.rows)}, e.g. "
+             f"{config_label(result.configs[indices[0]])})"
+             for (status, reason), indices in ranked[:3]]
+    if len(ranked) > 3:
+        lines.append(f"and {len(ranked) - 3} more reasons")
+    return "; ".join(lines)
+
+
 class AutoTuner:
     """What `@tilelab.autotune` returns: call it like the kernel it wraps."""
 
@@ -839,11 +856,9 @@ class AutoTuner:
                 result = self._tune(candidates, knobs, shipped, shipped_kwargs, target, shapes)
                 best = result.best_config
                 if best is None:
-                    failures = "; ".join(f"{config_label(result.configs[r['index']])}: "
-                                         f"{r['reason']}" for r in result.rows[:3])
                     raise TileLabError(f"autotune: no configuration of "
-                                       f"{self.jit.fn.__name__} ran correctly ({failures})",
-                                       where)
+                                       f"{self.jit.fn.__name__} ran correctly: "
+                                       f"{_failures(result)}", where)
             params, pass_configs = split_config({**kwargs, **best})
             kernel = self.jit.compile(*args, target=target, pass_configs=pass_configs, **params)
             if call:
