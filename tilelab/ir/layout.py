@@ -753,6 +753,26 @@ class Fragment:
                         {"kind": "view", "of": base.recipe, "shape": list(shape)},
                         inverse=inverse, valid=base.valid)
 
+    def shifted(self, offsets) -> Fragment:
+        """Element `idx` placed where this fragment keeps element `(idx + offsets) mod shape`:
+        the layout of a T.Parallel loop that reads this fragment at `f[i + c, j]`, so that
+        each iteration runs on the thread that holds what it reads."""
+        offsets, base = tuple(int(c) for c in offsets), self
+
+        def forward(*args):
+            *idx, rep = args
+            return base.forward(*(fmod(i + c, e) if c else i
+                                  for i, c, e in zip(idx, offsets, base.shape)), rep)
+
+        def inverse(thread, local):
+            *idx, rep = base.index_of(thread, local)
+            return [*(fmod(i - c + e, e) if c else i
+                      for i, c, e in zip(idx, offsets, base.shape)), rep]
+
+        return Fragment(base.shape, base.threads, base.replicate, forward, base.local_size,
+                        {"kind": "shifted", "of": base.recipe, "offsets": list(offsets)},
+                        inverse=inverse, valid=base.valid)
+
     def _reduced_by_owners(self, dim: int) -> Fragment:
         """Any layout reduced along `dim`: result element e lives on every thread that holds
         a part of its row, in the register where that thread keeps the first such part,

@@ -36,6 +36,7 @@ from tvm_ffi import WalkResult
 
 from ..errors import LayoutConflict, TileLabTypeError
 from ..ir.dtypes import as_dtype
+from ..ir.expr import to_expr
 from ..ir.keys import KERNEL, LAYOUT_PLAN, PER_THREAD, WARP_ROLE, block_threads, fact
 from ..ir.layout import (
     Fragment,
@@ -48,6 +49,7 @@ from ..ir.layout import (
 from ..ir.tile_ops import _const_int, fragment_view_buffers, is_buffer, is_load, regions
 from ..ir.visit import keep_user_errors, rewrite_pre, walk
 from ..ops import at_user_line, lookup
+from ..ops._lowering import simplify
 
 KEPT_WHOLE_LIMIT = 256  # elements of a fragment every thread may keep whole (registers)
 
@@ -67,16 +69,51 @@ class ParallelNest:
 
     def positions(self, indices) -> tuple | None:
         """Map an access's indices to loop-dimension numbers (or None for a constant 0)."""
-        out = []
+        shifts = self.shifts(indices)
+        return shifts[0] if shifts is not None and \
+            all(is_zero_offset(o) for o in shifts[1]) else None
+
+    def shifts(self, indices) -> tuple | None:
+        """(positions, offsets) of an access whose every index is a loop variable plus an
+        offset that is the same in every iteration of the nest (`f[i + 16, j]`, or
+        `f[i + s * 16, j]` in a loop over s around it) or the constant 0 (position None).
+        An offset is an int where it is a constant (0 for the variable itself), else an
+        expression; None for any other index."""
+        out, offsets = [], []
         for index in indices:
-            match = [d for d, v in enumerate(self.loop_vars) if index.same_as(v)]
-            if match:
-                out.append(match[0])
-            elif isinstance(index, tirx.IntImm) and int(index.value) == 0:
+            if isinstance(index, tirx.IntImm) and int(index.value) == 0:
                 out.append(None)
-            else:
+                offsets.append(0)
+                continue
+            found = self._shifted(index)
+            if found is None:
                 return None
-        return tuple(out)
+            out.append(found[0])
+            offsets.append(found[1])
+        return tuple(out), tuple(offsets)
+
+    def _shifted(self, index):
+        """(loop dimension, offset) of `v`, `v + e`, `e + v` or `v - e`, v a variable of the
+        nest and e an expression of neither its variables nor memory."""
+        terms = [(index, 0)]
+        if isinstance(index, tirx.Add):
+            terms += [(index.a, index.b), (index.b, index.a)]
+        elif isinstance(index, tirx.Sub):
+            terms += [(index.a, -index.b if not isinstance(index.b, tirx.IntImm)
+                       else tirx.IntImm(index.b.dtype, -int(index.b.value)))]
+        for var, offset in terms:
+            dims = [d for d, v in enumerate(self.loop_vars) if var.same_as(v)]
+            if dims and self._invariant(offset):
+                return dims[0], int(offset.value) if isinstance(offset, tirx.IntImm) else offset
+        return None
+
+    def _invariant(self, expr) -> bool:
+        if isinstance(expr, int):
+            return True
+        found = []
+        walk(expr, object, lambda n: found.append(n) if is_load(n) or any(
+            n.same_as(v) for v in self.loop_vars) else None)
+        return not found
 
 
 @dataclass
@@ -87,6 +124,9 @@ class LayoutPlan:
     gemm_warps: dict = field(default_factory=dict)  # the gemm node -> (wm, wn)
     nests: list = field(default_factory=list)
     loop_layouts: dict = field(default_factory=dict)  # the outer T.Parallel loop -> Fragment
+    # a loop whose layout is its Fragment shifted: iteration x runs where element x + offsets
+    # lives (the outer T.Parallel loop -> offsets per loop dimension; see _nest_layout)
+    loop_shifts: dict = field(default_factory=dict)
     shared_layouts: dict = field(default_factory=dict)  # shared tile name -> swizzled Layout
     wgmma: dict = field(default_factory=dict)  # the gemm node -> its WgmmaPlan (sm_90a)
     instructions: list = field(default_factory=list)  # per gemm: the instruction and why
@@ -395,17 +435,73 @@ def _propagate_view(view, base, ctx) -> bool:
 
 
 def _nest_layout(nest: ParallelNest, layouts: dict, plan: LayoutPlan):
+    """The loop's layout: that of a fragment of its shape that it indexes by its variables
+    in order. Failing that, where every fragment access indexes them in order and one
+    reads a fragment of its shape at the variables plus offsets (`f[i + s * 16, j]`, how
+    a tile is stored in parts), that fragment's layout shifted: iteration x runs where
+    element x + offsets lives, in the register that holds it (plan.loop_shifts)."""
     known = plan.loop_layouts.get(nest.loop)
     if known is not None:
         return known
-    for buffer, indices, _ in nest.accesses:
-        pos = nest.positions(indices)
-        if pos is None or buffer.name not in layouts:
+    fits = []  # (shifted?, offsets, layout) of each such fragment access
+    for buffer, indices, written in nest.accesses:
+        shifts = nest.shifts(indices)
+        if shifts is None or buffer.name not in layouts or \
+                tuple(layouts[buffer.name].shape) != tuple(nest.extents):
             continue
-        if _full(pos, nest) and tuple(layouts[buffer.name].shape) == tuple(nest.extents):
-            plan.loop_layouts[nest.loop] = layouts[buffer.name]
-            return layouts[buffer.name]
-    return None
+        shifted = any(not is_zero_offset(o) for o in shifts[1])
+        if _full(shifts[0], nest) and not (written and shifted):
+            fits.append((shifted, shifts[1], layouts[buffer.name]))
+    if not fits:
+        return None
+    shifted, offsets, layout = min(fits, key=lambda fit: fit[0])  # unshifted first
+    if shifted:
+        in_order = [nest.shifts(indices) for _, indices, _ in nest.accesses]
+        if not all(s is not None and _full(s[0], nest) for s in in_order):
+            return None
+        plan.loop_shifts[nest.loop] = offsets
+    plan.loop_layouts[nest.loop] = layout
+    return layout
+
+
+def is_zero_offset(offset) -> bool:
+    return isinstance(offset, int) and offset == 0
+
+
+def relative_shifts(nest: ParallelNest, plan: LayoutPlan, indices):
+    """(positions, offsets) of a fragment access relative to its loop's layout: it reaches
+    element y + offsets where the loop's layout places the iteration at y (offsets ints,
+    all 0 for an access that lines up with the loop). None for an index computed
+    otherwise: not a loop variable plus an offset, or an offset not a constant apart from
+    the loop's shift."""
+    shifts = nest.shifts(indices)
+    if shifts is None:
+        return None
+    loop = plan.loop_shifts.get(nest.loop, (0,) * len(nest.loop_vars))
+    offsets = []
+    for p, offset in zip(*shifts):
+        apart = offset if p is None else _difference(offset, loop[p])
+        if apart is None:
+            return None
+        offsets.append(apart)
+    return shifts[0], tuple(offsets)
+
+
+def _difference(a, b) -> int | None:
+    """a - b of two offsets, where it is a constant."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b
+    apart = simplify(to_expr(a, "int32") - to_expr(b, "int32"))
+    return int(apart.value) if isinstance(apart, tirx.IntImm) else None
+
+
+def shifted_element(element, pos, offsets, shape) -> tuple:
+    """The element reached from `element` (of the loop's layout) by an access of `pos` and
+    `offsets` (relative_shifts); a shifted index wraps around the fragment as the shifted
+    layout does - an iteration that would read past the end is one that an `if` keeps
+    from reading, or one that the CPU reports."""
+    return tuple(0 if p is None else (element[p] + c) % shape[k] if c else element[p]
+                 for k, (p, c) in enumerate(zip(pos, offsets)))
 
 
 def _full(pos, nest) -> bool:
@@ -423,11 +519,15 @@ def _propagate_nest(nest, layouts, assign, plan) -> bool:
     for buffer, indices, _ in nest.accesses:
         if buffer.name in layouts:
             continue
-        pos = nest.positions(indices)
-        if pos is None:
+        shifts = relative_shifts(nest, plan, indices)
+        if shifts is None:
             continue
-        if _full(pos, nest):
-            changed |= assign(buffer, layout, "a T.Parallel loop")
+        pos, offsets = shifts
+        if _full(pos, nest):  # placed where the iteration that reaches it runs
+            changed |= assign(buffer, layout.shifted([-c for c in offsets]) if any(offsets)
+                              else layout, "a T.Parallel loop")
+            continue
+        if any(offsets) or nest.loop in plan.loop_shifts:
             continue
         used = {p for p in pos if p is not None}
         missing = [d for d in range(len(nest.extents)) if d not in used and nest.extents[d] > 1]
@@ -453,7 +553,7 @@ def _reads(expr, buffer) -> bool:
     return bool(found)
 
 
-def _check_copies_agree(nest, table, layouts):
+def _check_copies_agree(nest, table, layouts, plan):
     """A fragment stored at fewer dimensions than its loop's (`acc[i]` in a loop over i, j)
     is written by several iterations per element. The CPU runs them all, in order; on the
     GPU each thread runs its own iterations on its own copy of the element, and one copy
@@ -466,9 +566,10 @@ def _check_copies_agree(nest, table, layouts):
     into the fragment becomes a reduction (spill_fragments.as_reduction), anything else is
     refused."""
     for buffer, indices, value_vars, self_read in nest.stores:
-        pos = nest.positions(indices)
-        if pos is None:
+        shifts = relative_shifts(nest, plan, indices)
+        if shifts is None:
             continue  # refused by the check of computed indices
+        pos, offsets = shifts
         left_out = [d for d in range(len(nest.extents))
                     if d not in pos and nest.extents[d] > 1]
         if not left_out:
@@ -481,7 +582,7 @@ def _check_copies_agree(nest, table, layouts):
         for t, elements in enumerate(table):
             for element in elements:
                 if element is not None:
-                    wanted = tuple(0 if p is None else element[p] for p in pos)
+                    wanted = shifted_element(element, pos, offsets, _shape(buffer))
                     by_thread = runs.setdefault(wanted, {})
                     by_thread[t] = by_thread.get(t, 0) + 1
         owners = owner_table(layouts[buffer.name])
@@ -515,12 +616,13 @@ def _check_nest(nest, layouts, plan, threads):
         else:
             return
     table = thread_elements(layout)
-    _check_copies_agree(nest, table, layouts)  # first: moving these to shared would not do
+    _check_copies_agree(nest, table, layouts, plan)  # first: moving these to shared would not do
     for buffer, indices, written in nest.accesses:
-        pos = nest.positions(indices)
-        if pos is None:
-            if not written and kept_whole_alike(layouts[buffer.name]):
-                continue  # every thread has every element
+        shifts = relative_shifts(nest, plan, indices)
+        if not written and (shifts is None or any(shifts[1])) and \
+                kept_whole_alike(layouts[buffer.name]):
+            continue  # every thread has every element
+        if shifts is None:
             where = ", ".join(str(i) for i in indices)
             raise LayoutConflict(
                 buffer.name, f"fragment {buffer.name!r} is {'written' if written else 'read'} at "
@@ -535,7 +637,7 @@ def _check_nest(nest, layouts, plan, threads):
             for reg, element in enumerate(elements):
                 if element is None:  # a padding slot of this thread
                     continue
-                wanted = tuple(0 if p is None else element[p] for p in pos)
+                wanted = shifted_element(element, *shifts, _shape(buffer))
                 registers.setdefault(reg, set()).add(owners.get(wanted, {}).get(t))
                 if t not in owners.get(wanted, {}):
                     raise LayoutConflict(

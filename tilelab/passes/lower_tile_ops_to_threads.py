@@ -52,12 +52,19 @@ from ..ir.keys import (
     fact_value,
     without_facts,
 )
-from ..ir.layout import Fragment, owner_table, thread_elements
+from ..ir.layout import Fragment, kept_whole_alike, owner_table, thread_elements
 from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load, touches_shared
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, lookup
 from ..ops._lowering import address, is_fragment, seq, simplify, thread_index_range, unravel
-from .infer_layouts import LayoutPlan, parallel_nest, register_read_by_all
+from .infer_layouts import (
+    LayoutPlan,
+    is_zero_offset,
+    parallel_nest,
+    register_read_by_all,
+    relative_shifts,
+    shifted_element,
+)
 from .thread_code import exchange_tiles, hands_over, thread_indices
 
 
@@ -410,6 +417,10 @@ class ThreadLowering:
                 if all(elements[t][reg] is None for t in range(layout.threads)):
                     continue
                 index = self.inverse(layout, reg)
+                shift = self.plan.loop_shifts.get(loop)
+                if shift is not None:  # the iteration whose element + shift is there
+                    index = [simplify(tirx.floormod(i - c + e, e)) if not is_zero_offset(c) else i
+                             for i, c, e in zip(index, shift, nest.extents)] + index[len(shift):]
                 mapped = self.map_fragment_accesses(body, nest, layout, reg)
                 mapped = substitute(mapped, dict(zip(nest.loop_vars, index)))
                 lowered = self.lower(mapped)
@@ -448,10 +459,11 @@ class ThreadLowering:
         """Replace fragment accesses of iteration register `reg` by local-array accesses."""
         elements = thread_elements(layout)
 
-        def local_index(buffer, indices):
-            pos = nest.positions(indices)
+        def local_index(buffer, indices, written):
+            shifts = relative_shifts(nest, self.plan, indices)
             frag = self.layout_of(buffer)
-            if pos is None:  # a computed index: every thread keeps the whole fragment
+            if shifts is None or (not written and any(shifts[1]) and kept_whole_alike(frag)):
+                # a computed index: every thread keeps the whole fragment
                 return simplify(frag.local_of(*indices))  # (checked by layout inference)
             owners = owner_table(frag)
             found = set()
@@ -459,8 +471,7 @@ class ThreadLowering:
                 element = elements[t][reg]
                 if element is None:
                     continue
-                wanted = tuple(0 if p is None else element[p] for p in pos)
-                found.add(owners[wanted][t])
+                found.add(owners[shifted_element(element, *shifts, frag.shape)][t])
             if len(found) != 1:
                 raise TileLabTypeError(f"fragment {buffer.name!r} does not line up with the loop "
                                        "layout of its T.Parallel loop")
@@ -469,7 +480,7 @@ class ThreadLowering:
         def on_load(load):
             if is_load(load) and is_fragment(load.source):
                 return tirx.BufferLoad(self.local(load.source),
-                                       [local_index(load.source, load.indices)])
+                                       [local_index(load.source, load.indices, False)])
             if is_load(load) and load.source.scope() == "local.var" and \
                     load.source.name in self.locals:  # (one of the body's own stays itself)
                 return tirx.BufferLoad(self.locals[load.source.name], list(load.indices))
@@ -478,7 +489,7 @@ class ThreadLowering:
         def on_store(store):
             if is_fragment(store.buffer):
                 return tirx.BufferStore(self.local(store.buffer), store.value,
-                                        [local_index(store.buffer, store.indices)])
+                                        [local_index(store.buffer, store.indices, True)])
             if store.buffer.scope() == "local.var" and store.buffer.name in self.locals:
                 return tirx.BufferStore(self.locals[store.buffer.name], store.value,
                                         list(store.indices))

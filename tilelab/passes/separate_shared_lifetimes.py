@@ -37,6 +37,14 @@ reaches the end of its statement list without a barrier gets a marker there too:
 its tiles share bytes only with tiles used after a barrier, or in another list.
 `DropOwnBarrierMarks`, after the merge, removes the marks.
 
+Keeping tiles alive to the next barrier can cost a kernel its launch: a tile the
+main loop uses last and one the epilogue uses first (FlashAttention backward's
+key tiles and its dQ staging tile) share bytes only if a barrier parts them, and
+nothing needs one there. Where the kernel's tiles together need more shared memory
+than a block has, `PartLifetimes` puts a barrier of the block after each statement
+of its top level that ends some tiles' lives, before a statement that begins
+others' - one barrier a block, where the kernel would not run at all without it.
+
 A tile whose last access is a write (it is written and never read again: a
 result nobody uses) has the same problem in another form: the planner frees it
 after that write, the next tile takes its bytes, and its first writes race with
@@ -51,9 +59,11 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from ..ir.keys import OWN_BARRIERS
+from ..ir.dtypes import buffer_bytes
+from ..ir.keys import OWN_BARRIERS, WARP_PRODUCER
 from ..ir.tile_ops import is_access_ptr, loaded
-from ..ops._lowering import is_sync
+from ..ir.visit import rewrite, statements, walk
+from ..ops._lowering import is_sync, sync
 
 MARKER = "__tilelab_lifetime_marker"
 
@@ -240,6 +250,58 @@ def SeparateSharedLifetimes(func, mod, ctx):  # noqa: N802 - a pass, named like 
     if dead:
         body = _keep_to_the_end(body, dead)
     return func.with_body(body)
+
+
+def _parted(launch):
+    """The block of this `threadIdx.x` launch with a barrier after each top-level statement
+    whose tiles no later statement touches, where a statement before the next barrier
+    touches tiles that no earlier one did - unless a producer warpgroup will take part of
+    its threads."""
+    producers = []
+    walk(launch.body, tirx.AttrStmt, lambda a: producers.append(a)
+         if a.attr_key == WARP_PRODUCER else None)
+    if producers:
+        return launch
+    stmts = statements(launch.body)
+    touched = [set(_touched(s)) for s in stmts]
+    out, changed = [], False
+    for k, stmt in enumerate(stmts):
+        out.append(stmt)
+        before, after = set().union(*touched[:k + 1]), set().union(*touched[k + 1:])
+        if is_sync(stmt) or not touched[k] - after:
+            continue  # no tile's life ends here
+        born = set()
+        for later, names in zip(stmts[k + 1:], touched[k + 1:]):
+            if is_sync(later):
+                break
+            born |= names - before
+        if born:
+            out.append(sync())
+            changed = True
+    if not changed:
+        return launch
+    return tirx.AttrStmt(launch.node, launch.attr_key, launch.value, tirx.SeqStmt(out))
+
+
+def PartLifetimes(limit: int | None):  # noqa: N802 - a pass, named like TVM's
+    """Barriers that let tiles share bytes where the kernel needs more shared memory than a
+    block has (`limit` bytes; None: no limit known, nothing to do); see the module doc.
+    Expects the block's barriers placed (after ThreadSync), before SeparateSharedLifetimes
+    and the merge."""
+
+    @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.PartLifetimes")
+    def _pass(func, mod, ctx):
+        tiles = []  # (allocated outside the blocks' code by now)
+        walk(func.body, tirx.AllocBuffer, lambda a: tiles.append(a.buffer)
+             if _is_shared(a.buffer) else None)
+        if limit is None or sum(buffer_bytes(t) for t in tiles) <= limit:
+            return func
+        return func.with_body(rewrite(
+            func.body, tirx.AttrStmt, lambda attr: _parted(attr)
+            if attr.attr_key == "thread_extent" and
+            str(attr.node.thread_tag) == "threadIdx.x" else attr))
+
+    return _pass
 
 
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.DropLifetimeMarkers")

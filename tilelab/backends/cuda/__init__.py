@@ -38,6 +38,7 @@ from ...passes.scoped_bindings import ScopedBindings
 from ...passes.separate_shared_lifetimes import (
     DropLifetimeMarkers,
     DropOwnBarrierMarks,
+    PartLifetimes,
     SeparateSharedLifetimes,
 )
 from ...passes.shared_conditions import BindSharedConditions
@@ -131,6 +132,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         RestoreUniformBranches,
         WarpRoles,                                 # T.ws: each role's `if`, its own barriers
         PrepareSharedMerge,                        # room for 4-byte tiles, 1 KiB starts
+        PartLifetimes(shared_memory_limit(arch) if arch else None),  # over the limit: reuse
         SeparateSharedLifetimes,                   # again, for the merge
         s_tir.transform.MergeSharedMemoryAllocations(),
         DropLifetimeMarkers,
