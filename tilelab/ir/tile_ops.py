@@ -53,14 +53,25 @@ def fragment_view_buffers(body) -> list:
     """(view, fragment) of each fragment `body` declares as a view of another (`T.reshape`):
     the view's buffer and the fragment whose registers it names (a view of a view: the
     first fragment), in program order."""
+    return _view_buffers(body, lambda scope: scope == "local.fragment")
+
+
+def shared_views(body) -> dict:
+    """The shared tiles `body` declares as views of others (`T.view(tile, shape, dtype)`,
+    the tile's bytes in another type): view name -> the name of the tile it names."""
+    return {str(view.name): str(base.name)
+            for view, base in _view_buffers(body, lambda scope: scope.startswith("shared"))}
+
+
+def _view_buffers(body, of_scope) -> list:
     import tvm_ffi
 
     found: list = []
-    roots: dict = {}  # view name -> its fragment
+    roots: dict = {}  # view name -> its tile
 
     def visit(decl):
         base = data_of(decl.data)
-        if decl.buffer.scope() == "local.fragment" and base is not None and \
+        if of_scope(decl.buffer.scope()) and base is not None and \
                 str(base.name) != str(decl.buffer.name):
             root = roots.get(str(base.name), base)
             roots[str(decl.buffer.name)] = root

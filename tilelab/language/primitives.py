@@ -130,13 +130,35 @@ def reshape(tile, shape):
 
 def view(tile, shape=None, dtype=None):
     """`T.view(tile, shape, dtype)`: TileLang's reshape that may also reinterpret the bits
-    as another type; tilelab reshapes (a view keeps the tile's dtype)."""
+    as another type - a shared tile's bytes as a tile of another type (scratch space
+    reused: `acc_shared = T.view(KV_shared, (16, 512), T.float32)` once the loop is done
+    with KV_shared's values); kernel tensors and fragments keep their type."""
     if dtype is not None and str(dtypes.as_dtype(dtype)) != str(tile.dtype):
+        if is_buffer(tile) and tile.scope().startswith("shared"):
+            return _shared_view(tile, tile.shape if shape is None else shape, dtype)
         raise TileLabTypeError(
-            f"T.view({tile.name}, dtype={dtypes.as_dtype(dtype)}): tilelab's views keep the "
-            f"tile's type ({tile.dtype}); seeing its bytes as another type is not supported",
-            hint="allocate a tile of that type (T.alloc_shared), or T.reinterpret one value")
+            f"T.view({tile.name}, dtype={dtypes.as_dtype(dtype)}): tilelab's views of kernel "
+            f"tensors and fragments keep their type ({tile.dtype}); a shared tile's bytes "
+            "may be seen as another type",
+            hint="allocate a tile of that type, or T.reinterpret one value")
     return _reshaped("T.view", tile, tile.shape if shape is None else shape)
+
+
+def _shared_view(tile, shape, dtype):
+    """A shared tile's bytes as a tile of `shape` and `dtype` (at most the tile's bytes):
+    another name for the same memory, which the barriers treat as the tile itself."""
+    builder = current("T.view")
+    shape, dtype = _shape(shape), dtypes.as_dtype(dtype)
+    size = math.prod(shape) * dtypes.itemsize(str(dtype))
+    held = math.prod(int(e) for e in tile.shape) * dtypes.itemsize(str(tile.dtype))
+    if size > held:
+        raise TileLabTypeError(f"T.view({tile.name}, {shape}, {dtype}) needs {size} bytes; "
+                               f"{tile.name} has {held}")
+    view = tirx.decl_buffer(shape, str(dtype), name=builder.take_name(f"{tile.name}_view"),
+                            data=tile.data, scope=tile.scope())
+    builder.buffer_locations[view.name] = builder.location
+    builder.emit(tirx.DeclBuffer(view, data=tile.data))
+    return view
 
 
 def _reshaped(primitive: str, tile, shape):

@@ -1,11 +1,14 @@
-"""Warn when a fragment is read before anything wrote it.
+"""Warn when a fragment or an output is read before anything wrote it.
 
 A fragment lives in registers and starts out holding garbage. Reading one
 before `T.clear`, `T.fill`, `T.copy` or a store wrote it is almost always a
-bug (a forgotten `T.clear(acc)` before a GEMM loop, say). This pass walks
-the kernel in program order, remembers which fragments have been written,
-and warns at the allocation line of any fragment read too early. It changes
-nothing.
+bug (a forgotten `T.clear(acc)` before a GEMM loop, say). A kernel's outputs
+(`T.empty`, `out_idx`) are allocated for each call without being initialized,
+as `torch.empty` allocates: a `T.atomic_add` into one that nothing wrote first
+adds to whatever the memory held - on a GPU often zeros, on the CPU anything.
+This pass walks the kernel in program order, remembers which fragments and
+outputs have been written, and warns at the allocation line of any read too
+early. It changes nothing.
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ from ..ir.visit import walk
 from ..ops import effects
 
 
-def unwritten_fragment_reads(func) -> list[str]:
-    """Names of fragments read before any write, in program order."""
+def unwritten_fragment_reads(func, outputs=()) -> list[str]:
+    """Names of fragments (and of the `outputs`, kernel tensors the kernel allocates) read
+    before any write, in program order."""
     written: set[str] = set()
     early: list[str] = []
 
     def is_fragment(buffer) -> bool:
-        return buffer.scope() == "local.fragment"
+        return buffer.scope() == "local.fragment" or buffer.name in outputs
 
     views = fragment_views(func.body)  # a view's writes and reads are its fragment's
 
@@ -59,16 +63,26 @@ def unwritten_fragment_reads(func) -> list[str]:
     return early
 
 
-def CheckFragmentReads(buffer_locations: dict):  # noqa: N802
-    """Expects tile ops (before lowering); warns, returns the function unchanged."""
+def CheckFragmentReads(buffer_locations: dict, outputs: dict | None = None):  # noqa: N802
+    """Expects tile ops (before lowering); warns, returns the function unchanged.
+    `outputs`: the tensors the kernel allocates and returns (name -> where declared)."""
+    outputs = outputs or {}
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.CheckFragmentReads")
     def _pass(func, _mod, _ctx):
-        for name in unwritten_fragment_reads(func):
-            where = buffer_locations.get(name)
+        for name in unwritten_fragment_reads(func, set(outputs)):
+            where = buffer_locations.get(name) or outputs.get(name)
             prefix = f"{where}: " if where else ""
-            warnings.warn(f"{prefix}fragment {name!r} is read before anything writes it "
-                          "(did you forget T.clear or T.fill?)", TileLabWarning, stacklevel=2)
+            if name in outputs:
+                warnings.warn(f"{prefix}output {name!r} is read before anything writes it; "
+                              "an output is allocated uninitialized (as torch.empty), so "
+                              "this reads (or T.atomic_add adds to) whatever the memory "
+                              "held: write it first, or take it as a parameter the caller "
+                              "zeroes", TileLabWarning, stacklevel=2)
+            else:
+                warnings.warn(f"{prefix}fragment {name!r} is read before anything writes it "
+                              "(did you forget T.clear or T.fill?)", TileLabWarning,
+                              stacklevel=2)
         return func
 
     return _pass

@@ -47,7 +47,7 @@ from ..ir.layout import (
     thread_elements,
 )
 from ..ir.tile_ops import _const_int, fragment_view_buffers, is_buffer, is_load, regions
-from ..ir.visit import keep_user_errors, rewrite_pre, walk
+from ..ir.visit import keep_user_errors, rewrite_pre, uses, walk
 from ..ops import at_user_line, lookup
 from ..ops._lowering import simplify
 
@@ -66,6 +66,7 @@ class ParallelNest:
     # its value reads the buffer it stores to); and the variables any `if` inside tests
     stores: list = field(default_factory=list)
     tested: set = field(default_factory=set)
+    _known: dict = field(default_factory=dict)  # index -> what _shifted found (it simplifies)
 
     def positions(self, indices) -> tuple | None:
         """Map an access's indices to loop-dimension numbers (or None for a constant 0)."""
@@ -85,7 +86,9 @@ class ParallelNest:
                 out.append(None)
                 offsets.append(0)
                 continue
-            found = self._shifted(index)
+            if index not in self._known:
+                self._known[index] = self._shifted(index)
+            found = self._known[index]
             if found is None:
                 return None
             out.append(found[0])
@@ -93,18 +96,17 @@ class ParallelNest:
         return tuple(out), tuple(offsets)
 
     def _shifted(self, index):
-        """(loop dimension, offset) of `v`, `v + e`, `e + v` or `v - e`, v a variable of the
-        nest and e an expression of neither its variables nor memory."""
-        terms = [(index, 0)]
-        if isinstance(index, tirx.Add):
-            terms += [(index.a, index.b), (index.b, index.a)]
-        elif isinstance(index, tirx.Sub):
-            terms += [(index.a, -index.b if not isinstance(index.b, tirx.IntImm)
-                       else tirx.IntImm(index.b.dtype, -int(index.b.value)))]
-        for var, offset in terms:
-            dims = [d for d, v in enumerate(self.loop_vars) if var.same_as(v)]
-            if dims and self._invariant(offset):
-                return dims[0], int(offset.value) if isinstance(offset, tirx.IntImm) else offset
+        """(loop dimension, offset) of an index that is one of the nest's variables plus an
+        expression of neither its variables nor memory (`i + 16`, `i + s * 16`, `i - 1`)."""
+        for d, var in enumerate(self.loop_vars):
+            if index.same_as(var):
+                return d, 0
+            if not uses(index, var):
+                continue
+            offset = simplify(index - var)
+            if self._invariant(offset):
+                return d, int(offset.value) if isinstance(offset, tirx.IntImm) else offset
+            return None
         return None
 
     def _invariant(self, expr) -> bool:

@@ -29,7 +29,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..ir.keys import KERNEL, PER_THREAD, WARP_ROLE
-from ..ir.tile_ops import config, is_buffer, is_load, loaded
+from ..ir.tile_ops import config, is_buffer, is_load, loaded, shared_views
 from ..ir.visit import rewrite, rewrite_pre, walk, with_block_body
 from ..ops import effects
 from ..ops._lowering import is_sync, seq, sync
@@ -40,10 +40,14 @@ def _shared(buffer) -> bool:
     return is_buffer(buffer) and buffer.scope().startswith("shared")
 
 
-def accesses(stmt, keep=_shared) -> tuple[set, set]:
+def accesses(stmt, keep=_shared, aliases=None) -> tuple[set, set]:
     """Names of shared buffers (those `keep` takes) a statement reads and writes
-    (anywhere inside it)."""
+    (anywhere inside it); a view is named as the tile it sees (`aliases`: view -> tile)."""
     reads, writes = set(), set()
+    aliases = aliases or {}
+
+    def name(buffer) -> str:
+        return aliases.get(str(buffer.name), str(buffer.name))
 
     def visit(node):
         if isinstance(node, TilePrimitiveCall):
@@ -52,12 +56,12 @@ def accesses(stmt, keep=_shared) -> tuple[set, set]:
             if config(node).get("by_barrier"):
                 return  # T.tma_copy: the program's own mbarriers order it (ops/barrier.py)
             done = effects(node)  # as the op's module declares them
-            reads.update(r.buffer.name for r in done.reads if keep(r.buffer))
-            writes.update(w.buffer.name for w in done.writes if keep(w.buffer))
+            reads.update(name(r.buffer) for r in done.reads if keep(r.buffer))
+            writes.update(name(w.buffer) for w in done.writes if keep(w.buffer))
         elif isinstance(node, tirx.BufferStore) and keep(node.buffer):
-            writes.add(node.buffer.name)
+            writes.add(name(node.buffer))
         elif is_load(node) and keep(node.source):
-            reads.add(node.source.name)
+            reads.add(name(node.source))
 
     walk(stmt, object, visit)
     return reads, writes
@@ -127,15 +131,16 @@ class _Barriers:
     """The walk over a kernel's statement lists. `own_barriers`: the accesses of thread
     code are the program's to order (`touched` keeps them apart)."""
 
-    def __init__(self, own_barriers: bool, exchanges: set = frozenset()):
+    def __init__(self, own_barriers: bool, exchanges: set = frozenset(), aliases=None):
         self.own_barriers = own_barriers
         self.exchanges = exchanges  # exchange tiles: their pieces stay the block's
+        self.aliases = aliases or {}  # a shared view's name -> its tile's (T.view)
 
     def touched(self, stmt) -> tuple[_Touched, _Touched]:
         """(block, own): what `stmt` touches outside and inside thread code's marks; all of
         it counts as the block's unless the program orders its thread code itself."""
         if not self.own_barriers:
-            return _Touched(*accesses(stmt)), _Touched()
+            return _Touched(*accesses(stmt, aliases=self.aliases)), _Touched()
         pieces = []
 
         def take(attr):
@@ -144,10 +149,10 @@ class _Barriers:
             pieces.append(attr.body)
             return tirx.Evaluate(tirx.const(0, "int32"))
 
-        block = _Touched(*accesses(rewrite(stmt, tirx.AttrStmt, take)))
+        block = _Touched(*accesses(rewrite(stmt, tirx.AttrStmt, take), aliases=self.aliases))
         own = _Touched()
         for piece in pieces:
-            own = own | _Touched(*accesses(piece))
+            own = own | _Touched(*accesses(piece, aliases=self.aliases))
         return block, own
 
     def sequence(self, stmts: list, state: _State) -> list:
@@ -242,7 +247,8 @@ class _Barriers:
 
 def insert_barriers(body, own_barriers: bool = False):
     exchanges = exchange_tiles(body) if own_barriers else set()
-    return seq(_Barriers(own_barriers, exchanges).sequence([body], _State()))
+    return seq(_Barriers(own_barriers, exchanges, shared_views(body)).sequence([body],
+                                                                            _State()))
 
 
 def InsertBarriers(own_barriers: bool = False):  # noqa: N802

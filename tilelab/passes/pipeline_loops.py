@@ -98,7 +98,16 @@ from ..ir.keys import (
     block_threads,
     fact,
 )
-from ..ir.tile_ops import Region, fragment_views, is_buffer, is_load, op_name, regions, tile_call
+from ..ir.tile_ops import (
+    Region,
+    fragment_views,
+    is_buffer,
+    is_load,
+    op_name,
+    regions,
+    shared_views,
+    tile_call,
+)
 from ..ir.visit import UserErrors, keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops._gemm_wgmma import proxy_fence
 from ..ops._lowering import address, extern, sync
@@ -1056,6 +1065,8 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
         stagings = []
         timeline = next((p for p in func.params if str(p.name) == "pipeline_timeline"), None)
         uses = buffer_uses(func.body)
+        for base in shared_views(func.body).values():  # (a viewed tile keeps one slot:
+            uses[base] = uses.get(base, 0) + 1         # its view sees that one's bytes)
         views = tensor_views(func.body)
         viewed = bool(fragment_views(func.body))
         block = _linear_block(func.body) if timeline is not None else None

@@ -36,7 +36,9 @@ def passes(program, vectorize: bool = True, safe_global: bool = False) -> list:
     return [
         *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
         *([MarkThreadCode()] if threads else []),  # code each thread runs for itself
-        CheckFragmentReads(program.buffer_locations),  # fragments read before written?
+        # fragments and outputs read before written?
+        CheckFragmentReads(program.buffer_locations,
+                           {p.name: p.location for p in program.params if p.output}),
         LowerTileOpsToLoops,              # each tile op -> the loop nest that defines it
         *([ThreadLoops()] if threads else []),  # ... and thread code: a loop over threads
         *([Float8AsBytes] if _has_float8(program) else []),  # float8 kept as bytes

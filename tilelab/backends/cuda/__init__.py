@@ -89,7 +89,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
         *([MarkThreadCode()] if takes_thread_index(program.func) else []),  # one thread's code
         *([CoarsenBlocks] if coarsen else []),  # elementwise kernels: F elements per thread
-        CheckFragmentReads(program.buffer_locations),
+        CheckFragmentReads(program.buffer_locations,
+                           {p.name: p.location for p in program.params if p.output}),
         *([UniformSelects] if uniform_selects else []),  # a tile-wide select decided once
         # fragments no register layout serves are kept in shared memory
         SpillFragments(program.layouts, wgmma_off, program.buffer_locations),
