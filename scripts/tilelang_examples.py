@@ -611,8 +611,12 @@ EXPLAINED = {
     "dsa_sparse_finetune/sparse_mla_bwd.py":
         "its forward kernel gathers KV rows at a sentinel index past KV's end, which read 0 "
         "now as TileLang defines it (passes/safe_global_access.py; the CPU's bounds check "
-        "stopped it before); the backward kernel then views a shared tile as another type "
-        "(T.view)",
+        "stopped it before). Its backward kernel (a shared tile viewed as another type, "
+        "T.view, since the thirtieth session) adds into its dKV output, a T.empty it never "
+        "zeroes: memory as torch.empty leaves it, on the CPU anything (dQ, which it writes, "
+        "matches: cosine 0.99993 at S = 128, H = 16, topk = 64), on a GPU often zeros. "
+        "tilelab warns at the T.empty line that the output is read before anything writes "
+        "it",
     "dsa_sparse_finetune/indexer_topk_reducesum.py":
         "the example prints its top-k's overlap with the reference instead of checking it. "
         "It found a tilelab bug: a name bound to a loaded value re-read its buffer where "
