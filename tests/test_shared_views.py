@@ -124,3 +124,17 @@ def test_on_the_gpu():
         y = torch.zeros(192, 32, device="cuda")
         banded_sums.compile(target="cuda", stages=stages)(x, y)
         torch.testing.assert_close(y, _expected(x))
+
+
+def test_a_view_read_before_it_is_written_warns():
+    @T.prim_func
+    def reinterprets(X: T.Tensor((64, 16), T.bfloat16), Y: T.Tensor((32, 16), T.float32)):
+        with T.Kernel(1, threads=128):
+            tile = T.alloc_shared((64, 16), T.bfloat16)
+            bits = T.view(tile, (32, 16), T.float32)
+            T.copy(X, tile)
+            T.copy(bits, Y)
+
+    with pytest.warns(TileLabWarning, match="'bits', a view of a shared tile in another type, "
+                                            "is read before anything writes it"):
+        tilelab.compile(reinterprets, target="cpu")

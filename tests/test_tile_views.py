@@ -225,7 +225,7 @@ def _other_type():
 @pytest.mark.parametrize(("make", "line", "says"), [
     (_shared_reshape, "T.reshape(tile, (2048,))", "reshapes kernel tensors and fragments"),
     (_wrong_size, "T.reshape(x, (64, 4, 4))", "a reshape keeps every element"),
-    (_other_type, "T.view(x, (64, 32), T.int32)", "keep the tile's type"),
+    (_other_type, "T.view(x, (64, 32), T.int32)", "fragments keep their type"),
 ])
 def test_mistakes_are_named_at_their_line(make, line, says):
     with pytest.raises(TileLabError, match=says) as error:

@@ -1,14 +1,16 @@
-"""Warn when a fragment or an output is read before anything wrote it.
+"""Warn when a fragment, an output or a view is read before anything wrote it.
 
-A fragment lives in registers and starts out holding garbage. Reading one
-before `T.clear`, `T.fill`, `T.copy` or a store wrote it is almost always a
-bug (a forgotten `T.clear(acc)` before a GEMM loop, say). A kernel's outputs
-(`T.empty`, `out_idx`) are allocated for each call without being initialized,
-as `torch.empty` allocates: a `T.atomic_add` into one that nothing wrote first
-adds to whatever the memory held - on a GPU often zeros, on the CPU anything.
-This pass walks the kernel in program order, remembers which fragments and
-outputs have been written, and warns at the allocation line of any read too
-early. It changes nothing.
+A fragment lives in registers and starts out holding garbage. Reading one before
+`T.clear`, `T.fill`, `T.copy` or a store wrote it is almost always a bug (a
+forgotten `T.clear(acc)` before a GEMM loop, say). A kernel's outputs (`T.empty`,
+`out_idx`) are allocated for each call without being initialized, as `torch.empty`
+allocates: a `T.atomic_add` into one that nothing wrote first adds to whatever the
+memory held - on a GPU often zeros, on the CPU anything. A view of a shared tile in
+another type (`T.view(tile, shape, dtype)`) is scratch space: read before it is
+written through, it holds the tile's bytes as the GPU laid them out (swizzled, where
+the CPU's are not). This pass walks the kernel in program order, remembers what has
+been written, and warns at the declaration of anything read too early. It changes
+nothing.
 """
 
 from __future__ import annotations
@@ -21,21 +23,23 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
 
 from ..errors import TileLabWarning
-from ..ir.tile_ops import fragment_views
+from ..ir.tile_ops import fragment_views, shared_views
 from ..ir.visit import walk
 from ..ops import effects
 
 
 def unwritten_fragment_reads(func, outputs=()) -> list[str]:
-    """Names of fragments (and of the `outputs`, kernel tensors the kernel allocates) read
-    before any write, in program order."""
+    """Names of fragments (and of the `outputs`, kernel tensors the kernel allocates, and of
+    views of shared tiles in another type) read before any write, in program order."""
     written: set[str] = set()
     early: list[str] = []
 
-    def is_fragment(buffer) -> bool:
-        return buffer.scope() == "local.fragment" or buffer.name in outputs
-
     views = fragment_views(func.body)  # a view's writes and reads are its fragment's
+    other_types = shared_views(func.body)  # a shared tile's bytes in another type
+
+    def is_fragment(buffer) -> bool:
+        return buffer.scope() == "local.fragment" or buffer.name in outputs or \
+            buffer.name in other_types
 
     def name(buffer) -> str:
         return str(views[buffer.name].name) if buffer.name in views else buffer.name
@@ -70,6 +74,7 @@ def CheckFragmentReads(buffer_locations: dict, outputs: dict | None = None):  # 
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.CheckFragmentReads")
     def _pass(func, _mod, _ctx):
+        scratch = shared_views(func.body)
         for name in unwritten_fragment_reads(func, set(outputs)):
             where = buffer_locations.get(name) or outputs.get(name)
             prefix = f"{where}: " if where else ""
@@ -79,6 +84,12 @@ def CheckFragmentReads(buffer_locations: dict, outputs: dict | None = None):  # 
                               "this reads (or T.atomic_add adds to) whatever the memory "
                               "held: write it first, or take it as a parameter the caller "
                               "zeroes", TileLabWarning, stacklevel=2)
+            elif name in scratch:
+                warnings.warn(f"{prefix}{name!r}, a view of a shared tile in another type, is "
+                              "read before anything writes it through the view: what it "
+                              "reads are the tile's bytes in the tile's layout, which the GPU "
+                              "may swizzle - a view of another type is scratch space, not a "
+                              "reinterpretation", TileLabWarning, stacklevel=2)
             else:
                 warnings.warn(f"{prefix}fragment {name!r} is read before anything writes it "
                               "(did you forget T.clear or T.fill?)", TileLabWarning,
