@@ -130,9 +130,11 @@ def reshape(tile, shape):
 
 def view(tile, shape=None, dtype=None):
     """`T.view(tile, shape, dtype)`: TileLang's reshape that may also reinterpret the bits
-    as another type - a shared tile's bytes as a tile of another type (scratch space
-    reused: `acc_shared = T.view(KV_shared, (16, 512), T.float32)` once the loop is done
-    with KV_shared's values); kernel tensors and fragments keep their type."""
+    as another type - a shared tile's bytes as a tile of another type, scratch space reused
+    (`acc_shared = T.view(KV_shared, (16, 512), T.float32)` once the loop is done with
+    KV_shared's values; before it is written through, the view holds the tile's bytes as
+    the GPU laid them out, which nothing defines); kernel tensors and fragments keep their
+    type."""
     if dtype is not None and str(dtypes.as_dtype(dtype)) != str(tile.dtype):
         if is_buffer(tile) and tile.scope().startswith("shared"):
             return _shared_view(tile, tile.shape if shape is None else shape, dtype)
