@@ -581,10 +581,11 @@ def _check_copies_agree(nest, table, layouts, plan):
             continue  # every iteration writes the same value
         writes = math.prod(nest.extents[d] for d in left_out)
         runs: dict = {}  # element -> {thread: iterations writing it that the thread runs}
+        shape = _shape(buffer)
         for t, elements in enumerate(table):
             for element in elements:
                 if element is not None:
-                    wanted = shifted_element(element, pos, offsets, _shape(buffer))
+                    wanted = shifted_element(element, pos, offsets, shape)
                     by_thread = runs.setdefault(wanted, {})
                     by_thread[t] = by_thread.get(t, 0) + 1
         owners = owner_table(layouts[buffer.name])
@@ -633,30 +634,58 @@ def _check_nest(nest, layouts, plan, threads):
                 hint="index fragments with the loop variables themselves; a small fragment "
                      f"(up to {KEPT_WHOLE_LIMIT} elements) that is only read at computed "
                      "indices is kept whole by every thread, or go through shared memory")
-        owners = owner_table(layouts[buffer.name])
-        registers = {}  # the loop's register -> the fragment's registers it meets
-        for t, elements in enumerate(table):
-            for reg, element in enumerate(elements):
-                if element is None:  # a padding slot of this thread
-                    continue
-                wanted = shifted_element(element, *shifts, _shape(buffer))
-                registers.setdefault(reg, set()).add(owners.get(wanted, {}).get(t))
-                if t not in owners.get(wanted, {}):
-                    raise LayoutConflict(
-                        buffer.name, f"in a T.Parallel loop over {tuple(nest.extents)}, "
-                        f"thread {t} works on element {element} but fragment {buffer.name!r} "
-                        f"keeps element {wanted} on another thread",
-                        hint="make the fragments of one loop share a layout, e.g. by copying "
-                             "through shared memory")
-        if any(len(found) > 1 for found in registers.values()):
-            # each thread runs the same code, so one loop register must meet one fragment
-            # register on every thread
+        misfit = _misfit(table, owner_table(layouts[buffer.name]), *shifts, _shape(buffer))
+        if misfit is None:
+            continue
+        if misfit[0] == "elsewhere":
+            _, t, element, wanted = misfit
             raise LayoutConflict(
-                buffer.name, f"fragment {buffer.name!r} does not line up with the loop layout "
-                f"of its T.Parallel loop over {tuple(nest.extents)}: the threads keep one "
-                "iteration's element in different registers",
-                hint="make the fragments of one loop share a layout, e.g. by copying through "
-                     "shared memory")
+                buffer.name, f"in a T.Parallel loop over {tuple(nest.extents)}, "
+                f"thread {t} works on element {element} but fragment {buffer.name!r} "
+                f"keeps element {wanted} on another thread",
+                hint="make the fragments of one loop share a layout, e.g. by copying "
+                     "through shared memory")
+        # each thread runs the same code, so one loop register must meet one fragment
+        # register on every thread
+        raise LayoutConflict(
+            buffer.name, f"fragment {buffer.name!r} does not line up with the loop layout "
+            f"of its T.Parallel loop over {tuple(nest.extents)}: the threads keep one "
+            "iteration's element in different registers",
+            hint="make the fragments of one loop share a layout, e.g. by copying through "
+                 "shared memory")
+
+
+_MISFITS: dict = {}  # (loop table, fragment owners, access) -> _misfit's answer
+
+
+def _misfit(table, owners, pos, offsets, shape):
+    """Where an access of a fragment (owners: owner_table) from a loop (table:
+    thread_elements of its layout) leaves a thread: None if every iteration finds its
+    element on its own thread, in one fragment register per loop register;
+    ("elsewhere", thread, element, wanted) or ("misaligned",) if not. Layout tables are
+    cached for good, so the answer is kept by their identity (a kernel asks again and
+    again, and a table walk is a Python loop over every element of the tile)."""
+    key = (id(table), id(owners), pos, offsets, shape)
+    if key in _MISFITS:
+        return _MISFITS[key]
+    answer = None
+    registers = {}  # the loop's register -> the fragment's registers it meets
+    for t, elements in enumerate(table):
+        for reg, element in enumerate(elements):
+            if element is None:  # a padding slot of this thread
+                continue
+            wanted = shifted_element(element, pos, offsets, shape)
+            held = owners.get(wanted, {})
+            if t not in held:
+                answer = ("elsewhere", t, element, wanted)
+                break
+            registers.setdefault(reg, set()).add(held[t])
+        if answer:
+            break
+    if answer is None and any(len(found) > 1 for found in registers.values()):
+        answer = ("misaligned",)
+    _MISFITS[key] = answer
+    return answer
 
 
 def InferLayouts(annotated: dict | None = None, wgmma_off: str | None = NO_WGMMA):  # noqa: N802
