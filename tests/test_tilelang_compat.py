@@ -211,10 +211,11 @@ def test_get_kernel_source_on_the_decorated_function_and_datatype():
     assert tilelang.DataType("float16").bits == 16 and tilelang.DataType("int8").bits == 8
 
 
-def test_four_bit_types_are_names_and_their_tensors_a_clear_error():
+def test_four_bit_types_are_names_int4_tensors_come_packed_float4_ones_are_refused():
     """TileLang's dequantization helpers key tables by T.int4 (lop3.py's
-    `{T.float16: "f16", T.int4: "i4", ...}`): the names exist; a tensor or tile of them is
-    refused at its line (their values live packed in uint8)."""
+    `{T.float16: "f16", T.int4: "i4", ...}`): the names exist. An int4 tensor is passed in
+    packed, two values to a byte (tests/test_packed_int4.py), and its size named by T.const
+    counts values, not bytes; a float4 tensor is refused at its line."""
     assert {T.float16: "f16", T.int4: "i4"}[T.int4] == "i4" and T.int4.bits == 4
     assert T.uint4 in [T.int8, T.uint4] and T.float4_e2m1fn == "float4_e2m1fn"
 
@@ -228,8 +229,22 @@ def test_four_bit_types_are_names_and_their_tensors_a_clear_error():
                 Y[i] = X[i]
         return Y
 
-    with pytest.raises(TileLabError, match="no int4 tensors or tiles") as info:
-        widen(torch.zeros(8, dtype=torch.int8))
+    values = torch.tensor([-8, 7, 3, -1, 0, 5, -4, 2], dtype=torch.int16)
+    packed = ((values[0::2] & 15) | ((values[1::2] & 15) << 4)).to(torch.int8)
+    assert torch.equal(widen(packed), values.float())
+
+    @tilelab.jit
+    def widen4(X):
+        N = T.const("N")
+        X: T.Tensor((N,), T.float4_e2m1fn)
+        Y = T.empty((N,), T.float32)
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(N):
+                Y[i] = X[i]
+        return Y
+
+    with pytest.raises(TileLabError, match="no float4_e2m1fn tensors or tiles") as info:
+        widen4(torch.zeros(8, dtype=torch.int8))
     assert "test_tilelang_compat.py" in str(info.value) and "uint8" in str(info.value)
 
 

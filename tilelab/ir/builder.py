@@ -157,12 +157,21 @@ class Builder:
     def declare_param(self, name: str, shape: tuple, dtype: str, output: bool = False):
         """A global tensor of the signature; sizes given by `T.const` names are resolved here."""
         from ..errors import TileLabArgumentError, TileLabTypeError, UnknownSize
+        from .dtypes import PACKED
 
+        packed = PACKED.get(str(dtype))  # 4-bit values come in two to a byte
+        if packed and output:
+            raise TileLabTypeError(f"{name} is an output of {dtype} values; tilelab reads "
+                                   f"{dtype} tensors but does not write them",
+                                   hint="write int8 values and pack them with torch")
         example = self.example_shapes.get(name)
         if example is not None and len(example) != len(shape):
             raise TileLabArgumentError(
                 f"{name} is declared with {len(shape)} dimension(s) but the tensor passed "
                 f"has shape {tuple(example)}")
+        passed_shape = None if example is None else tuple(example)
+        if example is not None and packed:  # the tensor passed holds two values a byte
+            example = (*tuple(example)[:-1], 2 * int(example[-1]))
         resolved = []
         for axis, extent in enumerate(shape):
             if isinstance(extent, SymbolicSize):
@@ -196,8 +205,20 @@ class Builder:
                     "dimension must be a positive int",
                     hint="tilelab kernels work on tensors with at least one element")
             extent = int(extent)  # a numpy or tvm integer too
+            if packed and axis == len(shape) - 1 and extent % 2:
+                raise TileLabTypeError(
+                    f"{name} has {extent} {dtype} values in its last dimension; they come "
+                    "two to a byte, so it must be even")
             if example is not None and int(example[axis]) != extent:
                 declared = tuple(e if isinstance(e, SymbolicSize) else int(e) for e in shape)
+                if packed:
+                    last = declared[-1]
+                    half = last // 2 if isinstance(last, int) else f"{last!r} / 2"
+                    raise TileLabArgumentError(
+                        f"{name} holds {declared} {dtype} values, two to a byte: pass "
+                        f"{packed} of shape {(*declared[:-1], half)}; the tensor passed has "
+                        f"shape {passed_shape}",
+                        hint="pack the values: (t[..., 0::2] & 15) | (t[..., 1::2] << 4)")
                 raise TileLabArgumentError(
                     f"{name} must have shape {declared} "
                     f"but the tensor passed has shape {tuple(example)}")
@@ -210,7 +231,10 @@ class Builder:
                                    f"with 32-bit integers, so a tensor holds at most 2**31 - 1",
                                    hint="split the work over several calls")
         buffer = tirx.decl_buffer(tuple(resolved), str(dtype), name=self.fresh_name(name))
-        self.params.append(ParamInfo(name, tuple(resolved), str(dtype), output, self.location))
+        passed, passed_dtype = tuple(resolved), str(dtype)
+        if packed:
+            passed, passed_dtype = (*resolved[:-1], resolved[-1] // 2), packed
+        self.params.append(ParamInfo(name, passed, passed_dtype, output, self.location))
         self.param_buffers.append(buffer)
         return buffer
 

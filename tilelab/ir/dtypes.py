@@ -48,16 +48,20 @@ uint32 = DType("uint32")
 uint64 = DType("uint64")
 boolean = DType("bool")
 
-# Named so that programs can refer to them (TileLang's dequantization helpers keep tables
-# keyed by T.int4); a tensor or tile of these types is refused (`as_dtype` below): their
-# values live packed in uint8, two to a byte, and are unpacked with shifts.
+# 4-bit integers: a global tensor of them is passed in as bytes, two values to a byte (the
+# first in the low four bits: `(a[..., 0::2] & 15) | (a[..., 1::2] << 4)`), a torch int8 or
+# uint8 tensor whose last dimension is half the kernel's; tiles of them hold one value to a
+# byte (passes/packed_int4.py). float4 is only named (TileLang's dequantization helpers
+# keep tables keyed by it); a tensor or tile of it is refused (`as_dtype` below).
 int4 = DType("int4")
 uint4 = DType("uint4")
 float4_e2m1fn = DType("float4_e2m1fn")
-NAMED_ONLY = {str(d): d for d in (int4, uint4, float4_e2m1fn)}
+NAMED_ONLY = {str(d): d for d in (float4_e2m1fn,)}
+PACKED = {"int4": "int8", "uint4": "uint8"}  # a 4-bit type -> the byte that holds two
 
 ALL = {str(d): d for d in (float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2,
-                           int8, int16, int32, int64, uint8, uint16, uint32, uint64, boolean)}
+                           int8, int16, int32, int64, uint8, uint16, uint32, uint64, boolean,
+                           int4, uint4)}
 _BITS = {name: (8 if name == "bool" else int("".join(c for c in name.split("_")[0]
                                                      if c.isdigit())))
          for name in [*ALL, *NAMED_ONLY]}

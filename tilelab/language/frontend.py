@@ -41,7 +41,7 @@ from ..errors import (
     UnknownSize,
 )
 from ..ir.builder import Builder, ParamInfo, SymbolicSize, activate, seq
-from ..ir.dtypes import DType
+from ..ir.dtypes import PACKED, DType
 from ..ir.keys import KERNEL, PROGRAM_CONFIGS, SOURCE_FILE
 from ..ir.tile_ops import Region, _const_int, is_buffer
 from ..ir.visit import walk
@@ -135,6 +135,13 @@ class TileProgram:
             if not 0 <= i < n:
                 raise TileLabTypeError(f"out_idx {i} is out of range: {self.name} has {n} "
                                        "tensor parameters")
+        buffers = list(self.func.params)
+        for i in indices:
+            if len(buffers) == n and str(buffers[i].dtype) in PACKED:
+                raise TileLabTypeError(f"out_idx {i} names {self.params[i].name}, a tensor of "
+                                       f"{buffers[i].dtype} values; tilelab reads "
+                                       f"{buffers[i].dtype} tensors but does not write them",
+                                       self.params[i].location)
         params = [ParamInfo(p.name, p.shape, p.dtype, i in indices, p.location)
                   for i, p in enumerate(self.params)]
         return TileProgram(self.func, self.name, params, self.source, self.has_atomics,
@@ -203,6 +210,11 @@ class Interpreter:
         elif isinstance(target, ast.Subscript):
             obj = self.eval(target.value)
             if is_buffer(obj):
+                if str(obj.dtype) in PACKED and obj.scope() == "global":
+                    raise TileLabTypeError(f"{obj.name} is a tensor of {obj.dtype} values; "
+                                           f"tilelab reads {obj.dtype} tensors but does not "
+                                           "write them",
+                                           hint="write int8 values and pack them with torch")
                 indices = self.buffer_indices(obj, target.slice)
                 if isinstance(indices, Region):
                     raise TileLabSyntaxError("assign to one element at a time, or use T.copy / "

@@ -21,6 +21,7 @@ from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.float8_as_bytes import Float8AsBytes
 from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
+from ...passes.packed_int4 import PackedInt4, has_packed
 from ...passes.safe_global_access import SafeGlobalAccess
 from ...passes.thread_code import MarkThreadCode, ThreadLoops, takes_thread_index
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
@@ -34,6 +35,7 @@ def passes(program, vectorize: bool = True, safe_global: bool = False) -> list:
     T = tirx.transform  # noqa: N806
     threads = takes_thread_index(program.func)  # code written for one thread
     return [
+        *([PackedInt4] if has_packed(program.func) else []),  # int4: tensors in bytes
         *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
         *([MarkThreadCode()] if threads else []),  # code each thread runs for itself
         # fragments and outputs read before written?

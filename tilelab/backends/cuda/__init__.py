@@ -31,6 +31,7 @@ from ...passes.infer_layouts import InferLayouts, warn_unapplied_layouts
 from ...passes.insert_barriers import InsertBarriers
 from ...passes.keep_negations import KeepIntegerNegations
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
+from ...passes.packed_int4 import PackedInt4, has_packed
 from ...passes.pipeline_loops import PipelineLoops
 from ...passes.prepare_shared_merge import PrepareSharedMerge
 from ...passes.safe_global_access import SafeGlobalAccess
@@ -86,6 +87,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     hide, restore = hidden_from_thread_sync()
     warn_unapplied_layouts(program.layouts, program.buffer_locations)
     return [
+        *([PackedInt4] if has_packed(program.func) else []),  # int4: tensors in bytes
         *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
         *([MarkThreadCode()] if takes_thread_index(program.func) else []),  # one thread's code
         *([CoarsenBlocks] if coarsen else []),  # elementwise kernels: F elements per thread
