@@ -7,8 +7,8 @@ the consumer has released a slot (`empty`), copies into it and arrives at `full`
 consumer waits for `full`, multiplies and arrives at `empty`. The parities count the
 rounds through the slots. This is what `T.Pipelined` with a producer warp does on its
 own on sm_90a (passes/pipeline_loops.py); here the program says it, as TileLang's
-warp-specialized examples do. The CPU runs the two roles one after the other per
-iteration, in the order written, and checks each wait and arrival.
+warp-specialized examples do. The CPU runs the two roles by turns, each until it waits
+(passes/role_turns.py), and checks each wait and arrival.
 
     python examples/ws_gemm.py --device cpu --m 300 --n 264 --k 520
 """

@@ -2,8 +2,8 @@
 `T.barrier_arrive`, `T.barrier_wait`) and `T.tma_copy` (language/primitives.py,
 ops/barrier.py, passes/warp_roles.py), as TileLang's warp-specialized GEMMs use them.
 
-The CPU runs the roles one after another in the order written and checks every wait
-and arrival; the CUDA backend gives each role its `if`, lowers its tile ops for its own
+The CPU runs side-by-side roles by turns, each until it waits (passes/role_turns.py),
+and checks every wait and arrival; the CUDA backend gives each role its `if`, lowers its tile ops for its own
 threads and makes the barriers inside it the role's own.
 """
 
@@ -130,18 +130,36 @@ def test_roles_without_barriers_run_on_the_cpu():
     _check(tilelab.compile(two_consumers(M, N, K), target="cpu"), M, N, K)
 
 
-def test_a_wait_that_program_order_never_satisfies_is_an_error_at_the_wait():
+def test_roles_written_consumer_first_take_turns_on_the_cpu():
     """Written consumer first, the consumer's wait comes before the producer's arrival:
-    one after another, as the CPU runs roles, that waits forever."""
-    M, N, K = 128, 128, 64
-    kernel = tilelab.compile(ws_gemm(M, N, K, consumer_first=True), target="cpu")
-    a = torch.randn(M, K, dtype=torch.float16)
-    b = torch.randn(K, N, dtype=torch.float16)
+    the CPU runs the consumer until it waits, then the producer (passes/role_turns.py)."""
+    M, N, K = 128, 128, 192
+    _check(tilelab.compile(ws_gemm(M, N, K, consumer_first=True), target="cpu"), M, N, K)
+
+
+def test_a_wait_no_arrival_completes_is_an_error_at_the_wait():
+    """Waiting for the other parity, both roles wait for each other from the start."""
+    M, K = 128, 64
+
+    @T.prim_func
+    def stuck(A: T.Tensor((M, K), T.float16), C: T.Tensor((M, K), T.float16)):
+        with T.Kernel(1, threads=256):
+            ready = T.alloc_barrier(arrive_count=128)
+            done = T.alloc_barrier(arrive_count=128)
+            with T.ws(1):
+                T.barrier_wait(done, 0)  # phase 0 of `done` is the consumer's, still to come
+                T.barrier_arrive(ready)
+            with T.ws(0):
+                T.barrier_wait(ready, 0)
+                T.copy(A, C)
+                T.barrier_arrive(done)
+
+    kernel = tilelab.compile(stuck, target="cpu")
     with pytest.raises(TileLabError) as info:
-        kernel(a, b, torch.empty(M, N, dtype=torch.float16))
+        kernel(torch.randn(M, K, dtype=torch.float16), torch.empty(M, K, dtype=torch.float16))
     err = info.value
-    assert "T.barrier_wait" in str(err) and "in the order they are written" in err.hint
-    assert err.location.line == ws_gemm.__code__.co_firstlineno + 20  # the consumer's wait
+    assert "every warp role waits for another" in str(err) and "parities" in err.hint
+    assert "T.barrier_wait(done, 0)" in str(err)
 
 
 def test_more_arrivals_than_a_barrier_expects_is_an_error():

@@ -399,7 +399,8 @@ class ws:  # noqa: N801 - TileLang's spelling
     used there live in its threads' registers, and barriers inside are the role's own.
     The roles of a block meet only through the program's mbarriers (T.alloc_barrier,
     T.barrier_arrive, T.barrier_wait) and the block-wide barriers between statements
-    outside any role. On the CPU the roles run one after another, in the order written."""
+    outside any role. On the CPU side-by-side roles take turns, each running until it
+    waits (passes/role_turns.py)."""
 
     def __init__(self, *warpgroups):
         ids = sorted(warpgroups)

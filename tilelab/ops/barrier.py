@@ -16,10 +16,10 @@ consumer alternate without ever resetting anything:
 Loop semantics (the CPU, the reference): a barrier is a 64-bit count, phases above
 bit 32, arrivals below. An arrival of a role adds its thread count (every thread of
 it arrives once) and completes the phase when the count is reached; more arrivals
-than expected is an error. The CPU runs roles one after another in the order they
-are written, so a wait must find its phase complete when it is reached - if not,
-the program would wait forever in that order, and the kernel stops with an error at
-the wait (a GPU, where the roles run at once, might still finish).
+than expected is an error. Side-by-side roles take turns, each running until it
+reaches a wait whose phase has not completed (passes/role_turns.py); where every
+role waits for another, the kernel stops with an error at the waits (a GPU would
+hang). A wait outside such roles must find its phase complete when it is reached.
 
 Thread lowering (CUDA): `mbarrier.init` by thread 0 at the allocation, then a fence and
 a block barrier; each thread of the role arrives (`mbarrier.arrive`) or waits
@@ -148,25 +148,31 @@ def arrive_loops(call):
     phase = tirx.shift_right(state, _u64(PHASE))
     expected = _expected(call, index)
     over = check(tirx.LE(arrived, expected), "T.barrier_arrive: more threads arrived at the "
-                 "barrier than it expects in one phase", _where(call))
+                 "barrier than it expects in one phase", where(call))
     update = tirx.BufferStore(bars, tirx.Select(
         tirx.GE(arrived, expected), tirx.shift_left(phase + _u64(1), _u64(PHASE)),
         tirx.bitwise_or(tirx.shift_left(phase, _u64(PHASE)), arrived)), [index])
     return seq([over, update])
 
 
-def wait_loops(call):
+def phase_completed(call):
+    """Has the phase a `T.barrier_wait` names completed (the CPU's barrier state)?"""
     region = regions(call)[0]
     bars, index = region.buffer, region.starts[0]
     parity = to_expr(scalars(call)[0], "uint64")
     running = tirx.bitwise_and(tirx.shift_right(tirx.BufferLoad(bars, [index]),
                                                 _u64(PHASE)), _u64(1))
-    return check(tirx.NE(running, parity), "T.barrier_wait: the phase it waits for has not "
-                 "completed here - run one after another in the order written, as the CPU "
-                 "runs them, the warp roles would wait forever", _where(call))
+    return tirx.NE(running, parity)
 
 
-def _where(call) -> str:
+def wait_loops(call):
+    return check(phase_completed(call), "T.barrier_wait: the phase it waits for has not "
+                 "completed here, and no role runs beside this code to complete it",
+                 where(call))
+
+
+def where(call) -> str:
+    """The "file|line|col" of a barrier op's statement, for a check's report."""
     return str(config(call).get("where", ""))
 
 

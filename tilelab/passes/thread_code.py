@@ -37,7 +37,7 @@ An `if` on the thread index whose branches hold the block's work (tile ops,
 kernels write it, splits the block instead: each branch becomes a warp role over
 its range of threads (as `with T.ws(...)` is, in whole warps: passes/warp_roles.py;
 `tx // 32 == 1` is warp 1's range), whose tile ops are dealt to the role's threads;
-the CPU runs the roles one after another. Roles do not nest.
+the CPU runs the roles by turns (passes/role_turns.py). Roles do not nest.
 
 On the GPU a mark is lowered as the body of a `T.Parallel` iteration: every
 thread runs it, its stores are not left to thread 0 (passes/lower_tile_ops_to_threads.py).
@@ -62,7 +62,15 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import SourceLocation, TileLabTypeError
 from ..ir.keys import EXCHANGE, KERNEL, PER_THREAD, THREAD_INDEX, THREADS, WARP_ROLE
-from ..ir.tile_ops import accessed_buffers, config, is_load, loaded, regions, scalars
+from ..ir.tile_ops import (
+    accessed_buffers,
+    config,
+    is_load,
+    is_tile_call,
+    loaded,
+    regions,
+    scalars,
+)
 from ..ir.visit import (
     block_body,
     keep_user_errors,
@@ -182,6 +190,19 @@ def _block_work(stmt) -> bool:
 
     walk(stmt, object, visit)
     return bool(found)
+
+
+def _arrivals(body, threads: int):
+    """A role's `T.barrier_arrive`s: each of its threads arrives once (traced as the whole
+    block's, before the `if` around them became a role)."""
+    def recount(call):
+        if not is_tile_call(call, "barrier_arrive"):
+            return call
+        settings = {str(k): v for k, v in call.config.items()}
+        settings["arrivals"] = threads
+        return TilePrimitiveCall(*call.args, op=call.op, config=settings)
+
+    return rewrite(body, TilePrimitiveCall, recount)
 
 
 def _named_barrier(stmt) -> bool:
@@ -342,7 +363,7 @@ class _Marker:
         finally:
             self.in_role, self.within = False, (0, self.threads)
         return tirx.AttrStmt(tirx.const(first, "int32"), WARP_ROLE, tirx.const(end, "int32"),
-                             marked)
+                             _arrivals(marked, end - first))
 
     def named_barrier(self, stmt, guard):
         """`T.sync_threads(id, count)` reached through uniform control flow and `if`s on the

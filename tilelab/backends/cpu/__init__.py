@@ -22,6 +22,7 @@ from ...passes.float8_as_bytes import Float8AsBytes
 from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
 from ...passes.packed_int4 import PackedInt4, has_packed
+from ...passes.role_turns import RoleTurns
 from ...passes.safe_global_access import SafeGlobalAccess
 from ...passes.thread_code import MarkThreadCode, ThreadLoops, takes_thread_index
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
@@ -41,6 +42,7 @@ def passes(program, vectorize: bool = True, safe_global: bool = False) -> list:
         # fragments and outputs read before written?
         CheckFragmentReads(program.buffer_locations,
                            {p.name: p.location for p in program.params if p.output}),
+        RoleTurns,                        # side-by-side warp roles that wait: by turns
         LowerTileOpsToLoops,              # each tile op -> the loop nest that defines it
         *([ThreadLoops()] if threads else []),  # ... and thread code: a loop over threads
         *([Float8AsBytes] if _has_float8(program) else []),  # float8 kept as bytes
@@ -149,10 +151,15 @@ def _check_error(report: str):
     if message.startswith("T.device_assert"):  # ops/device_assert.py
         hint = ("the condition was false where this reports it first; the kernel ran on "
                 "(on a GPU each thread that finds it false prints the message)")
+    elif message.startswith("T.barrier_wait: every"):  # passes/role_turns.py
+        hint = ("the roles took turns, each running until it waited, and each now waits "
+                "for a phase no arrival completes: check the parities (a fresh barrier's "
+                "wait for parity 1 returns at once, for parity 0 after the first phase) "
+                "and the arrival counts")
     elif message.startswith("T.barrier"):  # ops/barrier.py
-        hint = ("the CPU runs the T.ws roles one after another, in the order they are "
-                "written: put the role that arrives before the one that waits, and arrive "
-                "as often as the barrier expects")
+        hint = ("a wait outside side-by-side T.ws roles (every thread's, or a role alone) "
+                "must find its phase complete when it is reached; and a phase takes as "
+                "many arrivals as the barrier expects, no more")
     else:
         hint = "the kernel skipped this statement; " + (
             "fix the index or its guard (TILELAB_CHECK_BOUNDS=0 turns bounds checks off)"

@@ -1,0 +1,161 @@
+"""Warp roles that each run a whole loop, as TileLang's warp-specialized kernels are written:
+the producer copies every tile, the consumer multiplies every tile, and they hand slots
+over through mbarriers. The CPU runs such roles by turns, each until it waits for a phase
+not yet complete (passes/role_turns.py); the results agree with torch, edge tiles
+included, and the same program compiles for sm_90a, where the roles run at once."""
+
+import pytest
+import torch
+
+import tilelab
+import tilelab.language as T
+from tilelab.backends.cuda.nvcc import find_nvcc
+from tilelab.errors import TileLabError
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+
+
+@T.macro
+def produce(A, B, a_slots, b_slots, full, empty, bx, by):
+    """Copy every K tile into its slot once the consumer has freed it."""
+    stages, bm, bk = a_slots.shape
+    bn = b_slots.shape[2]
+    for k in T.serial(T.ceildiv(A.shape[1], bk)):
+        slot = k % stages
+        T.barrier_wait(empty[slot], (k // stages) % 2 ^ 1)  # the first round: free already
+        T.copy(A[by * bm, k * bk], a_slots[slot, :, :])
+        T.copy(B[k * bk, bx * bn], b_slots[slot, :, :])
+        T.barrier_arrive(full[slot])
+
+
+@T.macro
+def consume(A, C, a_slots, b_slots, acc, full, empty, bx, by):
+    """Multiply every K tile once it is there, then store the sum."""
+    stages, bm, bk = a_slots.shape
+    bn = b_slots.shape[2]
+    T.clear(acc)
+    for k in T.serial(T.ceildiv(A.shape[1], bk)):
+        T.barrier_wait(full[k % stages], (k // stages) % 2)
+        T.gemm(a_slots[k % stages, :, :], b_slots[k % stages, :, :], acc)
+        T.barrier_arrive(empty[k % stages])
+    T.copy(acc, C[by * bm, bx * bn])
+
+
+@tilelab.jit(out_idx=-1)
+def whole_role_gemm(M, N, K, bm=64, bn=64, bk=32, stages=2, split_by_if=False):
+    """C = A B with a producer role (warpgroup 1) and a consumer role (warpgroup 0), each
+    looping over every K tile; `split_by_if`: the roles are the branches of
+    `if tx >= 128:` instead of `with T.ws(...)`."""
+    @T.prim_func
+    def kernel(A: T.Tensor((M, K), T.float32), B: T.Tensor((K, N), T.float32),
+               C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            a_slots = T.alloc_shared((stages, bm, bk), T.float32)
+            b_slots = T.alloc_shared((stages, bk, bn), T.float32)
+            acc = T.alloc_fragment((bm, bn), T.float32)
+            full = T.alloc_barrier([128] * stages)
+            empty = T.alloc_barrier([128] * stages)
+            if split_by_if:
+                tx = T.get_thread_binding()
+                if tx >= 128:
+                    produce(A, B, a_slots, b_slots, full, empty, bx, by)
+                else:
+                    consume(A, C, a_slots, b_slots, acc, full, empty, bx, by)
+            else:
+                with T.ws(1):
+                    produce(A, B, a_slots, b_slots, full, empty, bx, by)
+                with T.ws(0):
+                    consume(A, C, a_slots, b_slots, acc, full, empty, bx, by)
+    return kernel
+
+
+@pytest.mark.parametrize("split_by_if", [False, True])
+def test_whole_loop_roles_take_turns_on_the_cpu(split_by_if):
+    torch.manual_seed(1)
+    for (M, N, K), stages in [((128, 64, 256), 2), ((100, 72, 200), 3)]:
+        a, b = torch.randn(M, K), torch.randn(K, N)
+        c = whole_role_gemm(M, N, K, stages=stages, split_by_if=split_by_if)(a, b)
+        torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@tilelab.jit(out_idx=-1)
+def handshake(n=64, rounds=5):
+    """Two roles alternate on one shared row: the first writes round r's values and waits
+    for the second to have added them into its sum; a value the first computes before a
+    wait (`base`) is used after it, and the loop bound is a value read from memory."""
+    @T.prim_func
+    def kernel(X: T.Tensor((rounds, n), T.float32), R: T.Tensor((1,), T.int32),
+               Y: T.Tensor((n,), T.float32)):
+        with T.Kernel(1, threads=256):
+            row = T.alloc_shared((n,), T.float32)
+            sums = T.alloc_fragment((n,), T.float32)
+            written = T.alloc_barrier(128)
+            taken = T.alloc_barrier(128)
+            with T.ws(0):
+                for r in T.serial(R[0]):
+                    base = r * 2
+                    T.barrier_wait(taken, r % 2 ^ 1)
+                    for i in T.Parallel(n):
+                        row[i] = X[r, i] + T.cast(base, T.float32)
+                    T.barrier_arrive(written)
+            with T.ws(1):
+                T.clear(sums)
+                for r in T.serial(R[0]):
+                    T.barrier_wait(written, r % 2)
+                    for i in T.Parallel(n):
+                        sums[i] += row[i]
+                    T.barrier_arrive(taken)
+                T.copy(sums, Y)
+    return kernel
+
+
+def test_values_and_loop_bounds_carry_across_waits():
+    torch.manual_seed(2)
+    x = torch.randn(5, 64)
+    for rounds in (0, 1, 5):
+        y = handshake()(x, torch.tensor([rounds], dtype=torch.int32))
+        expected = (x[:rounds] + 2 * torch.arange(rounds)[:, None]).sum(0)
+        torch.testing.assert_close(y, expected)
+
+
+def test_a_producer_that_stops_early_leaves_the_consumer_waiting_at_its_line():
+    @T.prim_func
+    def short(A: T.Tensor((64,), T.float32), C: T.Tensor((64,), T.float32)):
+        with T.Kernel(1, threads=256):
+            full = T.alloc_barrier(128)
+            with T.ws(1):
+                for _ in T.serial(2):
+                    T.barrier_arrive(full)
+            with T.ws(0):
+                for k in T.serial(3):
+                    T.barrier_wait(full, k % 2)
+                T.copy(A, C)
+
+    kernel = tilelab.compile(short, target="cpu")
+    with pytest.raises(TileLabError) as info:
+        kernel(torch.randn(64), torch.empty(64))
+    assert "every warp role waits for another" in str(info.value)
+    assert "T.barrier_wait(full, k % 2)" in str(info.value)
+
+
+@needs_nvcc
+def test_the_same_program_compiles_for_cuda():
+    for split_by_if in (False, True):
+        source = whole_role_gemm.compile(100, 72, 200, split_by_if=split_by_if,
+                                         target="cuda").get_kernel_source()
+        assert "tl::mbar_wait" in source and "tl::mbar_arrive" in source
+
+
+@pytest.mark.gpu
+def test_on_the_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.manual_seed(3)
+    for split_by_if in (False, True):
+        a, b = torch.randn(100, 200, device="cuda"), torch.randn(200, 72, device="cuda")
+        c = whole_role_gemm.compile(100, 72, 200, split_by_if=split_by_if, target="cuda")(a, b)
+        torch.testing.assert_close(c, a @ b, rtol=1e-3, atol=1e-3)
+    x = torch.randn(5, 64, device="cuda")
+    y = handshake.compile(target="cuda")(x, torch.tensor([5], dtype=torch.int32,
+                                                          device="cuda"))
+    torch.testing.assert_close(y, (x + 2 * torch.arange(5, device="cuda")[:, None]).sum(0))
