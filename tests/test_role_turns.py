@@ -159,3 +159,56 @@ def test_on_the_gpu():
     y = handshake.compile(target="cuda")(x, torch.tensor([5], dtype=torch.int32,
                                                           device="cuda"))
     torch.testing.assert_close(y, (x + 2 * torch.arange(5, device="cuda")[:, None]).sum(0))
+    x = torch.randn(80, 128, dtype=torch.float16, device="cuda")
+    assert torch.equal(copied_by_threads.compile(target="cuda")(x), x)
+
+
+@tilelab.jit(out_idx=-1)
+def copied_by_threads(n=16, d=128, stages=2, rounds=5):
+    """TileLang's hand-written producer (sparse MLA's): each of 128 threads copies 8
+    elements of a row with T.ptx_cp_async, and T.cp_async_barrier_noinc tells the
+    consumer role the slot is full."""
+    @T.prim_func
+    def kernel(X: T.Tensor((rounds * n, d), T.float16), Y: T.Tensor((rounds * n, d), T.float16)):
+        with T.Kernel(1, threads=256):
+            slots = T.alloc_shared((stages, n, d), T.float16)
+            full = T.alloc_barrier([128] * stages)
+            free = T.alloc_barrier([128] * stages)
+            tx = T.get_thread_binding()
+            if tx < 128:
+                for r in T.serial(rounds):
+                    T.barrier_wait(full[r % stages], (r // stages) & 1)
+                    T.copy(slots[r % stages, :, :], Y[r * n, 0])
+                    T.barrier_arrive(free[r % stages])
+            else:
+                for r in T.serial(rounds):
+                    T.barrier_wait(free[r % stages], ((r // stages) & 1) ^ 1)
+                    row = (tx - 128) // 8
+                    for u in T.serial(d // 64):
+                        column = 64 * u + (tx - 128) % 8 * 8
+                        T.ptx_cp_async(T.access_ptr(slots[r % stages, row, column], "w", 8),
+                                       T.access_ptr(X[r * n + row, column], "r", 8), 8)
+                    T.cp_async_barrier_noinc(full[r % stages])
+    return kernel
+
+
+def test_copies_by_single_threads_hand_slots_over():
+    x = torch.randn(80, 128, dtype=torch.float16)
+    assert torch.equal(copied_by_threads()(x), x)
+
+
+@needs_nvcc
+def test_copies_by_single_threads_fence_before_they_arrive_on_the_gpu():
+    source = copied_by_threads.compile(target="cuda").get_kernel_source()
+    fence = source.index("fence.proxy.async")
+    assert source.index("tl::mbar_arrive", fence) > fence
+
+
+def test_ptx_cp_async_takes_access_pointers_from_global_to_shared():
+    with pytest.raises(TileLabError, match="copies from global to shared memory; its "
+                                           "destination X is in global memory"):
+        @T.prim_func
+        def backwards(X: T.Tensor((8,), T.float32), Y: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                s = T.alloc_shared((8,), T.float32)
+                T.ptx_cp_async(T.access_ptr(X[0], "w", 4), T.access_ptr(s[0], "r", 4), 4)

@@ -624,6 +624,84 @@ def annotate_consumer_reg_alloc(reg_count=240):
     _register_hint("T.annotate_consumer_reg_alloc", reg_count)
 
 
+class AccessPointer:
+    """`T.access_ptr(A[i, j], "r", n)`: `n` elements of A from [i, j] on, read ("r") or
+    written ("w"), as `T.ptx_cp_async` takes them (no other use: tilelab has no pointers)."""
+
+    def __init__(self, element, mode, extent):
+        self.element, self.mode, self.extent = element, mode, extent
+
+
+def access_ptr(element, mode="r", extent=1, *_offsets, **_hints):
+    """TileLang's access pointer into a tensor or tile, for `T.ptx_cp_async`."""
+    current("T.access_ptr")
+    if not is_load(element):
+        raise TileLabTypeError(f"T.access_ptr takes an element, as in T.access_ptr(A[i, j], "
+                               f"'r', 8), got {element!r}")
+    if mode not in ("r", "w", "rw"):
+        raise TileLabTypeError(f"T.access_ptr(..., {mode!r}, ...): the access is 'r', 'w' or "
+                               "'rw'")
+    return AccessPointer(element, mode, extent)
+
+
+def ptx_cp_async(dst, src, num_elems, predicate=None):
+    """TileLang's copy of `num_elems` consecutive elements from global to shared memory by
+    one thread (`cp.async`, in code for one thread: the indices use T.get_thread_binding()),
+    each side a `T.access_ptr`. tilelab copies them there and then (16 bytes at a time
+    where the size allows), so the elements are in place when the thread goes on, and
+    `T.cp_async_barrier_noinc`, `T.ptx_commit_group` and `T.ptx_wait_group` that order
+    them later have nothing left to wait for. `predicate`: copy only where it holds."""
+    builder = current("T.ptx_cp_async")
+    for side, name, scope in ((dst, "destination", "shared"), (src, "source", "global")):
+        if not isinstance(side, AccessPointer):
+            raise TileLabTypeError(f"T.ptx_cp_async takes T.access_ptr(...) as its {name}, "
+                                   f"got {side!r}")
+        if not side.element.source.scope().startswith(scope):
+            raise TileLabTypeError(f"T.ptx_cp_async copies from global to shared memory; its "
+                                   f"{name} {side.element.source.name} is in "
+                                   f"{side.element.source.scope()} memory")
+    count = _const_int(num_elems)
+    if count is None or count < 1:
+        raise TileLabTypeError(f"T.ptx_cp_async(..., {num_elems}): the number of elements is "
+                               "a constant >= 1")
+    e = tirx.Var("e", "int32")
+    *rows, last = dst.element.indices
+    *src_rows, src_last = src.element.indices
+    store = tirx.BufferStore(dst.element.source, E.to_expr(
+        tirx.BufferLoad(src.element.source, [*src_rows, src_last + e]),
+        str(dst.element.source.dtype)), [*rows, last + e])
+    if predicate is not None:
+        store = tirx.IfThenElse(E.as_ir(predicate), store, None)
+    bits = dtypes.as_dtype(str(dst.element.source.dtype)).bits * count
+    kind = tirx.ForKind.VECTORIZED if predicate is None and bits in (32, 64, 128) else \
+        tirx.ForKind.SERIAL
+    builder.emit(tirx.For(e, 0, count, kind, store))
+
+
+def cp_async_barrier_noinc(mbarrier):
+    """TileLang's arrival at `mbarrier` once this thread's `T.ptx_cp_async` copies have
+    landed: every thread of the role arrives (its copies are in place already); on the GPU
+    each orders its stores before the tensor cores read them (a proxy fence)."""
+    from ..ops.barrier import barrier_arrive
+
+    barrier_arrive(mbarrier, after_stores=True)
+
+
+def ptx_commit_group():
+    """TileLang's end of a group of `T.ptx_cp_async` copies: tilelab's are complete
+    already, so there is nothing to group."""
+    current("T.ptx_commit_group")
+
+
+def ptx_wait_group(count=0):
+    """TileLang's wait until all but `count` groups of `T.ptx_cp_async` copies have landed:
+    tilelab's are complete already (see T.ptx_cp_async)."""
+    current("T.ptx_wait_group")
+    if _const_int(count) is None or _const_int(count) < 0:
+        raise TileLabTypeError(f"T.ptx_wait_group({count}): the number of groups left in "
+                               "flight is a constant >= 0")
+
+
 def _register_hint(primitive: str, reg_count, more: str = "") -> None:
     current(primitive)
     count = _const_int(reg_count)
@@ -729,12 +807,10 @@ MISSING: dict[str, tuple[str, str]] = {
                      "tcgen05_gemm", "tcgen05_mma_arrive", "tcgen05_gemm_blockscaled",
                      "tcgen05_sf_warp_transpose", "tcgen05_cp_warpx4",
                      "fence_proxy_async", "ClusterKernel",
-                     "block_rank_in_cluster", "cp_async_barrier_noinc", "ptx_cp_async",
-                     "ptx_commit_group", "ptx_wait_group", "mma_gemm_blockscaled",
+                     "block_rank_in_cluster", "mma_gemm_blockscaled",
                      "clc_try_cancel_multicast", "clc_is_canceled", "clc_get_first_ctaid_x"),
                     _HARDWARE),
     "sync_warp": _SYNC,
-    "access_ptr": _VIEWS,
     "PersistentTileScheduler": ("persistent blocks that loop over tiles",
                                 "one block per tile with T.Kernel"),
     "atomic_load": ("atomic loads and stores", "T.atomic_add, or separate kernels"),

@@ -61,12 +61,15 @@ def alloc_barrier(arrive_count):
     return bars
 
 
-def barrier_arrive(mbarrier):
-    """Every thread of the role (or of the block, outside any T.ws) arrives once."""
+def barrier_arrive(mbarrier, after_stores: bool = False):
+    """Every thread of the role (or of the block, outside any T.ws) arrives once.
+    `after_stores` (T.cp_async_barrier_noinc): on the GPU each thread first orders its
+    shared-memory stores before the async proxy's reads (a wgmma's)."""
     builder = current("barrier_arrive")
     element, counts = barrier_element(mbarrier, "barrier_arrive", builder)
+    hints = {"after_stores": True} if after_stores else {}
     builder.emit(tile_call("barrier_arrive", element, arrivals=builder.role_threads(),
-                           counts=counts))
+                           counts=counts, **hints))
 
 
 def barrier_wait(mbarrier, parity):
@@ -187,7 +190,12 @@ def init_threads(call, ctx):
 
 def arrive_threads(call, ctx):
     region = regions(call)[0]
-    return extern("tl::mbar_arrive", address(region.buffer, [region.starts[0]], rw_mask=1))
+    arrive = extern("tl::mbar_arrive", address(region.buffer, [region.starts[0]], rw_mask=1))
+    if config(call).get("after_stores"):
+        from ._gemm_wgmma import proxy_fence
+
+        return seq([proxy_fence(), arrive])
+    return arrive
 
 
 def wait_threads(call, ctx):
