@@ -384,3 +384,28 @@ def test_cpu_and_or_read_their_right_side_only_where_needed():
 @pytest.mark.gpu
 def test_gpu_and_or_read_their_right_side_only_where_needed():
     _check_guarded_by_and("cuda", "cuda")
+
+
+@tilelab.jit
+def prefetched(A):
+    """A fragment no tile op or T.Parallel loop touches, read and written by code for one
+    thread (TileLang's seesaw producer keeps its prefetched indices so): each thread has
+    the whole fragment, as T.alloc_local would give it."""
+    A: T.Tensor((256,), T.float32)
+    B = T.empty((64,), T.float32)
+    with T.Kernel(1, threads=64):
+        tx = T.get_thread_binding()
+        ahead = T.alloc_fragment((4,), T.float32)
+        for j in T.serial(4):
+            ahead[j] = A[tx * 4 + j]
+        B[tx] = ahead[0] * ahead[3] + ahead[1] - ahead[2]
+    return B
+
+
+def test_a_fragment_only_one_thread_code_touches_is_each_threads_own():
+    a = torch.randn(256)
+    rows = a.view(64, 4)
+    torch.testing.assert_close(prefetched(a), rows[:, 0] * rows[:, 3] + rows[:, 1] - rows[:, 2])
+    if find_nvcc() is not None:
+        source = prefetched.compile(torch.randn(256), target="cuda").get_kernel_source()
+        assert "ahead_ptr[4]" in source or "ahead[4]" in source

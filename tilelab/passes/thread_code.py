@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
@@ -519,6 +520,7 @@ def MarkThreadCode():  # noqa: N802
     def _pass(func, _mod, _ctx):
         def on_kernel(kernel):
             def mark(body):
+                body = _registers_of_each_thread(body)
                 private = private_registers(body, kernel.annotations[THREAD_INDEX])
                 return _Marker(private, func, kernel, exchange_tiles(body)).mark(body)
 
@@ -527,6 +529,36 @@ def MarkThreadCode():  # noqa: N802
         return _kernels(func, on_kernel)
 
     return _pass
+
+
+def _registers_of_each_thread(body):
+    """Fragments that no tile op and no T.Parallel loop touches, only statements every
+    thread runs (TileLang's hand-written producers keep the indices they prefetch so):
+    each thread has the whole fragment, as T.alloc_local gives it, which code written
+    for one thread may read and write."""
+    fragments, whole_block_work = {}, set()
+
+    def visit(node):
+        if isinstance(node, tirx.AllocBuffer) and is_fragment(node.buffer):
+            fragments[node.buffer.name] = node.buffer
+        elif isinstance(node, TilePrimitiveCall):
+            whole_block_work.update(r.buffer.name for r in regions(node))
+        elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
+            whole_block_work.update(b.name for b in accessed_buffers(node))
+        elif isinstance(node, tirx.DeclBuffer) and is_fragment(node.buffer):
+            views.append(node)  # a view of a fragment (T.view, T.reshape): left as it is
+
+    views: list = []
+    walk(body, object, visit)
+    if views:
+        return body
+    local = {name: tirx.decl_buffer(b.shape, str(b.dtype), name=name, scope="local")
+             for name, b in fragments.items() if name not in whole_block_work}
+    if not local:
+        return body
+    olds = [fragments[name] for name in local]
+    return tvm_ffi.structural_map(body, (tirx.Var, lambda var: next(
+        (local[old.name] for old in olds if var.same_as(old)), var)), order="post")
 
 
 def thread_indices(flat, extents) -> list:
