@@ -1,8 +1,10 @@
-"""Warp roles that each run a whole loop, as TileLang's warp-specialized kernels are written:
-the producer copies every tile, the consumer multiplies every tile, and they hand slots
-over through mbarriers. The CPU runs such roles by turns, each until it waits for a phase
-not yet complete (passes/role_turns.py); the results agree with torch, edge tiles
-included, and the same program compiles for sm_90a, where the roles run at once."""
+"""TileLang's hand-written warp-specialized kernels (FlashMLA, sparse MLA, DeepSeek's MLA
+decode): warp roles that each run a whole loop - the producer copies every tile, the
+consumer multiplies every tile - and hand slots over through mbarriers. The CPU runs such
+roles by turns, each until it waits for a phase not yet complete (passes/role_turns.py);
+a producer's threads copy with T.ptx_cp_async; T.gemm on parts of tiles at a T.unroll
+loop's offsets; T.fence_proxy_async. The results agree with torch, edge tiles included,
+and the same programs compile for sm_90a, where the roles run at once."""
 
 import pytest
 import torch
@@ -161,6 +163,9 @@ def test_on_the_gpu():
     torch.testing.assert_close(y, (x + 2 * torch.arange(5, device="cuda")[:, None]).sum(0))
     x = torch.randn(80, 128, dtype=torch.float16, device="cuda")
     assert torch.equal(copied_by_threads.compile(target="cuda")(x), x)
+    q, k = (torch.randn(64, 128, dtype=torch.float16, device="cuda") for _ in range(2))
+    torch.testing.assert_close(split_k_parts.compile(target="cuda")(q, k),
+                               q.float() @ k.float().T, rtol=1e-3, atol=1e-3)
 
 
 @tilelab.jit(out_idx=-1)
@@ -212,3 +217,35 @@ def test_ptx_cp_async_takes_access_pointers_from_global_to_shared():
             with T.Kernel(1, threads=32):
                 s = T.alloc_shared((8,), T.float32)
                 T.ptx_cp_async(T.access_ptr(X[0], "w", 4), T.access_ptr(s[0], "r", 4), 4)
+
+
+@tilelab.jit(out_idx=-1)
+def split_k_parts(m=64, n=64, d=128, part=64):
+    """S = Q Kᵀ as FlashMLA writes it: a T.unroll loop over parts of the head dimension, each
+    T.gemm on a part of the shared tiles at the loop's offset (written out while tracing,
+    so each part's offset is a constant); a role's stores fenced for the tensor cores."""
+    @T.prim_func
+    def kernel(Q: T.Tensor((m, d), T.float16), K: T.Tensor((n, d), T.float16),
+               S: T.Tensor((m, n), T.float32)):
+        with T.Kernel(1, threads=128):
+            q = T.alloc_shared((m, d), T.float16)
+            k = T.alloc_shared((n, d), T.float16)
+            acc = T.alloc_fragment((m, n), T.float32)
+            T.copy(Q, q)
+            T.copy(K, k)
+            T.fence_proxy_async()
+            T.clear(acc)
+            for j in T.unroll(d // part):
+                T.gemm(q[:, j * part:(j + 1) * part], k[:, j * part:(j + 1) * part], acc,
+                       transpose_B=True)
+            T.copy(acc, S)
+    return kernel
+
+
+def test_gemm_on_parts_at_an_unrolled_loops_offsets():
+    q, k = torch.randn(64, 128, dtype=torch.float16), torch.randn(64, 128, dtype=torch.float16)
+    torch.testing.assert_close(split_k_parts()(q, k), q.float() @ k.float().T, rtol=1e-3,
+                               atol=1e-3)
+    if find_nvcc() is not None:
+        source = split_k_parts.compile(target="cuda:sm_90a").get_kernel_source()
+        assert "fence.proxy.async" in source

@@ -46,7 +46,7 @@ from ..ir.keys import KERNEL, PROGRAM_CONFIGS, SOURCE_FILE
 from ..ir.tile_ops import Region, _const_int, is_buffer
 from ..ir.visit import walk
 from . import expr as E
-from .primitives import Kernel, Loop, Tensor, serial, ws
+from .primitives import Kernel, Loop, Tensor, serial, unroll, ws
 from .tilelang_names import attr
 
 _OPERATORS = {
@@ -367,6 +367,10 @@ class Interpreter:
         if node.orelse:
             raise TileLabSyntaxError("for ... else is not supported in a kernel")
         iterable = self.eval_loop_iter(node.iter)
+        if isinstance(iterable, unroll) and _places_gemm_operands(node.body, node.target):
+            start, stop = _const_int(iterable.start), _const_int(iterable.stop)
+            if start is not None and stop is not None:
+                iterable = range(start, stop)  # written out now: each copy's offsets constant
         if isinstance(iterable, Loop):
             names = _target_names(node.target)
             loop = _LoopExit.of(iterable, self.kernel_ifs)
@@ -807,6 +811,29 @@ class _Snapshot:
 
 def _is_scalar_var(value) -> bool:
     return is_buffer(value) and value.scope() == "local.var"
+
+
+GEMMS = ("gemm", "wgmma_gemm")  # the ops whose parts of shared tiles sit at constant offsets
+
+
+def _places_gemm_operands(body, target) -> bool:
+    """Does the loop variable (a `for` target name) place a part of a tile a T.gemm in the
+    body multiplies (`T.gemm(Q_s[:, j * 64:(j + 1) * 64], ...)`)? A T.unroll loop of this
+    kind is written out while tracing, as TileLang's unrolling would: the offsets of such
+    parts must be constants."""
+    if not isinstance(target, ast.Name):
+        return False
+
+    def in_slices(arg) -> bool:
+        return any(isinstance(n, ast.Slice) and any(
+            isinstance(m, ast.Name) and m.id == target.id for m in ast.walk(n))
+            for sub in ast.walk(arg) if isinstance(sub, ast.Subscript)
+            for n in ast.walk(sub.slice))
+
+    return any(isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and
+               call.func.attr in GEMMS and
+               any(in_slices(a) for a in [*call.args, *(k.value for k in call.keywords)])
+               for stmt in body for call in ast.walk(stmt))
 
 
 def _target_names(target) -> list[str]:

@@ -806,7 +806,7 @@ MISSING: dict[str, tuple[str, str]] = {
                      "WSScope", "WSRole", "WSSchedule", "ws_op", "annotate_ws_schedule",
                      "tcgen05_gemm", "tcgen05_mma_arrive", "tcgen05_gemm_blockscaled",
                      "tcgen05_sf_warp_transpose", "tcgen05_cp_warpx4",
-                     "fence_proxy_async", "ClusterKernel",
+                     "ClusterKernel",
                      "block_rank_in_cluster", "mma_gemm_blockscaled",
                      "clc_try_cancel_multicast", "clc_is_canceled", "clc_get_first_ctaid_x"),
                     _HARDWARE),
