@@ -17,7 +17,9 @@ Programs are reproducible: program `index` of seed `seed` comes from a
 family "hopper" numbers programs of its own: GEMMs shaped for sm_90a's
 warpgroup MMA fed by TMA, which the general mix almost never reaches; so does the
 family "roles": the same GEMMs written with warp roles by hand (`T.ws`, mbarriers,
-`T.tma_copy` into slotted tiles), a producer warpgroup and one or two consumers; and
+`T.tma_copy` into slotted tiles), a producer warpgroup and one or two consumers, the
+roles inside the K loop or, half of them, each role running the whole loop (as
+TileLang's warp-specialized kernels are written; the CPU runs them by turns); and
 the family "attention": FlashAttention's forward loop, whose two T.gemm with a softmax
 between them are what the warp-specialized split's turns and register moves serve; and
 the family "threads": code written for one thread (`T.get_thread_binding`), each thread
@@ -651,30 +653,38 @@ def _emit_wsgemm(p, s):
     producer, consumer = f"T.ws({s['producer']})", \
         f"T.ws({', '.join(str(g) for g in s['consumer'])})"
     slot = f"k % {n}"
-    lines = [f"bars = T.alloc_barrier([128] * {n} + [{128 * len(s['consumer'])}] * {n})"]
-    if not s.get("clear_accum"):
-        lines += [f"with {consumer}:", f"    T.clear({s['dst']})"]
-    lines += [f"for k in T.serial({-(-p.K // p.bk)}):",
-              f"    with {producer}:",
-              f"        T.barrier_wait(bars[{slot} + {n}], k // {n} % 2 ^ 1)",
-              f"        T.tma_copy({a_src}, {s['a']}[{slot}, :, :], barrier=bars[{slot}])",
-              f"        T.tma_copy({b_src}, {s['b']}[{slot}, :, :], barrier=bars[{slot}])",
-              f"        T.barrier_arrive(bars[{slot}])",
-              f"    with {consumer}:",
-              f"        T.barrier_wait(bars[{slot}], k // {n} % 2)"]
+    loop = f"for k in T.serial({-(-p.K // p.bk)}):"
+    produce = [f"T.barrier_wait(bars[{slot} + {n}], k // {n} % 2 ^ 1)",
+               f"T.tma_copy({a_src}, {s['a']}[{slot}, :, :], barrier=bars[{slot}])",
+               f"T.tma_copy({b_src}, {s['b']}[{slot}, :, :], barrier=bars[{slot}])",
+               f"T.barrier_arrive(bars[{slot}])"]
+    consume = [f"T.barrier_wait(bars[{slot}], k // {n} % 2)"]
     a_operand = f"{s['a']}[{slot}, :, :]"
     if s.get("a_frag"):
-        lines.append(f"        T.copy({a_operand}, {s['a_frag']})")
+        consume.append(f"T.copy({a_operand}, {s['a_frag']})")
         a_operand = s["a_frag"]
-    lines += [f"        T.gemm({a_operand}, {s['b']}[{slot}, :, :], {s['dst']}"
-              f"{_gemm_keywords(s)})",
-              f"        T.barrier_arrive(bars[{slot} + {n}])",
-              f"with {consumer}:"]
-    if s.get("scale"):
-        lines += [f"    for i, j in T.Parallel({p.bm}, {p.bn}):",
-                  f"        {s['dst']}[i, j] = {s['dst']}[i, j] * {s['scale']}"]
-    lines.append(f"    T.copy({s['dst']}, {s['out']}[by * {p.bm}, bx * {p.bn}])")
-    return lines
+    consume += [f"T.gemm({a_operand}, {s['b']}[{slot}, :, :], {s['dst']}{_gemm_keywords(s)})",
+                f"T.barrier_arrive(bars[{slot} + {n}])"]
+    clear = [] if s.get("clear_accum") else [f"T.clear({s['dst']})"]
+    finish = [f"for i, j in T.Parallel({p.bm}, {p.bn}):",
+              f"    {s['dst']}[i, j] = {s['dst']}[i, j] * {s['scale']}"] if s.get("scale") else []
+    finish.append(f"T.copy({s['dst']}, {s['out']}[by * {p.bm}, bx * {p.bn}])")
+    lines = [f"bars = T.alloc_barrier([128] * {n} + [{128 * len(s['consumer'])}] * {n})"]
+    if s.get("whole_loops"):  # each role runs the whole loop (TileLang's kernels, role_turns)
+        roles = [[f"with {producer}:", f"    {loop}", *_indent(produce, 8)],
+                 [f"with {consumer}:", *_indent(clear, 4), f"    {loop}",
+                  *_indent(consume, 8), *_indent(finish, 4)]]
+        return lines + [line for role in (roles[::-1] if s.get("consumer_first") else roles)
+                        for line in role]
+    if clear:
+        lines += [f"with {consumer}:", *_indent(clear, 4)]
+    return lines + [loop, f"    with {producer}:", *_indent(produce, 8),
+                    f"    with {consumer}:", *_indent(consume, 8),
+                    f"with {consumer}:", *_indent(finish, 4)]
+
+
+def _indent(lines: list, spaces: int) -> list:
+    return [" " * spaces + line for line in lines]
 
 
 def _run_wsgemm(b, s):
@@ -1551,6 +1561,9 @@ def _roles_program(rng, seed, index) -> Program:
             "scale": rng.choice((None, 0.5, -2.0))}
     if not step["transpose_A"] and rng.random() < 0.2:  # A from the consumer's registers
         step["a_frag"] = g.buffer("fragment", "mk", dtype)["name"]
+    # drawn last, so that a seed's other choices stay what they were before these came in
+    step["whole_loops"] = rng.random() < 0.5  # each role its own loop over every K tile
+    step["consumer_first"] = step["whole_loops"] and rng.random() < 0.5
     g.step(**step)
     return p
 
