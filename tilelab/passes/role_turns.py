@@ -138,6 +138,8 @@ class _Role:
                 self.allocations.append(stmt)
                 continue
             if isinstance(stmt, tirx.Bind) and _waits(seq(stmts[i + 1:])):
+                if not str(stmt.var.ty).startswith(("int", "uint", "float", "bool")):
+                    raise _Unsupported(f"a {stmt.var.ty} bound across a wait")  # a pointer
                 kept = self._kept(stmt.var.name, str(stmt.var.ty))
                 stmts[i + 1:] = [substitute(s, {stmt.var: _load(kept)}) for s in stmts[i + 1:]]
                 stmt = _store(kept, stmt.value)
