@@ -657,6 +657,10 @@ EXPLAINED = {
     "deepseek_v32/sparse_mla_fwd_pipelined.py":
         "its producer role copies rows with T.ptx_cp_async, thread by thread; the roles "
         "take turns on the CPU (passes/role_turns.py)",
+    "warp_specialize/example_warp_specialize_flashmla.py":
+        "its two consumer roles hand score tiles to each other through mbarriers and take "
+        "turns on the CPU (passes/role_turns.py); its T.unroll loops over parts of the head "
+        "dimension are written out while tracing, each T.gemm part at a constant offset",
     "deepseek_v32/sparse_mla_fwd_seesaw.py":
         "as sparse_mla_fwd_pipelined; its producer keeps prefetched indices in a fragment "
         "only its thread code touches, each thread's own",
