@@ -53,6 +53,11 @@ def _waits(stmt) -> list:
     return found
 
 
+def has_waits(func) -> bool:
+    """Does the program wait at an mbarrier anywhere (else it has no roles to take turns)?"""
+    return bool(_waits(func.body))
+
+
 def _int32(name: str):
     return tirx.decl_buffer((1,), "int32", name=name, scope="local")
 

@@ -22,7 +22,7 @@ from ...passes.float8_as_bytes import Float8AsBytes
 from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
 from ...passes.packed_int4 import PackedInt4, has_packed
-from ...passes.role_turns import RoleTurns
+from ...passes.role_turns import RoleTurns, has_waits
 from ...passes.safe_global_access import SafeGlobalAccess
 from ...passes.thread_code import MarkThreadCode, ThreadLoops, takes_thread_index
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
@@ -42,7 +42,7 @@ def passes(program, vectorize: bool = True, safe_global: bool = False) -> list:
         # fragments and outputs read before written?
         CheckFragmentReads(program.buffer_locations,
                            {p.name: p.location for p in program.params if p.output}),
-        RoleTurns,                        # side-by-side warp roles that wait: by turns
+        *([RoleTurns] if has_waits(program.func) else []),  # warp roles that wait: by turns
         LowerTileOpsToLoops,              # each tile op -> the loop nest that defines it
         *([ThreadLoops()] if threads else []),  # ... and thread code: a loop over threads
         *([Float8AsBytes] if _has_float8(program) else []),  # float8 kept as bytes
