@@ -220,9 +220,9 @@ def test_four_bit_types_are_names_int4_tensors_come_packed_float4_ones_are_refus
     assert T.uint4 in [T.int8, T.uint4] and T.float4_e2m1fn == "float4_e2m1fn"
 
     @tilelab.jit
-    def widen(X):
+    def widen(X, dtype=T.int4):
         N = T.const("N")
-        X: T.Tensor((N,), T.int4)
+        X: T.Tensor((N,), dtype)
         Y = T.empty((N,), T.float32)
         with T.Kernel(1, threads=32):
             for i in T.Parallel(N):
@@ -232,19 +232,8 @@ def test_four_bit_types_are_names_int4_tensors_come_packed_float4_ones_are_refus
     values = torch.tensor([-8, 7, 3, -1, 0, 5, -4, 2], dtype=torch.int16)
     packed = ((values[0::2] & 15) | ((values[1::2] & 15) << 4)).to(torch.int8)
     assert torch.equal(widen(packed), values.float())
-
-    @tilelab.jit
-    def widen4(X):
-        N = T.const("N")
-        X: T.Tensor((N,), T.float4_e2m1fn)
-        Y = T.empty((N,), T.float32)
-        with T.Kernel(1, threads=32):
-            for i in T.Parallel(N):
-                Y[i] = X[i]
-        return Y
-
     with pytest.raises(TileLabError, match="no float4_e2m1fn tensors or tiles") as info:
-        widen4(torch.zeros(8, dtype=torch.int8))
+        widen(torch.zeros(8, dtype=torch.int8), dtype=T.float4_e2m1fn)
     assert "test_tilelang_compat.py" in str(info.value) and "uint8" in str(info.value)
 
 
