@@ -567,10 +567,11 @@ EXPLAINED = {
         "its hard-coded split (2048 + 6144 rows) needs the uncut 8192 rows. The kernel "
         "divides by the scale as the example writes it, x / (amax / 448), and its reference "
         "multiplies, x * (448 / amax): the two round differently at float8 ties (0.06% of "
-        "the values, one float8 step, and the check asks every value within 1%); the "
-        "kernel's output is bit-identical to torch evaluating the kernel's own arithmetic "
-        "(checked at 1024 x 1024, split 256 + 768: 0 of 1,572,864 differ, 984 from the "
-        "reference's arithmetic)",
+        "the values, one float8 step); the kernel's output is bit-identical to torch "
+        "evaluating the kernel's own arithmetic (checked at 1024 x 1024, split 256 + 768: 0 "
+        "of 1,572,864 differ, 984 from the reference's arithmetic). TileLang's "
+        "torch_assert_close lets 0.1% of the values differ by default; tilelab's stand-in "
+        "let none until the thirty-first session, and the row said WRONG",
     "deepseek_v4/act_quant.py":
         "the kernel computes the scale as the example writes it, amax * (1 / 448), and its "
         "reference as amax / 448: one float32 step apart, which moves 47 of 16,384 values "

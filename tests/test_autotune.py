@@ -242,6 +242,24 @@ def test_a_given_reference_decides_what_is_correct():
     assert statuses == {1: "wrong result", 2: "ok"}
 
 
+def test_a_share_of_values_may_differ_where_the_tune_allows_it():
+    """Against A * 2 (of 200 values), the scale-1 candidate is wrong everywhere; a reference
+    wrong in one value passes the scale-2 candidate only where 1% may differ (TileLang's
+    autotuner allows that much, tilelab's none unless told)."""
+    def nearly(A):
+        expected = A * 2
+        expected[7] += 1.0
+        return expected
+
+    a = torch.randn(200)
+    with pytest.raises(TileLabError, match="no configuration of scaled_copy ran correctly"):
+        tuned(scaled_copy, [{"scale": 2}], ref_prog=nearly)(a)
+    tuner = tuned(scaled_copy, [{"scale": 2}], ref_prog=nearly, max_mismatched_ratio=0.01)
+    torch.testing.assert_close(tuner(a), a * 2)
+    statuses = {r["config"]["scale"]: r["status"] for r in tuner.autotune_result.rows}
+    assert statuses == {1: "wrong result", 2: "ok"}
+
+
 @tilelab.jit
 def accumulate_into(N, block=32, scale=1):
     """Factory, no `out_idx`: adds `scale * A` into S, which it is given (TileLang's

@@ -237,6 +237,20 @@ def test_four_bit_types_are_names_int4_tensors_come_packed_float4_ones_are_refus
     assert "test_tilelang_compat.py" in str(info.value) and "uint8" in str(info.value)
 
 
+def test_torch_assert_close_allows_what_tilelangs_does():
+    """TileLang's `torch_assert_close`: rtol 1e-2, atol 1e-3, and 0.1% of the elements may
+    differ (its cast examples' float8 ties need that allowance)."""
+    from tilelang.utils.tensor import torch_assert_close
+
+    expected = torch.ones(2000)
+    torch_assert_close(expected + 0.005, expected)  # inside rtol
+    torch_assert_close(torch.cat([expected[:2] + 1, expected[2:]]), expected)  # 2 of 2000
+    with pytest.raises(AssertionError, match="3 of 2000 elements differ"):
+        torch_assert_close(torch.cat([expected[:3] + 1, expected[3:]]), expected)
+    with pytest.raises(AssertionError):
+        torch_assert_close(expected + 0.02, expected)
+
+
 def test_determine_fp8_type_names_nvidias_formats():
     from tilelang.language.fp8 import determine_fp8_type
 
@@ -931,6 +945,17 @@ def test_the_profiler_checks_and_times_as_tilelang_examples_call_it():
     profiler.assert_allclose(lambda a: a * 6, rtol=1e-5, atol=1e-5)
     with pytest.raises(AssertionError):
         profiler.assert_allclose(lambda a: a * 6 + 1e-3, rtol=1e-5, atol=1e-5)
+    # as in TileLang, 1% of the elements may differ unless the call says otherwise
+    a = torch.randn(300)
+
+    def off_by(count):
+        return lambda x: torch.cat([x[:count] * 6 + 1, x[count:] * 6])
+
+    profiler.assert_allclose(off_by(3), [a], rtol=1e-5, atol=1e-5)  # 3 of 300
+    with pytest.raises(AssertionError, match="4 of 300 elements differ"):
+        profiler.assert_allclose(off_by(4), [a], rtol=1e-5, atol=1e-5)
+    with pytest.raises(AssertionError):
+        profiler.assert_allclose(off_by(1), [a], rtol=1e-5, atol=1e-5, max_mismatched_ratio=0)
     calls = []
     profiler.do_bench(lambda a: calls.append(1), n_warmup=2, n_repeat=3)
     assert len(calls) == 5  # TileLang's iteration counts
