@@ -301,10 +301,9 @@ class BenchWorker:
                 if tune not in self._expected:
                     self._expected = {tune: _result(self._callable(task["reference"]), inputs,
                                                     returns)}
-                comparison = compare(output, self._expected[tune], task["rtol"], task["atol"])
-                allowed = int(comparison["total"] * task.get("max_mismatched_ratio", 0.0))
-                if not comparison["passed"] and (comparison["message"] or
-                                                 comparison["mismatched"] > allowed):
+                comparison = compare(output, self._expected[tune], task["rtol"], task["atol"],
+                                     task["max_mismatched_ratio"])
+                if not comparison["passed"]:
                     return {"status": "wrong result", "reason": (
                         f"differs from the reference: max abs error "
                         f"{comparison['max_abs_error']}, {comparison['mismatched']} of "

@@ -75,14 +75,13 @@ class _Role:
     """One role cut into steps: `steps[n]` is step n's statement, which ends by setting
     the role's next step (`self.step`), or, at a wait not yet complete, `blocked`."""
 
-    def __init__(self, attr, number: int, blocked):
+    def __init__(self, attr, number: str, blocked):
         self.first, self.end = attr.node, attr.value
         self.step = _int32(f"role{number}_step")
         self.blocked = blocked
         self.steps: list = []
         self.allocations: list = []  # tiles and kept values, allocated before the roles
         self.waits: list = []  # (step, the T.barrier_wait)
-        self.number = number
         self.entry = self.cut(attr.body, DONE)
 
     def _new(self) -> int:

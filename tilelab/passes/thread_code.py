@@ -536,7 +536,7 @@ def _registers_of_each_thread(body):
     thread runs (TileLang's hand-written producers keep the indices they prefetch so):
     each thread has the whole fragment, as T.alloc_local gives it, which code written
     for one thread may read and write."""
-    fragments, whole_block_work = {}, set()
+    fragments, whole_block_work, views = {}, set(), []
 
     def visit(node):
         if isinstance(node, tirx.AllocBuffer) and is_fragment(node.buffer):
@@ -548,7 +548,6 @@ def _registers_of_each_thread(body):
         elif isinstance(node, tirx.DeclBuffer) and is_fragment(node.buffer):
             views.append(node)  # a view of a fragment (T.view, T.reshape): left as it is
 
-    views: list = []
     walk(body, object, visit)
     if views:
         return body
