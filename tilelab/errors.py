@@ -37,6 +37,17 @@ class SourceLocation:
         return f"    {stripped}\n    {caret}"
 
 
+def tvm_span(location: SourceLocation | None):
+    """A TVM span for a user's statement (None where there is no location): the CPU's
+    access checks report its line."""
+    import tvm
+
+    if location is None:
+        return None
+    return tvm.ir.Span(tvm.ir.SourceName(location.filename), location.line, location.line,
+                       location.col, location.col)
+
+
 class TileLabError(Exception):
     """A mistake in a tile program or in how it is called."""
 

@@ -312,6 +312,15 @@ class Builder:
         self.pending_name = None
         return self.fresh_name(name)
 
+    def allocate(self, default_name: str, shape: tuple, dtype: str, scope: str):
+        """A new buffer, named after the variable being assigned (else `default_name`),
+        allocated where the statement being traced stands."""
+        name = self.take_name(default_name)
+        buffer = tirx.decl_buffer(shape, dtype, name=name, scope=scope)
+        self.buffer_locations[name] = self.location
+        self.emit(tirx.AllocBuffer(buffer))
+        return buffer
+
 
 def _is_integer(value) -> bool:
     import numbers

@@ -39,6 +39,7 @@ from ..errors import (
     TileLabSyntaxError,
     TileLabTypeError,
     UnknownSize,
+    tvm_span,
 )
 from ..ir.builder import Builder, ParamInfo, SymbolicSize, activate, seq
 from ..ir.dtypes import PACKED, DType
@@ -220,7 +221,7 @@ class Interpreter:
                     raise TileLabSyntaxError("assign to one element at a time, or use T.copy / "
                                              "T.fill for a whole region")
                 self.builder.emit(tirx.BufferStore(obj, E.to_expr(value, obj.dtype), indices,
-                                                   span=_span(self.builder.location)))
+                                                   span=tvm_span(self.builder.location)))
             else:
                 obj[self.eval(target.slice)] = value
         else:
@@ -426,7 +427,7 @@ class Interpreter:
         finally:
             self.kernel_ifs -= 1
         self.builder.emit(tirx.IfThenElse(cond, seq(then_stmts), else_stmt,
-                                          span=_span(self.source.location(node))))
+                                          span=tvm_span(self.source.location(node))))
 
     # A `while` whose condition is known at compile time runs here, as Python; one that
     # reads kernel values (a local variable, a tensor) becomes a loop of the kernel.
@@ -489,7 +490,7 @@ class Interpreter:
                      "update it with x[0] = ... or x = ...")
         if loop.state is not None:  # a break ends the loop before its condition is re-read
             cond = tirx.And(tirx.LT(tirx.BufferLoad(loop.state, [0]), 2), cond)
-        self.emit_loop(tirx.While(cond, seq(stmts), span=_span(self.source.location(node))),
+        self.emit_loop(tirx.While(cond, seq(stmts), span=tvm_span(self.source.location(node))),
                        loop)
 
     def exec_With(self, node):  # noqa: N802
@@ -713,16 +714,6 @@ def _fold(op):
 _ON_KERNEL_VALUES = {builtins.abs: E.abs, builtins.min: _fold(E.min), builtins.max: _fold(E.max)}
 
 _MISSING = object()
-
-
-def _span(location: SourceLocation | None):
-    """A TVM span for a user's statement: the CPU's access checks report its line."""
-    import tvm
-
-    if location is None:
-        return None
-    return tvm.ir.Span(tvm.ir.SourceName(location.filename), location.line, location.line,
-                       location.col, location.col)
 
 
 def _is_data(value) -> bool:

@@ -648,11 +648,7 @@ def _alloc(primitive, shape, dtype, scope, builder=None):
             raise TileLabTypeError(
                 f"this shared tile alone is {nbytes // 1024} KB; no GPU block has more than "
                 f"{MAX_SHARED_BYTES // 1024} KB", hint="use a smaller tile")
-    name = builder.take_name(primitive.replace("alloc_", ""))
-    buffer = tirx.decl_buffer(shape, str(dtype), name=name, scope=scope)
-    builder.buffer_locations[name] = builder.location
-    builder.emit(tirx.AllocBuffer(buffer))
-    return buffer
+    return builder.allocate(primitive.replace("alloc_", ""), shape, str(dtype), scope)
 
 
 def alloc_shared(shape, dtype, scope="shared.dyn"):

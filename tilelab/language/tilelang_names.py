@@ -19,7 +19,7 @@ import math
 
 from tvm import tirx
 
-from ..errors import TileLabSyntaxError, TileLabTypeError
+from ..errors import TileLabSyntaxError, TileLabTypeError, tvm_span
 from ..ir import dtypes
 from ..ir.builder import SymbolicDim, current
 from ..ir.expr import dtype_of
@@ -398,7 +398,6 @@ def _shuffle(op, value, width, source):
     """The exchange of one `T.<op>`: emits the store of the caller's `value` and returns
     the load of its source lane's entry, `source(lane, first, width)` for the caller's lane
     (0..31) and the first lane of its `width`-lane segment."""
-    from .frontend import _span
 
     builder = current(op)
     if builder.parallel_depth:
@@ -426,7 +425,7 @@ def _shuffle(op, value, width, source):
     # wrote, as CUDA leaves that value undefined
     warps = -(-math.prod(extents) // WARP_SIZE)
     exchange = _exchange(builder, "shfl_exchange", warps * WARP_SIZE, dtype_of(value))
-    builder.emit(tirx.BufferStore(exchange, value, [t], span=_span(builder.location)))
+    builder.emit(tirx.BufferStore(exchange, value, [t], span=tvm_span(builder.location)))
     lane = E.binary("%", t, WARP_SIZE)
     first = E.binary("-", lane, E.binary("%", lane, size))
     # the warp's first thread as (t // 32) * 32: TVM's FlattenBuffer divides by zero on
@@ -773,11 +772,9 @@ def sync_threads(barrier_id=None, arrive_count=None):
     if barrier_id is None and arrive_count is None:
         builder.emit(sync())
     else:  # passes/thread_code.py checks the count and makes it a barrier of the block
-        from .frontend import _span
-
         builder.emit(tirx.Evaluate(tirx.call_intrin(
             "int32", "tirx.tvm_storage_sync", "shared", E.as_ir(barrier_id),
-            E.as_ir(arrive_count)), span=_span(builder.location)))
+            E.as_ir(arrive_count)), span=tvm_span(builder.location)))
 
 
 def assume(condition):

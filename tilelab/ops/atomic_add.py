@@ -76,8 +76,6 @@ def atomic_add(dst, value, memory_order="relaxed", return_prev=False, use_tma=Fa
 def _add_returning_prev(builder, dst, value, scalar: bool):
     """`T.atomic_add(dst[i], v, return_prev=True)`: the add, and the element's old value
     in a fresh register of the thread's own (which the caller assigns or uses)."""
-    from ..language.primitives import alloc_local
-
     if not scalar:
         raise TileLabTypeError(
             "T.atomic_add(..., return_prev=True) returns the old value of one element: give "
@@ -88,7 +86,7 @@ def _add_returning_prev(builder, dst, value, scalar: bool):
             "belongs in code written for one thread (after tx = T.get_thread_binding())",
             hint="in a tile program, T.atomic_add returns nothing")
     region = Region(dst.source, tuple(dst.indices), (1,) * len(dst.indices))
-    prev = alloc_local((1,), region.dtype)
+    prev = builder.allocate("local", (1,), str(region.dtype), "local")
     builder.emit(tile_call("atomic_add", region, to_expr(value, region.dtype),
                            Region.whole(prev), returns_prev=True))
     return tirx.BufferLoad(prev, [0])

@@ -52,10 +52,7 @@ def alloc_barrier(arrive_count):
     if builder.role is not None or len(builder.blocks) > 2:
         raise TileLabSyntaxError("T.alloc_barrier belongs at the top of the kernel, before "
                                  "any loop or T.ws: every thread must see it initialized")
-    bars = tirx.decl_buffer((len(counts),), "uint64", name=builder.take_name("barrier"),
-                            scope="shared.dyn")
-    builder.buffer_locations[bars.name] = builder.location
-    builder.emit(tirx.AllocBuffer(bars))
+    bars = builder.allocate("barrier", (len(counts),), "uint64", "shared.dyn")
     builder.barriers[bars.name] = counts
     builder.emit(tile_call("barrier_init", Region.whole(bars), counts=_text(counts)))
     return bars
