@@ -356,6 +356,12 @@ def test_compare_reports_shapes_and_nan():
     assert not bad["passed"] and "shape" in bad["message"]
     nan = compare(torch.tensor([float("nan"), 1.0]), torch.tensor([0.0, 1.0]))
     assert not nan["passed"] and nan["max_abs_error"] is None and "NaN" in nan["message"]
+    # the reference's own NaN and infinities, matched value for value, are no error
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 1.0])
+    same = compare(special.clone(), special)
+    assert same["passed"] and same["max_abs_error"] == 0.0 and same["mismatched"] == 0
+    other = compare(torch.tensor([float("nan"), -float("inf"), 0.0, 1.0]), special)
+    assert not other["passed"] and other["max_abs_error"] is None
     assert compare((torch.ones(2), torch.zeros(2)), (torch.ones(2), torch.zeros(2)))["total"] == 4
 
 

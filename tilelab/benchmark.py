@@ -104,7 +104,11 @@ def compare(actual, expected, rtol: float = 1e-2, atol: float = 1e-2,
                     "message": f"the output has shape {tuple(a.shape)}, the reference "
                                f"{tuple(e.shape)}"}
         close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-        error = (a - e).abs().nan_to_num(nan=float("inf"))
+        # NaN where the reference has NaN, and an infinity where it has the same one, agree
+        # (as `close` says); any other NaN or infinity is an infinite error
+        same = (a == e) | (a.isnan() & e.isnan())
+        inf = float("inf")
+        error = (a - e).abs().masked_fill(same, 0.0).nan_to_num(nan=inf, posinf=inf)
         nonzero = e != 0
         relative = (error[nonzero] / e[nonzero].abs()) if bool(nonzero.any()) else error[:0]
         result["mismatched"] += int((~close).sum())
