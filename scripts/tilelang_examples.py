@@ -21,7 +21,9 @@ these things changed around it (the file itself is not edited):
   compute capability too), so that examples which stop themselves without CUDA run
   their kernels, and an autotuner tries the first two of its configurations;
 * without a GPU, references written in Triton (the example's own kernels, or
-  flash-linear-attention's) run in Triton's interpreter (TRITON_INTERPRET=1).
+  flash-linear-attention's) run in Triton's interpreter (TRITON_INTERPRET=1), each
+  autotuned one in the first of its configurations, untimed, and the libdevice
+  functions the interpreter lacks (exp2, fast_expf, ...) as their `tl.math` twins.
 
 Examples whose references need other packages say so ("needs a package"). The
 rows of `bench/results/tilelang_compat_cpu.json` were made with these beside
@@ -200,20 +202,41 @@ def _keep_tensors_on_cpu(examples: Path):
 def _triton_interpreted():
     """Examples whose references are Triton kernels (their own, or flash-linear-attention's)
     run those through Triton's interpreter on the CPU tensors. The interpreter has no
-    driver to time an autotuner's configurations with; any of them computes the same
-    reference, so none is timed (each is run once and the first kept)."""
+    driver to time an autotuner's configurations with, and any of them computes the same
+    reference: the autotuner keeps the first configuration its pruning leaves and times
+    nothing (each interpreted run of a reference costs minutes at the examples' sizes)."""
     os.environ.setdefault("TRITON_INTERPRET", "1")
     os.environ.setdefault("FLA_CACHE_RESULTS", "0")  # its disk cache wants a driver too
     try:
         from triton.runtime import autotuner
     except ImportError:  # the example will say that it needs Triton
         return
+    prune = autotuner.Autotuner.prune_configs
 
-    def run_once(kernel_call, quantiles=None, **_options):
-        kernel_call()
+    def first_configuration(self, kwargs):
+        return prune(self, kwargs)[:1]
+
+    def untimed(kernel_call, quantiles=None, **_options):
         return [1.0, 1.0, 1.0] if quantiles else 1.0
 
-    autotuner.Autotuner.do_bench = property(lambda self: run_once)
+    autotuner.Autotuner.prune_configs = first_configuration
+    autotuner.Autotuner.do_bench = property(lambda self: untimed)
+    _libdevice_as_math()
+
+
+def _libdevice_as_math():
+    """Triton's libdevice functions are stubs until a GPU backend fills them in, and its
+    interpreter has none (a kernel calling `tldevice.exp2` gets None back): they become
+    their `tl.math` twins, as flash-linear-attention's own helpers are without
+    FLA_USE_FAST_OPS. Plain functions serve: the interpreter runs the kernel's Python,
+    with `tl.math` patched while it runs."""
+    import triton.language as tl
+    from triton.language.extra import libdevice
+
+    twins = {"exp2": "exp2", "fast_expf": "exp", "fast_logf": "log", "fast_log2f": "log2"}
+    for name, twin in twins.items():
+        setattr(libdevice, name,
+                lambda x, _twin=twin: getattr(tl.math, _twin)(x.to(tl.float32)))
 
 
 class _ClockEvent:
