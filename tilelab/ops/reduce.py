@@ -21,6 +21,7 @@ layout and the results move over through a shared scratch tile (move_through_sha
 
 from __future__ import annotations
 
+import functools
 import math
 
 from tvm import tirx
@@ -176,6 +177,7 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
     s_local, d_local = ctx.local(src.buffer), ctx.local(dst.buffer)
     dtype = str(d_local.dtype)
 
+    @functools.cache
     def dst_element(element):
         kept = tuple(e for d, e in enumerate(element) if d != dim)
         kept = tuple(k for k, s in zip(kept, [x for d, x in enumerate(sf.shape) if d != dim])
@@ -427,9 +429,10 @@ def _xor_masks(sf: Fragment, dst_element, df: Fragment) -> list[int]:
     """
     import itertools
 
+    first_copy = sf.tables()[0][0]  # the thread of each element's first copy
     holders: dict = {}
     for element in itertools.product(*(range(s) for s in sf.shape)):
-        holders.setdefault(dst_element(element), set()).add(sf.thread_of(*element))
+        holders.setdefault(dst_element(element), set()).add(int(first_copy[element]))
     basis: list[int] = []
     for group in holders.values():
         t0 = min(group)

@@ -111,6 +111,9 @@ class ThreadLowering:
         self.scratch: list = []  # shared buffers added for reductions
         self.in_parallel = False
         self._inverse_cache: dict = {}
+        # (fragment, id of the loop's layout, its register, the access's shifts) -> the
+        # fragment's register that access reaches (the same on every thread)
+        self._reached: dict = {}
         self._pools: dict = {}  # (name, dtype) -> the scratch tiles `finish` makes one
 
     # ------------------------------------------------------------ shared scratch
@@ -465,17 +468,16 @@ class ThreadLowering:
             if shifts is None or (not written and any(shifts[1]) and kept_whole_alike(frag)):
                 # a computed index: every thread keeps the whole fragment
                 return simplify(frag.local_of(*indices))  # (checked by layout inference)
-            owners = owner_table(frag)
-            found = set()
-            for t in range(layout.threads):
-                element = elements[t][reg]
-                if element is None:
-                    continue
-                found.add(owners[shifted_element(element, *shifts, frag.shape)][t])
-            if len(found) != 1:
-                raise TileLabTypeError(f"fragment {buffer.name!r} does not line up with the loop "
-                                       "layout of its T.Parallel loop")
-            return found.pop()
+            key = (buffer.name, id(layout), reg, shifts)
+            if key not in self._reached:
+                owners = owner_table(frag)
+                found = {owners[shifted_element(elements[t][reg], *shifts, frag.shape)][t]
+                         for t in range(layout.threads) if elements[t][reg] is not None}
+                if len(found) != 1:
+                    raise TileLabTypeError(f"fragment {buffer.name!r} does not line up with "
+                                           "the loop layout of its T.Parallel loop")
+                self._reached[key] = found.pop()
+            return self._reached[key]
 
         def on_load(load):
             if is_load(load) and is_fragment(load.source):

@@ -142,40 +142,53 @@ def _last_written(body) -> list:
     return [tiles[name] for name, kind in last.items() if kind == "write"]
 
 
-def _touched(stmt) -> dict:
-    """The shared tiles a statement accesses anywhere inside it: name -> data variable."""
-    found: dict = {}
+class _TilesOf:
+    """The shared tiles a statement accesses anywhere inside it, and those it allocates
+    (an AllocBuffer holds for the rest of its statement list, so a tile allocated inside
+    a statement is out of scope after it): name -> data variable, each. Kept for every
+    statement list asked about, so an enclosing list's walk skips what it already knows
+    (each list of the kernel is asked once, innermost first)."""
 
-    def note(buffer):
-        if _is_shared(buffer):
-            found.setdefault(_name(buffer.data), buffer.data)
+    def __init__(self):
+        self.known: dict = {}  # SeqStmt -> (touched, allocated)
 
-    def visit(node):
-        if isinstance(node, tirx.BufferStore):
-            note(node.buffer)
-        elif isinstance(node, tvm.ir.TensorLoad):
-            note(node.source)
-        elif is_access_ptr(node):
-            var = node.args[1]
-            if isinstance(var, tirx.Var) and "shared" in str(getattr(var.ty, "storage_scope",
-                                                                     "")):
-                found.setdefault(_name(var), var)
-        return None
+    def __call__(self, stmt) -> tuple[dict, dict]:
+        if stmt in self.known:
+            return self.known[stmt]
+        touched: dict = {}
+        allocated: dict = {}
 
-    tvm_ffi.structural_walk(stmt, (object, visit), order="pre")
-    return found
+        def note(var):
+            touched.setdefault(_name(var), var)
 
+        def visit(node):
+            if isinstance(node, tirx.SeqStmt) and node in self.known and \
+                    not node.same_as(stmt):
+                inner_touched, inner_allocated = self.known[node]
+                for name, var in inner_touched.items():
+                    touched.setdefault(name, var)
+                for name, var in inner_allocated.items():
+                    allocated.setdefault(name, var)
+                return tvm_ffi.WalkResult.SKIP
+            if isinstance(node, tirx.AllocBuffer):
+                allocated.setdefault(_name(node.buffer.data), node.buffer.data)
+            elif isinstance(node, tirx.BufferStore):
+                if _is_shared(node.buffer):
+                    note(node.buffer.data)
+            elif isinstance(node, tvm.ir.TensorLoad):
+                if _is_shared(node.source):
+                    note(node.source.data)
+            elif is_access_ptr(node):
+                var = node.args[1]
+                if isinstance(var, tirx.Var) and "shared" in str(
+                        getattr(var.ty, "storage_scope", "")):
+                    note(var)
+            return None
 
-def _allocated(stmt) -> dict:
-    """The tiles allocated in `stmt` (an AllocBuffer holds for the rest of its statement
-    list, so a tile allocated inside a statement is out of scope after it): name -> data."""
-    found: dict = {}
-
-    def visit(alloc):
-        found.setdefault(_name(alloc.buffer.data), alloc.buffer.data)
-
-    tvm_ffi.structural_walk(stmt, (tirx.AllocBuffer, visit), order="pre")
-    return found
+        tvm_ffi.structural_walk(stmt, (object, visit), order="pre")
+        if isinstance(stmt, tirx.SeqStmt):
+            self.known[stmt] = (touched, allocated)
+        return touched, allocated
 
 
 def _holds_own_code(stmt) -> bool:
@@ -186,11 +199,17 @@ def _holds_own_code(stmt) -> bool:
     return bool(found)
 
 
-def _keep_until_barrier(seq):
+def _keep_until_barrier(seq, own_code: bool = True, tiles_of: _TilesOf | None = None):
     """Before each barrier of a statement list, a marker touching the tiles accessed since
     the previous one (see the module doc) that are still in scope there; after the list's
-    last statement too, where the run since the last barrier holds the program's own code."""
+    last statement too, where the run since the last barrier holds the program's own code
+    (`own_code`: does the function hold any?)."""
+    if not own_code and not any(is_sync(stmt) for stmt in seq.seq):
+        return seq  # no marker to place: spare the walks over each statement
+    tiles_of = tiles_of or _TilesOf()
     stmts, pending, own, changed = [], {}, False, False
+    touched_here: dict = {}  # the list's own summary, for lists around it
+    allocated_here: dict = {}
 
     def keep():
         nonlocal changed
@@ -203,13 +222,17 @@ def _keep_until_barrier(seq):
             keep()
             pending, own = {}, False
         elif not _is_marker(stmt):
-            inner = _allocated(stmt)
-            pending.update({k: v for k, v in _touched(stmt).items() if k not in inner})
-            own = own or _holds_own_code(stmt)
+            touched, inner = tiles_of(stmt)
+            pending.update({k: v for k, v in touched.items() if k not in inner})
+            own = own or (own_code and _holds_own_code(stmt))
+            touched_here.update(touched)
+            allocated_here.update(inner)
         stmts.append(stmt)
     if own:
         keep()
-    return tirx.SeqStmt(stmts) if changed else seq
+    result = tirx.SeqStmt(stmts) if changed else seq
+    tiles_of.known[result] = (touched_here, allocated_here)  # markers touch no memory
+    return result
 
 
 def _keep_to_the_end(body, tiles):
@@ -245,7 +268,9 @@ def _keep_to_the_end(body, tiles):
 def SeparateSharedLifetimes(func, mod, ctx):  # noqa: N802 - a pass, named like TVM's
     """Expects flat buffers (after FlattenBuffer), before MergeSharedMemoryAllocations."""
     body = tvm_ffi.structural_map(func.body, (tirx.BufferStore, _mark), order="post")
-    body = tvm_ffi.structural_map(body, (tirx.SeqStmt, _keep_until_barrier), order="post")
+    own_code, tiles_of = _holds_own_code(body), _TilesOf()
+    body = tvm_ffi.structural_map(body, (tirx.SeqStmt, lambda seq: _keep_until_barrier(
+        seq, own_code, tiles_of)), order="post")
     dead = _last_written(body)
     if dead:
         body = _keep_to_the_end(body, dead)
@@ -263,7 +288,8 @@ def _parted(launch):
     if producers:
         return launch
     stmts = statements(launch.body)
-    touched = [set(_touched(s)) for s in stmts]
+    tiles_of = _TilesOf()
+    touched = [set(tiles_of(s)[0]) for s in stmts]
     out, changed = [], False
     for k, stmt in enumerate(stmts):
         out.append(stmt)
