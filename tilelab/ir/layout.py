@@ -1002,11 +1002,11 @@ def thread_elements(frag: Fragment) -> list[list[tuple]]:
     if key not in _TABLE_CACHE:
         table = [[None] * frag.local_size for _ in range(frag.threads)]
         thread, local = frag.tables()
-        for flat in range(thread[0].size):
-            idx = np.unravel_index(flat, frag.shape)
-            for r in range(frag.replicate):
-                t, loc = int(thread[(r, *idx)]), int(local[(r, *idx)])
-                table[t][loc] = tuple(int(i) for i in idx)
+        indices = list(itertools.product(*(range(s) for s in frag.shape)))  # C order
+        for r in range(frag.replicate):
+            for idx, t, loc in zip(indices, thread[r].ravel().tolist(),
+                                   local[r].ravel().tolist()):
+                table[t][loc] = idx
         _TABLE_CACHE[key] = table
         _KEEP_ALIVE.append(frag.forward)  # so that id() keys stay unique
     return _TABLE_CACHE[key]

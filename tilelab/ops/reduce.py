@@ -177,16 +177,15 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
     s_local, d_local = ctx.local(src.buffer), ctx.local(dst.buffer)
     dtype = str(d_local.dtype)
 
+    # the result element of a source element: its index without `dim` and without the
+    # source's unit dimensions, placed in the result's dimensions that are not units
+    kept = [d for d, s in enumerate(sf.shape) if d != dim and s != 1]
+    filled = [s != 1 for s in df.shape]
+
     @functools.cache
     def dst_element(element):
-        kept = tuple(e for d, e in enumerate(element) if d != dim)
-        kept = tuple(k for k, s in zip(kept, [x for d, x in enumerate(sf.shape) if d != dim])
-                     if s != 1)
-        shape = [s for s in df.shape if s != 1]
-        full, it = [], iter(kept)
-        for s in df.shape:
-            full.append(next(it) if s != 1 and shape else 0)
-        return tuple(full)
+        parts = iter([element[d] for d in kept])
+        return tuple(next(parts) if fill else 0 for fill in filled)
 
     if _keeps_rows(sf, df, dst_element):
         return seq(_reduce_registers(ctx, src, sf, s_local, dst.buffer.name, df, d_local,
