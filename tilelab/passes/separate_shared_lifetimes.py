@@ -225,8 +225,10 @@ def _keep_until_barrier(seq, own_code: bool = True, tiles_of: _TilesOf | None = 
             touched, inner = tiles_of(stmt)
             pending.update({k: v for k, v in touched.items() if k not in inner})
             own = own or (own_code and _holds_own_code(stmt))
-            touched_here.update(touched)
-            allocated_here.update(inner)
+            for name, var in touched.items():  # (the first seen of a name, as a walk has it)
+                touched_here.setdefault(name, var)
+            for name, var in inner.items():
+                allocated_here.setdefault(name, var)
         stmts.append(stmt)
     if own:
         keep()
