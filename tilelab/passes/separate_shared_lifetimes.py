@@ -162,8 +162,7 @@ class _TilesOf:
             touched.setdefault(_name(var), var)
 
         def visit(node):
-            if isinstance(node, tirx.SeqStmt) and node in self.known and \
-                    not node.same_as(stmt):
+            if isinstance(node, tirx.SeqStmt) and node in self.known:  # (not `stmt`: above)
                 inner_touched, inner_allocated = self.known[node]
                 for name, var in inner_touched.items():
                     touched.setdefault(name, var)
