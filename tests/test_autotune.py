@@ -434,6 +434,38 @@ def test_cuda_compile_phase_builds_cubins_in_workers_without_a_gpu():
     assert "built" not in third and "cannot be split among 4 warps" in third["reason"]
 
 
+_TUNING_PROCESS = os.getpid()
+
+
+@tilelab.jit(out_idx=[-1])
+def asks_the_gpu_while_traced(N, block=32):
+    """A factory whose Python asks CUDA something while it builds the program (TileLang's
+    AMD FlashAttention asks torch for the GPU's name). In a process forked after its parent
+    used CUDA, torch refuses; here that refusal is played in every forked worker."""
+    if os.getpid() != _TUNING_PROCESS:
+        raise RuntimeError("Cannot re-initialize CUDA in forked subprocess. To use CUDA "
+                           "with multiprocessing, you must use the 'spawn' start method")
+
+    @T.prim_func
+    def kernel(A: T.Tensor((N,), T.float32), C: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, block), threads=32) as b:
+            tile = T.alloc_fragment((block,), T.float32)
+            T.copy(A[b * block], tile)
+            T.copy(tile, C[b * block])
+    return kernel
+
+
+def test_a_candidate_a_forked_worker_cannot_trace_for_cuda_is_compiled_here():
+    from tilelab.autotuner import KernelSpec
+
+    spec = KernelSpec.of(asks_the_gpu_while_traced)
+    done = []
+    out = LocalBackend(compile_workers=2).compile(
+        [(spec, (100,), {"block": b}, "cpu") for b in (32, 64)], lambda i, o: done.append(i))
+    assert sorted(done) == [0, 1]
+    assert all("built" in o for o in out), out
+
+
 def test_the_largest_candidates_are_compiled_first():
     """A long compile handed out last would run alone at the end of the compile phase: jobs
     go to the workers largest knobs first (their product; flags and strings aside)."""

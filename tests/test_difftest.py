@@ -244,8 +244,9 @@ def test_the_hopper_family_reaches_tma_and_the_split(capsys, monkeypatch):
 def test_the_roles_family_writes_warp_roles_by_hand(capsys):
     """`--family roles`: the hopper family's GEMMs with a producer warpgroup and a consumer
     role of one or two warpgroups written with T.ws, mbarriers and T.tma_copy into slotted
-    tiles, in either order of the block's numbering; most copies TMA's. A few compiled for
-    sm_90a and run on the CPU against torch, as in CI."""
+    tiles (or copied by the producer's threads), in either order of the block's numbering;
+    most copies TMA's. A few compiled for sm_90a and run on the CPU against torch, as in
+    CI."""
     import tilelab
 
     programs = [generate(0, i, "roles") for i in range(16)]
@@ -255,7 +256,10 @@ def test_the_roles_family_writes_warp_roles_by_hand(capsys):
     assert {s["producer"] == 0 for s in steps} == {True, False}
     assert {len(s["consumer"]) for s in steps} == {1, 2}
     assert len({p.slots for p in programs}) >= 3
-    assert all("with T.ws(" in p.source() and "T.tma_copy(" in p.source() for p in programs)
+    assert all("with T.ws(" in p.source() for p in programs)
+    by_threads = [p for p in programs if p.steps[0]["thread_copies"]]
+    assert 0 < len(by_threads) < len(programs) // 2
+    assert all(("T.tma_copy(" in p.source()) != (p in by_threads) for p in programs)
     tma = 0
     for p in programs[:4]:
         source = tilelab.compile(_make(p), target="cuda:sm_90a").get_kernel_source()

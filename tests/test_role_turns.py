@@ -203,6 +203,19 @@ def test_copies_by_single_threads_hand_slots_over():
 
 
 @needs_nvcc
+def test_roles_of_different_threads_meet_no_barrier_of_the_whole_block():
+    """The roles run side by side and hand slots over by mbarriers alone: a __syncthreads
+    between them would hold the consumer until the producer ends its loop, and the producer
+    waits for slots the consumer frees (a hang on the GPU)."""
+    kernels = [whole_role_gemm.compile(100, 72, 200, split_by_if=s, target="cuda")
+               for s in (False, True)]
+    kernels += [handshake.compile(target="cuda"), copied_by_threads.compile(target="cuda")]
+    for kernel in kernels:
+        source = kernel.get_kernel_source()
+        assert source.rindex("__syncthreads()") < source.index("tl::mbar_wait")
+
+
+@needs_nvcc
 def test_copies_by_single_threads_fence_before_they_arrive_on_the_gpu():
     source = copied_by_threads.compile(target="cuda").get_kernel_source()
     fence = source.index("fence.proxy.async")

@@ -352,6 +352,13 @@ def _compile_forked(index: int) -> dict:
     return compile_candidate(*_FORKED[index])
 
 
+def _needs_this_process(result: dict) -> bool:
+    """Did a forked compile worker fail because the kernel's Python used CUDA while it was
+    traced (a factory asking torch for the GPU's name, say) after this process had? CUDA
+    cannot start again in a fork; such a candidate is compiled here instead."""
+    return "re-initialize CUDA in forked subprocess" in result.get("reason", "")
+
+
 def _start_bench_process(visible: str) -> None:
     global _WORKER
     os.environ["CUDA_VISIBLE_DEVICES"] = visible  # before this process touches CUDA
@@ -422,9 +429,14 @@ class LocalBackend:
                         results[i] = future.result()
                     except Exception as err:  # noqa: BLE001 - a worker that died
                         results[i] = {"reason": f"the compile worker died: {_reason(err)}"}
-                    on_done(i, results[i])
+                    if not _needs_this_process(results[i]):
+                        on_done(i, results[i])
         finally:
             _FORKED.clear()
+        for i, result in enumerate(results):  # those a forked worker could not trace
+            if _needs_this_process(result):
+                results[i] = compile_candidate(*jobs[i])
+                on_done(i, results[i])
         return results
 
     def start(self, target: str) -> str:

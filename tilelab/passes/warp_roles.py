@@ -20,6 +20,11 @@ Here, after ThreadSync, each mark becomes what it stands for:
 A barrier between statements outside the roles stays a barrier of the whole block
 (every thread reaches it). Named barrier 0 is __syncthreads and 1 the automatic
 producer/consumer split's (passes/specialize_warps.py); roles take 2 and up.
+
+A barrier ThreadSync put between two roles of different threads goes: the roles run
+side by side, and what one hands the other goes through the program's mbarriers. Kept,
+it would deadlock a producer that runs its whole loop: the producer waits for a slot
+the consumer frees, while the consumer waits at the barrier for the producer to finish.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from tvm import tirx
 from ..errors import TileLabCompileError
 from ..ir.keys import WARP_ROLE
 from ..ir.visit import keep_user_errors, rewrite, walk
-from ..ops._lowering import extern, narrow_barriers
+from ..ops._lowering import extern, is_sync, narrow_barriers
 
 FIRST_ROLE_BARRIER = 2  # named barriers 0 (__syncthreads) and 1 (specialize_warps) are taken
 
@@ -64,6 +69,27 @@ def _split(attr, ranges):
     return tirx.IfThenElse(inside, body, None)
 
 
+def _role_range(stmt):
+    if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
+        return int(stmt.node.value), int(stmt.value.value)
+    return None
+
+
+def _side_by_side(seq):
+    """`seq` without the barriers between two roles of threads that do not overlap."""
+    stmts = list(seq.seq)
+    keep = []
+    for i, stmt in enumerate(stmts):
+        if is_sync(stmt):
+            before = next((s for s in reversed(stmts[:i]) if not is_sync(s)), None)
+            after = next((s for s in stmts[i + 1:] if not is_sync(s)), None)
+            a, b = _role_range(before), _role_range(after)
+            if a and b and (a[1] <= b[0] or b[1] <= a[0]):
+                continue
+        keep.append(stmt)
+    return seq if len(keep) == len(stmts) else tirx.SeqStmt(keep)
+
+
 def has_roles(stmt) -> bool:
     found = []
     walk(stmt, tirx.AttrStmt, lambda a: found.append(a) if a.attr_key == WARP_ROLE else None)
@@ -77,4 +103,5 @@ def WarpRoles(func, _mod, _ctx):  # noqa: N802 - a pass, named like TVM's
     if not has_roles(func.body):
         return func
     ranges = _ranges(func.body)
-    return func.with_body(rewrite(func.body, tirx.AttrStmt, lambda a: _split(a, ranges)))
+    body = rewrite(func.body, tirx.SeqStmt, _side_by_side)
+    return func.with_body(rewrite(body, tirx.AttrStmt, lambda a: _split(a, ranges)))

@@ -17,7 +17,8 @@ Programs are reproducible: program `index` of seed `seed` comes from a
 family "hopper" numbers programs of its own: GEMMs shaped for sm_90a's
 warpgroup MMA fed by TMA, which the general mix almost never reaches; so does the
 family "roles": the same GEMMs written with warp roles by hand (`T.ws`, mbarriers,
-`T.tma_copy` into slotted tiles), a producer warpgroup and one or two consumers, the
+`T.tma_copy` or the producer's threads' `T.copy` into slotted tiles), a producer
+warpgroup and one or two consumers, the
 roles inside the K loop or, half of them, each role running the whole loop (as
 TileLang's warp-specialized kernels are written; the CPU runs them by turns); and
 the family "attention": FlashAttention's forward loop, whose two T.gemm with a softmax
@@ -645,7 +646,8 @@ def _run_gemm(b, s):
 
 def _emit_wsgemm(p, s):
     """The GEMM of `_emit_gemm` with warp roles written by hand: the producer warpgroup
-    fills `p.slots` slots of A and B by T.tma_copy, the consumer role multiplies, the
+    fills `p.slots` slots of A and B by T.tma_copy (or its threads' T.copy), the consumer
+    role multiplies, the
     mbarriers `bars[slot]` (full) and `bars[slots + slot]` (empty) hand them over; the
     consumer scales and stores its accumulator."""
     n = p.slots
@@ -654,9 +656,11 @@ def _emit_wsgemm(p, s):
         f"T.ws({', '.join(str(g) for g in s['consumer'])})"
     slot = f"k % {n}"
     loop = f"for k in T.serial({-(-p.K // p.bk)}):"
+    copy = "T.copy({}, {})" if s.get("thread_copies") else \
+        f"T.tma_copy({{}}, {{}}, barrier=bars[{slot}])"
     produce = [f"T.barrier_wait(bars[{slot} + {n}], k // {n} % 2 ^ 1)",
-               f"T.tma_copy({a_src}, {s['a']}[{slot}, :, :], barrier=bars[{slot}])",
-               f"T.tma_copy({b_src}, {s['b']}[{slot}, :, :], barrier=bars[{slot}])",
+               copy.format(a_src, f"{s['a']}[{slot}, :, :]"),
+               copy.format(b_src, f"{s['b']}[{slot}, :, :]"),
                f"T.barrier_arrive(bars[{slot}])"]
     consume = [f"T.barrier_wait(bars[{slot}], k // {n} % 2)"]
     a_operand = f"{s['a']}[{slot}, :, :]"
@@ -1564,6 +1568,7 @@ def _roles_program(rng, seed, index) -> Program:
     # drawn last, so that a seed's other choices stay what they were before these came in
     step["whole_loops"] = rng.random() < 0.5  # each role its own loop over every K tile
     step["consumer_first"] = step["whole_loops"] and rng.random() < 0.5
+    step["thread_copies"] = rng.random() < 0.3  # the producer's threads copy (T.copy)
     g.step(**step)
     return p
 
