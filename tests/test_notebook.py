@@ -121,6 +121,22 @@ def test_extension_registers_magics_with_generated_help(shell):
         assert flag in magic.__doc__, flag
 
 
+def test_a_cell_run_again_is_a_cache_hit(shell, monkeypatch):
+    """Each run of a cell has its own name (`<tilekernel-N>`); the kernel's IR names it, but
+    the cache key leaves the name out: the second run compiles nothing."""
+    import tilelab.compiler as compiler
+
+    compiled = []
+    uncached = compiler._compile_uncached
+    monkeypatch.setattr(compiler, "_compile_uncached",
+                        lambda *a, **k: compiled.append(1) or uncached(*a, **k))
+    cell = kernel_cell('--args "N=1237"')
+    for _ in range(2):
+        result, captured = run(shell, cell)
+        assert result.success, captured.stdout
+    assert len(compiled) <= 1  # (none where an earlier test run left it in the cache)
+
+
 def test_extension_loads_from_ipython_config():
     code = ("ip = get_ipython(); "
             "print('magic:', ip.find_cell_magic('tilekernel') is not None)")

@@ -24,7 +24,14 @@ from pathlib import Path
 from .backends import CompiledArtifact, backend_for
 from .cache import cache_key, default_cache
 from .errors import TileLabCompileError, TileLabError, TileLabTypeError
-from .ir.keys import LAYOUT_PLAN, PIPELINE_PLAN, PROGRAM_CONFIGS, PassConfigKey, facts_in
+from .ir.keys import (
+    LAYOUT_PLAN,
+    PIPELINE_PLAN,
+    PROGRAM_CONFIGS,
+    SOURCE_FILE,
+    PassConfigKey,
+    facts_in,
+)
 from .trace import PassRecord, Trace
 
 # Other spellings of tilelab's keys (TileLang's and TVM's names for the same setting).
@@ -216,9 +223,12 @@ class PassRecorder:
 
 
 def program_key(program, target: str, configs: dict) -> str:
+    """The cache key of a program: its IR, less the name of the file it was written in (a
+    notebook cell's name changes each time the cell runs; the same kernel is a hit)."""
     layouts = {name: layout.to_json() for name, layout in sorted(program.layouts.items())}
     target = backend_for(target).cache_target(target)
-    return cache_key("tilelab-kernel", program.script(), target, configs,
+    return cache_key("tilelab-kernel", program.func.without_attr(SOURCE_FILE).script(),
+                     target, configs,
                      bool(program.has_atomics), layouts,
                      compiler_fingerprint())
 
