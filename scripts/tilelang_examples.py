@@ -654,7 +654,11 @@ EXPLAINED = {
         "the example stops itself without a GPU (and asks whether it is an AMD Radeon); "
         "told it runs on an H200, it runs. On the H200 every configuration had failed: "
         "T.copy's `coalesced_width` was not taken, and its persistent while loop allocates "
-        "its tiles inside the loop (on the CPU LLVM refused that); both fixed",
+        "its tiles inside the loop (on the CPU LLVM refused that); both fixed. Then each "
+        "failed with 'Cannot re-initialize CUDA in forked subprocess': its kernel asks torch "
+        "for the GPU's name while traced, in the tuner's forked compile workers; such "
+        "candidates are now compiled in the tuning process, one after the other, and the "
+        "tune (every configuration, on the GPU) outlasts the row's time",
     "amd/example_amd_flash_attn_bwd.py":
         "as amd/example_amd_flash_attn_fwd.py; and its backward kernel writes into the "
         "tensors it is given (no out_idx), which the autotuner compared as None",
