@@ -691,7 +691,10 @@ EXPLAINED = {
         "dimension are written out while tracing, each T.gemm part at a constant offset",
     "deepseek_v32/sparse_mla_fwd_seesaw.py":
         "as sparse_mla_fwd_pipelined; its producer keeps prefetched indices in a fragment "
-        "only its thread code touches, each thread's own",
+        "only its thread code touches, each thread's own. On the GPU it hung (the timeout): "
+        "a barrier between its producer and consumer roles, kept because index arithmetic "
+        "the two consumers share stood between; fixed since (passes/warp_roles.py), not "
+        "re-run on a GPU",
 }
 
 

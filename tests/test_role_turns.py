@@ -163,6 +163,8 @@ def test_on_the_gpu():
     torch.testing.assert_close(y, (x + 2 * torch.arange(5, device="cuda")[:, None]).sum(0))
     x = torch.randn(80, 128, dtype=torch.float16, device="cuda")
     assert torch.equal(copied_by_threads.compile(target="cuda")(x), x)
+    x = torch.randn(4 * 64, 64, device="cuda")
+    torch.testing.assert_close(two_consumers.compile(target="cuda")(x), two_consumers_expected(x))
     q, k = (torch.randn(64, 128, dtype=torch.float16, device="cuda") for _ in range(2))
     torch.testing.assert_close(split_k_parts.compile(target="cuda")(q, k),
                                q.float() @ k.float().T, rtol=1e-3, atol=1e-3)
@@ -202,6 +204,54 @@ def test_copies_by_single_threads_hand_slots_over():
     assert torch.equal(copied_by_threads()(x), x)
 
 
+@tilelab.jit(out_idx=-1)
+def two_consumers(rounds=4, n=64, d=64, stages=2):
+    """A producer and two consumer roles in an `if / elif / else` on the thread index (as
+    DeepSeek's sparse MLA "seesaw" kernel): the consumers compute the same indices from
+    the thread number, which TVM binds once, before both roles."""
+    @T.prim_func
+    def kernel(X: T.Tensor((rounds * n, d), T.float32), Y: T.Tensor((2, n, d), T.float32)):
+        with T.Kernel(1, threads=384):
+            slots = T.alloc_shared((stages, n, d), T.float32)
+            full = T.alloc_barrier([128] * stages)
+            free = T.alloc_barrier([256] * stages)
+            first = T.alloc_fragment((n, d), T.float32)
+            second = T.alloc_fragment((n, d), T.float32)
+            tx = T.get_thread_binding()
+            if tx >= 256:
+                for r in T.serial(rounds):
+                    T.barrier_wait(free[r % stages], ((r // stages) & 1) ^ 1)
+                    T.copy(X[r * n, 0], slots[r % stages, :, :])
+                    T.barrier_arrive(full[r % stages])
+            elif tx < 128:
+                T.clear(first)
+                for r in T.serial(rounds):
+                    T.barrier_wait(full[r % stages], (r // stages) & 1)
+                    for i, j in T.Parallel(n, d):
+                        first[i, j] += slots[r % stages, i, j]
+                    T.barrier_arrive(free[r % stages])
+                T.copy(first, Y[0, 0, 0])
+            else:
+                T.clear(second)
+                for r in T.serial(rounds):
+                    T.barrier_wait(full[r % stages], (r // stages) & 1)
+                    for i, j in T.Parallel(n, d):
+                        second[i, j] += 2 * slots[r % stages, i, j]
+                    T.barrier_arrive(free[r % stages])
+                T.copy(second, Y[1, 0, 0])
+    return kernel
+
+
+def two_consumers_expected(x):
+    total = x.view(4, 64, 64).sum(0)
+    return torch.stack([total, 2 * total])
+
+
+def test_two_consumer_roles_share_the_producers_slots():
+    x = torch.randn(4 * 64, 64)
+    torch.testing.assert_close(two_consumers()(x), two_consumers_expected(x))
+
+
 @needs_nvcc
 def test_roles_of_different_threads_meet_no_barrier_of_the_whole_block():
     """The roles run side by side and hand slots over by mbarriers alone: a __syncthreads
@@ -209,7 +259,8 @@ def test_roles_of_different_threads_meet_no_barrier_of_the_whole_block():
     waits for slots the consumer frees (a hang on the GPU)."""
     kernels = [whole_role_gemm.compile(100, 72, 200, split_by_if=s, target="cuda")
                for s in (False, True)]
-    kernels += [handshake.compile(target="cuda"), copied_by_threads.compile(target="cuda")]
+    kernels += [handshake.compile(target="cuda"), copied_by_threads.compile(target="cuda"),
+                two_consumers.compile(target="cuda")]
     for kernel in kernels:
         source = kernel.get_kernel_source()
         assert source.rindex("__syncthreads()") < source.index("tl::mbar_wait")

@@ -25,6 +25,8 @@ A barrier ThreadSync put between two roles of different threads goes: the roles 
 side by side, and what one hands the other goes through the program's mbarriers. Kept,
 it would deadlock a producer that runs its whole loop: the producer waits for a slot
 the consumer frees, while the consumer waits at the barrier for the producer to finish.
+(Index arithmetic that the roles after it share may stand between the barrier and them:
+TVM binds it once, before the roles.)
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tvm import tirx
 
 from ..errors import TileLabCompileError
 from ..ir.keys import WARP_ROLE
+from ..ir.tile_ops import loaded
 from ..ir.visit import keep_user_errors, rewrite, walk
 from ..ops._lowering import extern, is_sync, narrow_barriers
 
@@ -69,7 +72,18 @@ def _split(attr, ranges):
     return tirx.IfThenElse(inside, body, None)
 
 
-def _role_range(stmt):
+def _passable(stmt) -> bool:
+    """A barrier, or a binding of a value that reads no memory (index arithmetic that TVM's
+    common subexpression elimination put before the roles that share it)."""
+    return is_sync(stmt) or isinstance(stmt, tirx.Bind) and not loaded(stmt.value)
+
+
+def _role_range(stmts, last: bool):
+    """The threads of the role the statements `stmts` start with (`last`: end with), past
+    barriers and such bindings; None if they start with something else."""
+    stmt = next((s for s in (reversed(stmts) if last else stmts) if not _passable(s)), None)
+    while isinstance(stmt, tirx.SeqStmt):
+        stmt = stmt.seq[-1 if last else 0]
     if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
         return int(stmt.node.value), int(stmt.value.value)
     return None
@@ -81,9 +95,8 @@ def _side_by_side(seq):
     keep = []
     for i, stmt in enumerate(stmts):
         if is_sync(stmt):
-            before = next((s for s in reversed(stmts[:i]) if not is_sync(s)), None)
-            after = next((s for s in stmts[i + 1:] if not is_sync(s)), None)
-            a, b = _role_range(before), _role_range(after)
+            a = _role_range(stmts[:i], last=True)
+            b = _role_range(stmts[i + 1:], last=False)
             if a and b and (a[1] <= b[0] or b[1] <= a[0]):
                 continue
         keep.append(stmt)
