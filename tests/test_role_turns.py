@@ -252,6 +252,28 @@ def test_two_consumer_roles_share_the_producers_slots():
     torch.testing.assert_close(two_consumers()(x), two_consumers_expected(x))
 
 
+def test_a_fragment_of_two_roles_is_refused_on_the_cpu_as_on_the_gpu():
+    """A fragment lives in the registers of one role's threads. The CPU, which keeps every
+    fragment whole, would run such a program (the roles taking turns on one array) and
+    return what no GPU computes; it refuses it at the same line as the CUDA compile."""
+    @T.prim_func
+    def shared_accumulator(X: T.Tensor((64, 64), T.float32), Y: T.Tensor((2, 64, 64), T.float32)):
+        with T.Kernel(1, threads=256):
+            acc = T.alloc_fragment((64, 64), T.float32)
+            with T.ws(0):
+                T.copy(X, acc)
+                T.copy(acc, Y[0, 0, 0])
+            with T.ws(1):
+                T.clear(acc)
+                T.copy(acc, Y[1, 0, 0])
+
+    with pytest.raises(TileLabError) as info:
+        tilelab.compile(shared_accumulator, target="cpu")
+    assert "fragment 'acc' is used by T.ws threads 0..127 and by T.ws threads 128..255" \
+        in str(info.value)
+    assert "T.clear(acc)" in str(info.value)
+
+
 @needs_nvcc
 def test_roles_of_different_threads_meet_no_barrier_of_the_whole_block():
     """The roles run side by side and hand slots over by mbarriers alone: a __syncthreads

@@ -90,6 +90,11 @@ class UnknownSize(TileLabTypeError):
     """A tensor's size names what no tensor has given yet (a T.const or T.dynamic name)."""
 
 
+class RoleConflict(TileLabTypeError):
+    """A fragment used by two warp roles: a rule of the language, which the CPU keeps too
+    (it lives in the registers of one role's threads)."""
+
+
 class LayoutConflict(TileLabTypeError):
     """No register layout serves every use of one fragment, named by `fragment` (the CUDA
     compiler then keeps that fragment in shared memory, see passes/spill_fragments.py -

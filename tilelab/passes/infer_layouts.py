@@ -34,7 +34,7 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
 
-from ..errors import LayoutConflict, TileLabTypeError
+from ..errors import LayoutConflict, RoleConflict, TileLabTypeError
 from ..ir.dtypes import as_dtype
 from ..ir.expr import to_expr
 from ..ir.keys import KERNEL, LAYOUT_PLAN, PER_THREAD, WARP_ROLE, block_threads, fact
@@ -411,7 +411,7 @@ class _Roles:
         if known != role:
             names = [f"T.ws threads {r[0]}..{r[1] - 1}" if r else "the whole block"
                      for r in (known, role)]
-            raise TileLabTypeError(
+            raise RoleConflict(
                 f"fragment {buffer.name!r} is used by {names[0]} and by {names[1]}: a "
                 "fragment lives in the registers of the threads of one role",
                 hint="copy it through a shared tile to hand it from one role to another")

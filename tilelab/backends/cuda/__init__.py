@@ -18,7 +18,7 @@ import threading
 
 from tvm import tirx
 
-from ...errors import TileLabCompileError, TileLabError
+from ...errors import RoleConflict, TileLabCompileError, TileLabError
 from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
 from ...ops._lowering import GRID_SYNC, calls_grid_sync
 from ...ops.copy import TENSOR_MAP
@@ -561,15 +561,18 @@ def plans_without_code(program, stage_stores: bool = True) -> tuple[dict, list, 
         def visit(loop):
             if KERNEL in loop.annotations:
                 threads = block_threads(loop)
-                plan = infer_layouts(loop, threads, program.layouts)
+                plan = infer_layouts(loop, threads, program.layouts, func=mod[program.name])
                 layouts.update(plan.to_json())
                 instructions.extend(plan.instructions)
 
         walk(mod[program.name].body, tirx.For, visit)
-    except Exception:  # noqa: BLE001 - a CPU-only kernel need not fit the GPU's rules
+    except Exception as err:  # noqa: BLE001 - a CPU-only kernel need not fit the GPU's rules
         from ...ir.visit import UserErrors
 
-        UserErrors.take()
+        parked = UserErrors.take()
+        for error in (err, parked):
+            if isinstance(error, RoleConflict):  # the language's rule: the CPU's too
+                raise error from None
         return {}, [], []
     return layouts, pipelines, instructions
 
