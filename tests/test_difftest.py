@@ -244,7 +244,8 @@ def test_the_hopper_family_reaches_tma_and_the_split(capsys, monkeypatch):
 def test_the_roles_family_writes_warp_roles_by_hand(capsys):
     """`--family roles`: the hopper family's GEMMs with a producer warpgroup and a consumer
     role of one or two warpgroups written with T.ws, mbarriers and T.tma_copy into slotted
-    tiles (or copied by the producer's threads), in either order of the block's numbering;
+    tiles (or copied by the producer's threads), one consumer role or two that both take
+    every slot, in either order of the block's numbering;
     most copies TMA's. A few compiled for sm_90a and run on the CPU against torch, as in
     CI."""
     import tilelab
@@ -260,6 +261,8 @@ def test_the_roles_family_writes_warp_roles_by_hand(capsys):
     by_threads = [p for p in programs if p.steps[0]["thread_copies"]]
     assert 0 < len(by_threads) < len(programs) // 2
     assert all(("T.tma_copy(" in p.source()) != (p in by_threads) for p in programs)
+    two = [p for p in programs if p.steps[0].get("two_consumers")]  # a role per warpgroup
+    assert two and all(p.source().count("with T.ws(") == 3 for p in two)
     tma = 0
     for p in programs[:4]:
         source = tilelab.compile(_make(p), target="cuda:sm_90a").get_kernel_source()

@@ -18,7 +18,7 @@ family "hopper" numbers programs of its own: GEMMs shaped for sm_90a's
 warpgroup MMA fed by TMA, which the general mix almost never reaches; so does the
 family "roles": the same GEMMs written with warp roles by hand (`T.ws`, mbarriers,
 `T.tma_copy` or the producer's threads' `T.copy` into slotted tiles), a producer
-warpgroup and one or two consumers, the
+warpgroup and one or two consumers (or two consumer roles, both taking every slot), the
 roles inside the K loop or, half of them, each role running the whole loop (as
 TileLang's warp-specialized kernels are written; the CPU runs them by turns); and
 the family "attention": FlashAttention's forward loop, whose two T.gemm with a softmax
@@ -206,7 +206,8 @@ class Program:
 def _used_buffers(p: Program) -> set[str]:
     names = set()
     for step in p.steps:
-        for key in ("dst", "src", "a", "b", "a_frag", "stage", "tmp", "mask", "reg"):
+        for key in ("dst", "dst2", "src", "a", "b", "a_frag", "stage", "tmp", "mask",
+                    "reg"):
             if isinstance(step.get(key), str):
                 names.add(step[key])
         names.update(leaf[1] for leaf in _leaves(step.get("expr")) if leaf[0] == "ld")
@@ -667,19 +668,32 @@ def _emit_wsgemm(p, s):
     if s.get("a_frag"):
         consume.append(f"T.copy({a_operand}, {s['a_frag']})")
         a_operand = s["a_frag"]
-    consume += [f"T.gemm({a_operand}, {s['b']}[{slot}, :, :], {s['dst']}{_gemm_keywords(s)})",
-                f"T.barrier_arrive(bars[{slot} + {n}])"]
-    clear = [] if s.get("clear_accum") else [f"T.clear({s['dst']})"]
-    finish = [f"for i, j in T.Parallel({p.bm}, {p.bn}):",
-              f"    {s['dst']}[i, j] = {s['dst']}[i, j] * {s['scale']}"] if s.get("scale") else []
-    finish.append(f"T.copy({s['dst']}, {s['out']}[by * {p.bm}, bx * {p.bn}])")
+    gemm = f"T.gemm({a_operand}, {s['b']}[{slot}, :, :], {{}}{_gemm_keywords(s)})"
+    consume += [gemm.format(s["dst"]), f"T.barrier_arrive(bars[{slot} + {n}])"]
+
+    def clear(dst):
+        return [] if s.get("clear_accum") else [f"T.clear({dst})"]
+
+    def finish(dst, out):
+        scaled = [f"for i, j in T.Parallel({p.bm}, {p.bn}):",
+                  f"    {dst}[i, j] = {dst}[i, j] * {s['scale']}"] if s.get("scale") else []
+        return scaled + [f"T.copy({dst}, {out}[by * {p.bm}, bx * {p.bn}])"]
+
     lines = [f"bars = T.alloc_barrier([128] * {n} + [{128 * len(s['consumer'])}] * {n})"]
     if s.get("whole_loops"):  # each role runs the whole loop (TileLang's kernels, role_turns)
-        roles = [[f"with {producer}:", f"    {loop}", *_indent(produce, 8)],
-                 [f"with {consumer}:", *_indent(clear, 4), f"    {loop}",
-                  *_indent(consume, 8), *_indent(finish, 4)]]
-        return lines + [line for role in (roles[::-1] if s.get("consumer_first") else roles)
-                        for line in role]
+        consumers = [(consumer, s["dst"], s["out"])]
+        if s.get("two_consumers"):  # one role per warpgroup, each the whole product
+            consumers = [(f"T.ws({g})", dst, out) for g, dst, out in
+                         zip(s["consumer"], (s["dst"], s["dst2"]), (s["out"], s["out2"]))]
+        roles = [[f"with {producer}:", f"    {loop}", *_indent(produce, 8)]]
+        for role, dst, out in consumers:
+            mine = [line.replace(gemm.format(s["dst"]), gemm.format(dst)) for line in consume]
+            roles.append([f"with {role}:", *_indent(clear(dst), 4), f"    {loop}",
+                          *_indent(mine, 8), *_indent(finish(dst, out), 4)])
+        if s.get("consumer_first"):
+            roles = roles[1:] + roles[:1]
+        return lines + [line for role in roles for line in role]
+    clear, finish = clear(s["dst"]), finish(s["dst"], s["out"])
     if clear:
         lines += [f"with {consumer}:", *_indent(clear, 4)]
     return lines + [loop, f"    with {producer}:", *_indent(produce, 8),
@@ -696,7 +710,8 @@ def _run_wsgemm(b, s):
     value, size = b.local[s["dst"]], b.size[s["dst"]]
     if s.get("scale"):
         value, size = value * s["scale"], size * abs(s["scale"])
-    b.write(s["out"], _origin_values(b.p, "mn", b.bx, b.by), value, size)
+    for out in (s["out"], s["out2"]) if s.get("two_consumers") else (s["out"],):
+        b.write(out, _origin_values(b.p, "mn", b.bx, b.by), value, size)
 
 
 def _emit_ksum(p, s):
@@ -1569,6 +1584,12 @@ def _roles_program(rng, seed, index) -> Program:
     step["whole_loops"] = rng.random() < 0.5  # each role its own loop over every K tile
     step["consumer_first"] = step["whole_loops"] and rng.random() < 0.5
     step["thread_copies"] = rng.random() < 0.3  # the producer's threads copy (T.copy)
+    if step["whole_loops"] and consumers == 2 and not step.get("a_frag") and \
+            _splits(step["policy"], bm, bn, 4) and bm * bn <= 128 * 128 and rng.random() < 0.5:
+        # two consumer roles, a warpgroup each, both taking every slot (as DeepSeek's sparse
+        # MLA kernels): each multiplies the whole tile into its own accumulator and output
+        step.update(two_consumers=True, dst2=g.buffer("fragment", "mn", "float32")["name"],
+                    out2=g.tensor("mn", g.p.tensor(out)["dtype"], output=True))
     g.step(**step)
     return p
 
