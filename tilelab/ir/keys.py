@@ -103,6 +103,14 @@ def facts_in(node) -> dict:
     return found
 
 
+def role_threads(stmt):
+    """The threads [first, end) of a `with T.ws(...)` mark (a WARP_ROLE AttrStmt); None
+    for any other statement."""
+    if getattr(stmt, "attr_key", None) != WARP_ROLE:
+        return None
+    return int(stmt.node.value), int(stmt.value.value)
+
+
 def block_threads(kernel_loop) -> int:
     """The number of threads of the block a T.Kernel loop launches."""
     return math.prod(int(t) for t in kernel_loop.annotations[THREADS])

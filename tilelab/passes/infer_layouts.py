@@ -37,7 +37,7 @@ from tvm_ffi import WalkResult
 from ..errors import LayoutConflict, RoleConflict, TileLabTypeError
 from ..ir.dtypes import as_dtype
 from ..ir.expr import to_expr
-from ..ir.keys import KERNEL, LAYOUT_PLAN, PER_THREAD, WARP_ROLE, block_threads, fact
+from ..ir.keys import KERNEL, LAYOUT_PLAN, PER_THREAD, block_threads, fact, role_threads
 from ..ir.layout import (
     Fragment,
     kept_alike,
@@ -250,9 +250,8 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
 
     def collect_in(role):
         def collect(node):
-            if isinstance(node, tirx.AttrStmt) and node.attr_key == WARP_ROLE:
-                walk(node.body, object, collect_in((int(node.node.value),
-                                                    int(node.value.value))))
+            if role_threads(node):
+                walk(node.body, object, collect_in(role_threads(node)))
                 return WalkResult.SKIP
             if isinstance(node, tirx.AllocBuffer) and _is_fragment(node.buffer):
                 fragments[node.buffer.name] = node.buffer
@@ -351,8 +350,8 @@ def _plain_reads(body) -> list:
 
     def visit_in(role):
         def visit(node):
-            if isinstance(node, tirx.AttrStmt) and node.attr_key == WARP_ROLE:
-                walk(node.body, object, visit_in((int(node.node.value), int(node.value.value))))
+            if role_threads(node):
+                walk(node.body, object, visit_in(role_threads(node)))
                 return WalkResult.SKIP
             if isinstance(node, TilePrimitiveCall) or (
                     isinstance(node, tirx.AttrStmt) and node.attr_key == PER_THREAD) or (

@@ -50,6 +50,7 @@ from ..ir.keys import (
     WARP_ROLE,
     block_threads,
     fact_value,
+    role_threads,
     without_facts,
 )
 from ..ir.layout import Fragment, kept_whole_alike, owner_table, thread_elements
@@ -316,7 +317,7 @@ class ThreadLowering:
         (`rtx = threadIdx.x - first`), as if they were the block. The mark stays for
         passes/warp_roles.py, which turns it into the role's `if` once TVM has placed its
         barriers (and makes those inside the role's own)."""
-        first, end = int(stmt.node.value), int(stmt.value.value)
+        first, end = role_threads(stmt)
         rtx = tirx.Var("rtx", "int32")
         role = ThreadLowering(self.plan, end - first, rtx, self.block_vars, self.func,
                               self.own_barriers)

@@ -62,7 +62,15 @@ from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
 from ..errors import SourceLocation, TileLabTypeError
-from ..ir.keys import EXCHANGE, KERNEL, PER_THREAD, THREAD_INDEX, THREADS, WARP_ROLE
+from ..ir.keys import (
+    EXCHANGE,
+    KERNEL,
+    PER_THREAD,
+    THREAD_INDEX,
+    THREADS,
+    WARP_ROLE,
+    role_threads,
+)
 from ..ir.tile_ops import (
     accessed_buffers,
     config,
@@ -599,9 +607,9 @@ def ThreadLoops():  # noqa: N802
                 return on_mark
 
             def in_role(attr):  # thread code inside a role: the role's threads run it
-                if attr.attr_key != WARP_ROLE:
+                if role_threads(attr) is None:
                     return attr
-                first, end = int(attr.node.value), int(attr.value.value)
+                first, end = role_threads(attr)
                 return tirx.AttrStmt(attr.node, attr.attr_key, attr.value, rewrite(
                     attr.body, tirx.AttrStmt, loops_over((first, end))))
 

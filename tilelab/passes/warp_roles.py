@@ -34,7 +34,7 @@ from __future__ import annotations
 from tvm import tirx
 
 from ..errors import TileLabCompileError
-from ..ir.keys import WARP_ROLE
+from ..ir.keys import role_threads
 from ..ir.tile_ops import loaded
 from ..ir.visit import keep_user_errors, rewrite, walk
 from ..ops._lowering import extern, is_sync, narrow_barriers
@@ -49,9 +49,8 @@ def _ranges(stmt) -> list:
     """The distinct thread ranges of the roles in `stmt`, in order: range i takes named
     barrier FIRST_ROLE_BARRIER + i (roles of the same threads share theirs)."""
     found = set()
-    walk(stmt, tirx.AttrStmt, lambda a: found.add((int(a.node.value), int(a.value.value)))
-         if a.attr_key == WARP_ROLE else None)
-    ranges = sorted(found)
+    walk(stmt, tirx.AttrStmt, lambda a: found.add(role_threads(a)))
+    ranges = sorted(r for r in found if r is not None)
     if FIRST_ROLE_BARRIER + len(ranges) - 1 > LAST_ROLE_BARRIER:
         raise TileLabCompileError(
             f"the kernel splits its block into {len(ranges)} different groups of threads; "
@@ -61,9 +60,9 @@ def _ranges(stmt) -> list:
 
 
 def _split(attr, ranges):
-    if attr.attr_key != WARP_ROLE:
+    if role_threads(attr) is None:
         return attr
-    first, end = int(attr.node.value), int(attr.value.value)
+    first, end = role_threads(attr)
     rtx = attr.body[0].value  # the role's first statement: rtx = threadIdx.x - first
     body = narrow_barriers(attr.body, extern(
         "tl::role_sync", tirx.const(FIRST_ROLE_BARRIER + ranges.index((first, end)), "int32"),
@@ -84,9 +83,7 @@ def _role_range(stmts, last: bool):
     stmt = next((s for s in (reversed(stmts) if last else stmts) if not _passable(s)), None)
     while isinstance(stmt, tirx.SeqStmt):
         stmt = stmt.seq[-1 if last else 0]
-    if isinstance(stmt, tirx.AttrStmt) and stmt.attr_key == WARP_ROLE:
-        return int(stmt.node.value), int(stmt.value.value)
-    return None
+    return role_threads(stmt)
 
 
 def _side_by_side(seq):
@@ -105,7 +102,7 @@ def _side_by_side(seq):
 
 def has_roles(stmt) -> bool:
     found = []
-    walk(stmt, tirx.AttrStmt, lambda a: found.append(a) if a.attr_key == WARP_ROLE else None)
+    walk(stmt, tirx.AttrStmt, lambda a: found.append(a) if role_threads(a) else None)
     return bool(found)
 
 
