@@ -245,9 +245,8 @@ def test_the_roles_family_writes_warp_roles_by_hand(capsys):
     """`--family roles`: the hopper family's GEMMs with a producer warpgroup and a consumer
     role of one or two warpgroups written with T.ws, mbarriers and T.tma_copy into slotted
     tiles (or copied by the producer's threads), one consumer role or two that both take
-    every slot, in either order of the block's numbering;
-    most copies TMA's. A few compiled for sm_90a and run on the CPU against torch, as in
-    CI."""
+    every slot, in either order of the block's numbering; most copies TMA's. A few compiled
+    for sm_90a and run on the CPU against torch, as in CI."""
     import tilelab
 
     programs = [generate(0, i, "roles") for i in range(16)]

@@ -648,9 +648,9 @@ def _run_gemm(b, s):
 def _emit_wsgemm(p, s):
     """The GEMM of `_emit_gemm` with warp roles written by hand: the producer warpgroup
     fills `p.slots` slots of A and B by T.tma_copy (or its threads' T.copy), the consumer
-    role multiplies, the
-    mbarriers `bars[slot]` (full) and `bars[slots + slot]` (empty) hand them over; the
-    consumer scales and stores its accumulator."""
+    role multiplies (or two consumer roles, each into its own accumulator), the mbarriers
+    `bars[slot]` (full) and `bars[slots + slot]` (empty) hand them over; the consumer
+    scales and stores its accumulator."""
     n = p.slots
     a_src, b_src = _gemm_sources(p, s)
     producer, consumer = f"T.ws({s['producer']})", \
@@ -663,13 +663,15 @@ def _emit_wsgemm(p, s):
                copy.format(a_src, f"{s['a']}[{slot}, :, :]"),
                copy.format(b_src, f"{s['b']}[{slot}, :, :]"),
                f"T.barrier_arrive(bars[{slot}])"]
-    consume = [f"T.barrier_wait(bars[{slot}], k // {n} % 2)"]
-    a_operand = f"{s['a']}[{slot}, :, :]"
-    if s.get("a_frag"):
-        consume.append(f"T.copy({a_operand}, {s['a_frag']})")
-        a_operand = s["a_frag"]
-    gemm = f"T.gemm({a_operand}, {s['b']}[{slot}, :, :], {{}}{_gemm_keywords(s)})"
-    consume += [gemm.format(s["dst"]), f"T.barrier_arrive(bars[{slot} + {n}])"]
+
+    def consume(dst):
+        lines = [f"T.barrier_wait(bars[{slot}], k // {n} % 2)"]
+        a_operand = f"{s['a']}[{slot}, :, :]"
+        if s.get("a_frag"):
+            lines.append(f"T.copy({a_operand}, {s['a_frag']})")
+            a_operand = s["a_frag"]
+        return lines + [f"T.gemm({a_operand}, {s['b']}[{slot}, :, :], {dst}{_gemm_keywords(s)})",
+                        f"T.barrier_arrive(bars[{slot} + {n}])"]
 
     def clear(dst):
         return [] if s.get("clear_accum") else [f"T.clear({dst})"]
@@ -680,25 +682,24 @@ def _emit_wsgemm(p, s):
         return scaled + [f"T.copy({dst}, {out}[by * {p.bm}, bx * {p.bn}])"]
 
     lines = [f"bars = T.alloc_barrier([128] * {n} + [{128 * len(s['consumer'])}] * {n})"]
+    dst, out = s["dst"], s["out"]
     if s.get("whole_loops"):  # each role runs the whole loop (TileLang's kernels, role_turns)
-        consumers = [(consumer, s["dst"], s["out"])]
+        consumers = [(consumer, dst, out)]
         if s.get("two_consumers"):  # one role per warpgroup, each the whole product
-            consumers = [(f"T.ws({g})", dst, out) for g, dst, out in
-                         zip(s["consumer"], (s["dst"], s["dst2"]), (s["out"], s["out2"]))]
+            consumers = [(f"T.ws({g})", d, o) for g, d, o in
+                         zip(s["consumer"], (dst, s["dst2"]), (out, s["out2"]))]
         roles = [[f"with {producer}:", f"    {loop}", *_indent(produce, 8)]]
-        for role, dst, out in consumers:
-            mine = [line.replace(gemm.format(s["dst"]), gemm.format(dst)) for line in consume]
-            roles.append([f"with {role}:", *_indent(clear(dst), 4), f"    {loop}",
-                          *_indent(mine, 8), *_indent(finish(dst, out), 4)])
+        roles += [[f"with {role}:", *_indent(clear(d), 4), f"    {loop}",
+                   *_indent(consume(d), 8), *_indent(finish(d, o), 4)]
+                  for role, d, o in consumers]
         if s.get("consumer_first"):
             roles = roles[1:] + roles[:1]
         return lines + [line for role in roles for line in role]
-    clear, finish = clear(s["dst"]), finish(s["dst"], s["out"])
-    if clear:
-        lines += [f"with {consumer}:", *_indent(clear, 4)]
+    if clear(dst):
+        lines += [f"with {consumer}:", *_indent(clear(dst), 4)]
     return lines + [loop, f"    with {producer}:", *_indent(produce, 8),
-                    f"    with {consumer}:", *_indent(consume, 8),
-                    f"with {consumer}:", *_indent(finish, 4)]
+                    f"    with {consumer}:", *_indent(consume(dst), 8),
+                    f"with {consumer}:", *_indent(finish(dst, out), 4)]
 
 
 def _indent(lines: list, spaces: int) -> list:
