@@ -228,8 +228,7 @@ def program_key(program, target: str, configs: dict) -> str:
     layouts = {name: layout.to_json() for name, layout in sorted(program.layouts.items())}
     target = backend_for(target).cache_target(target)
     return cache_key("tilelab-kernel", program.func.without_attr(SOURCE_FILE).script(),
-                     target, configs,
-                     bool(program.has_atomics), layouts,
+                     target, configs, bool(program.has_atomics), layouts,
                      compiler_fingerprint())
 
 
