@@ -198,13 +198,15 @@ def _holds_own_code(stmt) -> bool:
     return bool(found)
 
 
-def _keep_until_barrier(seq, own_code: bool, tiles_of: _TilesOf):
+def _keep_until_barrier(seq, own_code: bool = True, tiles_of: _TilesOf | None = None):
     """Before each barrier of a statement list, a marker touching the tiles accessed since
     the previous one (see the module doc) that are still in scope there; after the list's
     last statement too, where the run since the last barrier holds the program's own code
-    (`own_code`: does the function hold any?; `tiles_of`: the pass's summaries)."""
+    (`own_code`: does the function hold any?; `tiles_of`: the pass's summaries, else
+    fresh ones)."""
     if not own_code and not any(is_sync(stmt) for stmt in seq.seq):
         return seq  # no marker to place: spare the walks over each statement
+    tiles_of = tiles_of or _TilesOf()
     stmts, pending, own, changed = [], {}, False, False
     touched_here: dict = {}  # the list's own summary, for lists around it
     allocated_here: dict = {}
