@@ -466,6 +466,66 @@ def test_a_candidate_a_forked_worker_cannot_trace_for_cuda_is_compiled_here():
     assert all("built" in o for o in out), out
 
 
+def _note(path, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
+@tilelab.jit(out_idx=[-1])
+def sized_by_the_gpu(N, record, block=32):
+    """A factory that picks its tile by the GPU's name, as TileLang's AMD FlashAttention
+    does, and notes which process traced it and what it was told."""
+    import torch
+
+    name = torch.cuda.get_device_name()
+    _note(record, f"{os.getpid()} {name} {torch.cuda.get_device_capability(0)}")
+    block = block * 2 if "H200" in name else block
+
+    @T.prim_func
+    def kernel(A: T.Tensor((N,), T.float32), C: T.Tensor((N,), T.float32)):
+        with T.Kernel(T.ceildiv(N, block), threads=32) as b:
+            tile = T.alloc_fragment((block,), T.float32)
+            T.copy(A[b * block], tile)
+            T.copy(tile, C[b * block])
+    return kernel
+
+
+def test_forked_workers_answer_questions_about_the_gpu_from_the_tuning_process(
+        tmp_path, monkeypatch):
+    """A tuning process that has used CUDA forks compile workers in which torch refuses
+    even to name the GPU (played here: these fakes refuse in any other process). The
+    workers answer from what the tuning process read before forking, so the candidates
+    are still compiled in parallel, not one by one in the tuning process."""
+    import torch
+
+    from tilelab.autotuner import KernelSpec
+
+    tuning = os.getpid()
+
+    def only_here(answer):
+        def ask(device=None):
+            if os.getpid() != tuning:
+                raise RuntimeError("Cannot re-initialize CUDA in forked subprocess.")
+            return answer
+        return ask
+
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", only_here(0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", only_here("NVIDIA H200"))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", only_here((9, 0)))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", only_here(object()))
+    record = tmp_path / "traced.txt"
+    spec = KernelSpec.of(sized_by_the_gpu)
+    out = LocalBackend(compile_workers=2).compile(
+        [(spec, (100, str(record)), {"block": b}, "cpu") for b in (16, 32)],
+        lambda i, o: None)
+    assert all("built" in o for o in out), out
+    lines = [line.split(" ", 1) for line in record.read_text().splitlines()]
+    assert len(lines) == 2 and all(pid != str(tuning) for pid, _ in lines)
+    assert all(told == "NVIDIA H200 (9, 0)" for _, told in lines)
+
+
 def test_the_largest_candidates_are_compiled_first():
     """A long compile handed out last would run alone at the end of the compile phase: jobs
     go to the workers largest knobs first (their product; flags and strings aside)."""

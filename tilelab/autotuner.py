@@ -352,10 +352,51 @@ def _compile_forked(index: int) -> dict:
     return compile_candidate(*_FORKED[index])
 
 
+def _gpu_facts() -> dict | None:
+    """What a kernel factory may ask torch about the GPUs while it is traced (TileLang's AMD
+    FlashAttention asks for the GPU's name), read here before the compile workers fork: a
+    process forked after its parent used CUDA cannot start CUDA, and torch refuses even
+    these questions there. None where this process has not used CUDA (a fork may then)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    devices = range(torch.cuda.device_count())
+    return {"current": torch.cuda.current_device(),
+            "names": [torch.cuda.get_device_name(d) for d in devices],
+            "capabilities": [torch.cuda.get_device_capability(d) for d in devices],
+            "properties": [torch.cuda.get_device_properties(d) for d in devices]}
+
+
+def _answer_from(facts: dict | None) -> None:
+    """In a forked compile worker: torch's questions about the GPUs answered from `facts`,
+    read by the tuning process (`_gpu_facts`). Anything else of CUDA still fails here."""
+    if facts is None:
+        return
+    import torch
+
+    def index(device=None) -> int:
+        if device is None:
+            return facts["current"]
+        if isinstance(device, str):
+            device = torch.device(device)
+        if isinstance(device, int):
+            return device
+        return facts["current"] if device.index is None else device.index
+
+    cuda = torch.cuda
+    cuda.is_available = lambda: True
+    cuda.device_count = lambda: len(facts["names"])
+    cuda.current_device = lambda: facts["current"]
+    cuda.get_device_name = lambda device=None: facts["names"][index(device)]
+    cuda.get_device_capability = lambda device=None: facts["capabilities"][index(device)]
+    cuda.get_device_properties = lambda device=None: facts["properties"][index(device)]
+
+
 def _needs_this_process(result: dict) -> bool:
     """Did a forked compile worker fail because the kernel's Python used CUDA while it was
-    traced (a factory asking torch for the GPU's name, say) after this process had? CUDA
-    cannot start again in a fork; such a candidate is compiled here instead."""
+    traced (beyond the questions `_answer_from` answers: a factory that makes a tensor on
+    the GPU, say) after this process had? CUDA cannot start again in a fork; such a
+    candidate is compiled here instead."""
     return "re-initialize CUDA in forked subprocess" in result.get("reason", "")
 
 
@@ -418,8 +459,8 @@ class LocalBackend:
 
         _FORKED[:] = jobs
         try:
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) \
-                    as pool:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                     initializer=_answer_from, initargs=(_gpu_facts(),)) as pool:
                 futures = {pool.submit(_compile_forked, i): i for i in heaviest_first(jobs)}
                 from concurrent.futures import as_completed
 
