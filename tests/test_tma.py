@@ -9,6 +9,8 @@ spec the compiler records in the launch configuration.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -334,6 +336,26 @@ def test_every_view_draws_a_tma_build(which):
     labels = [row["label"] for row in replay.data["timeline"]]
     assert any(label.startswith("TMA copy(") for label in labels)
     assert any("(mbarrier of slot 1, phase 0)" in label for label in labels)
+
+
+@needs_nvcc
+def test_sass_is_disassembled_when_a_view_asks_for_it(tmp_path, monkeypatch):
+    """A compile leaves SASS out (a cuobjdump run is most of a second of a cold compile on a
+    GPU host); the source views of a Kernel disassemble its cubin the first time, once."""
+    from tilelab.notebook.views import source_views
+
+    runs = tmp_path / "runs"
+    tool = tmp_path / "cuobjdump"  # stands in for CUDA's, which this machine may lack
+    tool.write_text(f'#!/bin/sh\necho run >> "{runs}"\necho "SASS of $(wc -c < "$2") bytes"\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    kernel = _compile({}, 1000, 776, 264)
+    assert "sass" not in kernel.trace.code and not runs.exists()
+    views = source_views(kernel)
+    assert [view.language for view in views] == ["cuda", "ptx", "sass"]
+    assert views[2].payload()["code"].strip() == f"SASS of {len(kernel.cubin)} bytes"
+    source_views(kernel)
+    assert runs.read_text().split() == ["run"]
 
 
 @needs_nvcc

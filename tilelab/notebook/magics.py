@@ -382,7 +382,7 @@ class TileLabMagics(Magics):
                 except KeyError as err:  # a pass name that is not in the trace
                     raise UsageError(err.args[0]) from None
         if args.source:
-            views = source_views(trace)
+            views = source_views(kernel)
             if not views:
                 print(f"{kernel.name}: no generated code in its trace")
             for view in views:

@@ -269,7 +269,7 @@ class SourceView(View):
     view = "source"
 
     def __init__(self, trace, language: str | None = None):
-        self.trace = _trace_of(trace)
+        self.trace = _with_sass(trace)
         self.kernel = self.trace.kernel
         available = [lang for lang in SOURCE_LANGUAGES if self.trace.code.get(lang)]
         self.language = language or (available[0] if available else "llvm")
@@ -306,9 +306,23 @@ class SourceView(View):
             ops + f"\n{head}"
 
 
+def _with_sass(obj):
+    """The Trace of a Trace or a Kernel; given a CUDA Kernel, its SASS too, disassembled from
+    its cubin the first time a view asks (the compile leaves it out: backends/cuda/nvcc.py
+    `disassemble`)."""
+    trace = _trace_of(obj)
+    cubin = getattr(obj, "cubin", None)
+    if cubin and "sass" not in trace.code:
+        from ..backends.cuda.nvcc import disassemble
+
+        trace.code["sass"] = disassemble(cubin)
+    return trace
+
+
 def source_views(trace) -> list[SourceView]:
-    """One SourceView per language the compilation produced (CUDA C, PTX, SASS, LLVM IR)."""
-    trace = _trace_of(trace)
+    """One SourceView per language the compilation produced (CUDA C, PTX, SASS, LLVM IR);
+    SASS where a Kernel (not its Trace alone) is given and cuobjdump or nvdisasm is there."""
+    trace = _with_sass(trace)
     return [SourceView(trace, lang) for lang in SOURCE_LANGUAGES if trace.code.get(lang)]
 
 

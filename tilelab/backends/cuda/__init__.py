@@ -476,8 +476,7 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
         launch["next_kernels"] = kernels[1:]
     if scratch:
         launch["scratch"] = scratch
-    trace.code.update(cuda=source, ptx=compiled["ptx"], sass=compiled["sass"],
-                      ptxas=compiled["ptxas"])
+    trace.code.update(cuda=source, ptx=compiled["ptx"], ptxas=compiled["ptxas"])
     trace.resources = dict(compiled["resources"], dynamic_smem_bytes=launch["dynamic_smem"],
                            grid=launch["grid"], block=launch["block"], arch=arch)
     if occupancy:

@@ -116,15 +116,11 @@ def compile_cuda(source: str, arch: str, fast_math: bool = False) -> dict:
                 _too_many_registers(run.stderr) + "nvcc rejected the generated CUDA code:\n" +
                 first_errors(run.stderr.replace(str(cu), str(kept)), source),
                 hint=f"the generated source is kept in {kept}")
-        started = time.perf_counter()
-        sass = disassemble(cubin)
-        timings["disassemble_ms"] = round(1e3 * (time.perf_counter() - started), 1)
         return {
             "cubin": cubin.read_bytes(),
             "ptx": ptx.read_text(),
             "ptxas": run.stderr,
             "resources": dict(parse_ptxas(run.stderr), toolchain_ms=timings),
-            "sass": sass,
         }
 
 
@@ -176,14 +172,20 @@ def find_ptxas(nvcc: str) -> str:
     return str(beside) if beside.exists() else (shutil.which("ptxas") or "ptxas")
 
 
-def disassemble(cubin: Path) -> str:
-    """SASS of a cubin, when cuobjdump or nvdisasm is installed."""
-    for tool, args in (("cuobjdump", ["-sass"]), ("nvdisasm", [])):
-        path = shutil.which(tool)
-        if path:
-            run = subprocess.run([path, *args, str(cubin)], capture_output=True, text=True)
-            if run.returncode == 0:
-                return run.stdout
+def disassemble(cubin: bytes) -> str:
+    """SASS of a cubin, when cuobjdump or nvdisasm is installed ("" otherwise). Asked for by
+    the source view only: a cuobjdump run is most of a second on a GPU host, which a compile
+    that shows no code need not pay."""
+    tools = [(shutil.which(tool), args) for tool, args in
+             (("cuobjdump", ["-sass"]), ("nvdisasm", []))]
+    with tempfile.TemporaryDirectory(prefix="tilelab-sass-") as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        for tool, args in tools:
+            if tool:
+                run = subprocess.run([tool, *args, str(path)], capture_output=True, text=True)
+                if run.returncode == 0:
+                    return run.stdout
     return ""
 
 
@@ -236,4 +238,4 @@ def compile_nvrtc(source: str, arch: str, fast_math: bool = False) -> dict:
     finally:
         nvrtc.nvrtcDestroyProgram(program)
     return {"cubin": bytes(cubin), "ptx": "", "ptxas": log_text,
-            "resources": parse_ptxas(log_text), "sass": ""}
+            "resources": parse_ptxas(log_text)}
