@@ -380,25 +380,20 @@ def _cutting(fn):
     return call
 
 
-def _run_main_block(path: Path, module: dict) -> None:
-    """Run a script's `if __name__ == "__main__":` block (if it has one) in its module's
-    globals, as `python example.py` runs it (a name the block binds is a global the
-    example's functions may read), the example's own functions it calls taking sizes cut
-    (`test(4096, 4096)` runs `test(256, 256)`; their calls to each other are as written)."""
+def _run_cutting_calls(path: Path, module: dict, statements: list, name: str) -> dict:
+    """Run `statements` (nodes of the example file's syntax tree) in its module's globals as
+    module `name`, each call they make to one of the example's own functions taking sizes
+    cut (`test(4096, 4096)` runs `test(256, 256)`; the functions' calls to each other are
+    as written). Returns those globals."""
     import ast
     import types
 
-    tree = ast.parse(path.read_text(errors="replace"))
-    blocks = [node for node in tree.body if isinstance(node, ast.If) and
-              "__main__" in ast.unparse(node.test) and "__name__" in ast.unparse(node.test)]
-    if not blocks:  # its checks stand at the top level, and have run
-        return
-    functions = {name: value for name, value in module.items()
+    functions = {key: value for key, value in module.items()
                  if isinstance(value, types.FunctionType) and
                  value.__module__ == "__tilelab_example__"}
     # runpy hands back a copy of the module's globals; its functions hold the real ones
     namespace = next(iter(functions.values())).__globals__ if functions else dict(module)
-    namespace["__tilelab_cut__"] = {name: _cutting(fn) for name, fn in functions.items()}
+    namespace["__tilelab_cut__"] = {key: _cutting(fn) for key, fn in functions.items()}
 
     class CutCalls(ast.NodeTransformer):
         def visit_Call(self, node):  # noqa: N802 - ast's name
@@ -408,11 +403,67 @@ def _run_main_block(path: Path, module: dict) -> None:
                                           ast.Constant(node.func.id), ast.Load())
             return node
 
-    namespace["__name__"] = "__main__"
-    for block in blocks:
-        body = ast.fix_missing_locations(CutCalls().visit(ast.Module(body=block.body,
-                                                                     type_ignores=[])))
-        exec(compile(body, str(path), "exec"), namespace)  # noqa: S102
+    namespace["__name__"] = name
+    body = ast.fix_missing_locations(CutCalls().visit(ast.Module(body=statements,
+                                                                 type_ignores=[])))
+    exec(compile(body, str(path), "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def _run_main_block(path: Path, module: dict) -> None:
+    """Run a script's `if __name__ == "__main__":` block (if it has one) in its module's
+    globals, as `python example.py` runs it (a name the block binds is a global the
+    example's functions may read), the example's own functions it calls taking sizes cut."""
+    import ast
+
+    tree = ast.parse(path.read_text(errors="replace"))
+    blocks = [node for node in tree.body if isinstance(node, ast.If) and
+              "__main__" in ast.unparse(node.test) and "__name__" in ast.unparse(node.test)]
+    for block in blocks:  # none: its checks stand at the top level, and have run
+        _run_cutting_calls(path, module, block.body, "__main__")
+
+
+def _main_cutting_calls(path: Path, module: dict):
+    """The example's `main()` taking no arguments (nothing of its own to cut), redefined so
+    that its calls to the example's other functions take sizes cut: KDA's `main()` calls
+    `run_test(B=1, S=8192, H=64, ...)`, a run of hours for Triton's interpreter on a CPU."""
+    import ast
+
+    tree = ast.parse(path.read_text(errors="replace"))
+    mains = [node for node in tree.body if isinstance(node, ast.FunctionDef) and
+             node.name == "main"]
+    return _run_cutting_calls(path, module, mains[-1:], "__tilelab_example__")["main"]
+
+
+def _own_timings_few(module: dict) -> None:
+    """An example's own benchmark function (KDA's `do_bench(fn, warmup=20, rep=10)`, from a
+    file beside it) makes a few calls on the CPU, as tilelab's does (`_few_timings`)."""
+    import inspect
+    import types
+
+    namespace = next((v.__globals__ for v in module.values()
+                      if isinstance(v, types.FunctionType) and
+                      v.__module__ == "__tilelab_example__"), None)
+    for name, fn in list((namespace or {}).items()):
+        if not isinstance(fn, types.FunctionType) or "bench" not in name or \
+                fn.__module__.startswith(("tilelab", "tilelang")):
+            continue
+        signature = inspect.signature(fn)
+        if "warmup" in signature.parameters and "rep" in signature.parameters:
+            namespace[name] = _few_calls(fn, signature)
+
+
+def _few_calls(fn, signature):
+    import functools
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["warmup"] = min(bound.arguments.get("warmup", 1), 1)
+        bound.arguments["rep"] = min(bound.arguments.get("rep", 2), 2)
+        return fn(*bound.args, **bound.kwargs)
+
+    return call
 
 
 def run_one(path: Path) -> dict:
@@ -454,8 +505,12 @@ def run_one(path: Path) -> dict:
             _run_main_block(path, module)
             return _finished(path, record)
         module = runpy.run_path(str(path), run_name="__tilelab_example__")
+        if not torch.cuda.is_available():
+            _own_timings_few(module)
         main = module["main"]
         params = inspect.signature(main).parameters
+        if not params:
+            main = _main_cutting_calls(path, module)
         kwargs = {n: _cut(n, p.default) for n, p in params.items()
                   if p.default is not inspect.Parameter.empty and _cut(n, p.default) != p.default}
         if any(p.default is inspect.Parameter.empty and p.kind != p.VAR_POSITIONAL

@@ -1510,6 +1510,43 @@ def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
                               (7, 4096)]
 
 
+def test_the_runner_cuts_the_sizes_a_main_without_arguments_passes(tmp_path):
+    """A `main()` that takes nothing (TileLang's KDA examples: `run_test(B=1, S=8192, ...)`)
+    has no defaults to cut: its calls to the example's functions take sizes cut instead,
+    and the example's own benchmark function (KDA's, from a file beside it) runs a warm-up
+    call and two timed ones on the CPU."""
+    import runpy
+
+    runner = _examples_runner()
+    (tmp_path / "bench_utils.py").write_text(
+        "calls = []\n\n"
+        "def do_bench(fn, *args, warmup=20, rep=10, **kwargs):\n"
+        "    for _ in range(warmup + rep):\n"
+        "        calls.append(fn(*args, **kwargs))\n")
+    script = tmp_path / "example.py"
+    script.write_text(
+        "from bench_utils import calls, do_bench\n\n"
+        "seen = []\n\n"
+        "def run_test(B, S, H, DK=128):\n"
+        "    seen.append((B, S, H, DK))\n"
+        "    do_bench(len, [S])\n"
+        "    do_bench(len, [S], warmup=50)\n\n"
+        "def main():\n"
+        "    run_test(B=1, S=8192, H=64, DK=128)\n")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        module = runpy.run_path(str(script), run_name="__tilelab_example__")
+        runner._own_timings_few(module)
+        runner._main_cutting_calls(script, module)()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("bench_utils", None)
+    assert module["seen"] == [(1, 256, 64, 128)]
+    assert module["calls"] == [1] * 6  # 1 + 2 calls, twice
+
+
 def test_the_runner_tries_larger_sizes_where_the_cut_stops_an_example(tmp_path):
     """An example whose own check of its sizes fails at the cut (256) before any kernel
     runs is run again with sizes cut to 1024, and its row says so."""
