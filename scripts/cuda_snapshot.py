@@ -179,7 +179,7 @@ def main() -> int:
         from tilelab.backends.cuda import nvcc
 
         nvcc.compile_cuda = lambda source, arch, fast_math=False: {
-            "cubin": b"\0", "ptx": "", "ptxas": "", "sass": "", "resources": {}}
+            "cubin": b"\0", "ptx": "", "ptxas": "", "resources": {}}
     failures = 0
     for group in (suite_kernels, example_kernels, solution_kernels, extra_kernels):
         for name, build in group():

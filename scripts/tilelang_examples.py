@@ -380,19 +380,29 @@ def _cutting(fn):
     return call
 
 
+def _own_function(value) -> bool:
+    """A function the example's file defines (the runner runs it as `__tilelab_example__`)."""
+    import types
+
+    return isinstance(value, types.FunctionType) and value.__module__ == "__tilelab_example__"
+
+
+def _example_globals(module: dict) -> dict:
+    """The example's module globals: runpy hands back a copy, its functions hold the real
+    ones (where `_own_timings_few` puts its wrappers and a `__main__` block binds names)."""
+    first = next((value for value in module.values() if _own_function(value)), None)
+    return first.__globals__ if first else dict(module)
+
+
 def _run_cutting_calls(path: Path, module: dict, statements: list, name: str) -> dict:
     """Run `statements` (nodes of the example file's syntax tree) in its module's globals as
     module `name`, each call they make to one of the example's own functions taking sizes
     cut (`test(4096, 4096)` runs `test(256, 256)`; the functions' calls to each other are
     as written). Returns those globals."""
     import ast
-    import types
 
-    functions = {key: value for key, value in module.items()
-                 if isinstance(value, types.FunctionType) and
-                 value.__module__ == "__tilelab_example__"}
-    # runpy hands back a copy of the module's globals; its functions hold the real ones
-    namespace = next(iter(functions.values())).__globals__ if functions else dict(module)
+    namespace = _example_globals(module)
+    functions = {key: value for key, value in namespace.items() if _own_function(value)}
     namespace["__tilelab_cut__"] = {key: _cutting(fn) for key, fn in functions.items()}
 
     class CutCalls(ast.NodeTransformer):
@@ -436,17 +446,17 @@ def _main_cutting_calls(path: Path, module: dict):
 
 
 def _own_timings_few(module: dict) -> None:
-    """An example's own benchmark function (KDA's `do_bench(fn, warmup=20, rep=10)`, from a
-    file beside it) makes a few calls on the CPU, as tilelab's does (`_few_timings`)."""
+    """Any benchmark function the example's module holds, but tilelab's (KDA's `do_bench(fn,
+    warmup=20, rep=10)`, from a file beside it; Triton's, whose counts are milliseconds), makes
+    a few calls on the CPU, as tilelab's does (`_few_timings`): a function with "bench" in its
+    name and `warmup` and `rep` parameters."""
     import inspect
     import types
 
-    namespace = next((v.__globals__ for v in module.values()
-                      if isinstance(v, types.FunctionType) and
-                      v.__module__ == "__tilelab_example__"), None)
-    for name, fn in list((namespace or {}).items()):
+    namespace = _example_globals(module)
+    for name, fn in list(namespace.items()):
         if not isinstance(fn, types.FunctionType) or "bench" not in name or \
-                fn.__module__.startswith(("tilelab", "tilelang")):
+                (fn.__module__ or "").startswith(("tilelab", "tilelang")):
             continue
         signature = inspect.signature(fn)
         if "warmup" in signature.parameters and "rep" in signature.parameters:
@@ -459,8 +469,9 @@ def _few_calls(fn, signature):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
-        bound.arguments["warmup"] = min(bound.arguments.get("warmup", 1), 1)
-        bound.arguments["rep"] = min(bound.arguments.get("rep", 2), 2)
+        for key, most in (("warmup", 1), ("rep", 2)):
+            value = bound.arguments.get(key, most)
+            bound.arguments[key] = min(value, most) if isinstance(value, (int, float)) else value
         return fn(*bound.args, **bound.kwargs)
 
     return call

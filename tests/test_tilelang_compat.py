@@ -1513,8 +1513,8 @@ def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
 def test_the_runner_cuts_the_sizes_a_main_without_arguments_passes(tmp_path):
     """A `main()` that takes nothing (TileLang's KDA examples: `run_test(B=1, S=8192, ...)`)
     has no defaults to cut: its calls to the example's functions take sizes cut instead,
-    and the example's own benchmark function (KDA's, from a file beside it) runs a warm-up
-    call and two timed ones on the CPU."""
+    and the example's own benchmark functions (KDA's, from a file beside it, or one it
+    defines) run a warm-up call and two timed ones on the CPU."""
     import runpy
 
     runner = _examples_runner()
@@ -1531,8 +1531,12 @@ def test_the_runner_cuts_the_sizes_a_main_without_arguments_passes(tmp_path):
         "    seen.append((B, S, H, DK))\n"
         "    do_bench(len, [S])\n"
         "    do_bench(len, [S], warmup=50)\n\n"
+        "def bench_here(fn, warmup=5, rep=5):\n"
+        "    for _ in range(warmup + rep):\n"
+        "        calls.append(fn())\n\n"
         "def main():\n"
-        "    run_test(B=1, S=8192, H=64, DK=128)\n")
+        "    run_test(B=1, S=8192, H=64, DK=128)\n"
+        "    bench_here(lambda: 2)\n")
     import sys
 
     sys.path.insert(0, str(tmp_path))
@@ -1544,7 +1548,7 @@ def test_the_runner_cuts_the_sizes_a_main_without_arguments_passes(tmp_path):
         sys.path.remove(str(tmp_path))
         sys.modules.pop("bench_utils", None)
     assert module["seen"] == [(1, 256, 64, 128)]
-    assert module["calls"] == [1] * 6  # 1 + 2 calls, twice
+    assert module["calls"] == [1] * 6 + [2] * 3  # 1 + 2 calls each time
 
 
 def test_the_runner_tries_larger_sizes_where_the_cut_stops_an_example(tmp_path):

@@ -361,10 +361,13 @@ def _gpu_facts() -> dict | None:
     if torch is None or not torch.cuda.is_initialized():
         return None
     devices = range(torch.cuda.device_count())
-    return {"current": torch.cuda.current_device(),
-            "names": [torch.cuda.get_device_name(d) for d in devices],
-            "capabilities": [torch.cuda.get_device_capability(d) for d in devices],
-            "properties": [torch.cuda.get_device_properties(d) for d in devices]}
+    try:
+        return {"current": torch.cuda.current_device(),
+                "names": [torch.cuda.get_device_name(d) for d in devices],
+                "capabilities": [torch.cuda.get_device_capability(d) for d in devices],
+                "properties": [torch.cuda.get_device_properties(d) for d in devices]}
+    except Exception:  # noqa: BLE001 - a broken context: the workers ask for themselves
+        return None
 
 
 def _answer_from(facts: dict | None) -> None:
@@ -373,15 +376,10 @@ def _answer_from(facts: dict | None) -> None:
     if facts is None:
         return
     import torch
+    from torch.cuda._utils import _get_device_index
 
-    def index(device=None) -> int:
-        if device is None:
-            return facts["current"]
-        if isinstance(device, str):
-            device = torch.device(device)
-        if isinstance(device, int):
-            return device
-        return facts["current"] if device.index is None else device.index
+    def index(device=None) -> int:  # as torch reads a device: None, 1, "cuda:1", ...
+        return _get_device_index(device, optional=True)
 
     cuda = torch.cuda
     cuda.is_available = lambda: True
