@@ -694,6 +694,10 @@ EXPLAINED = {
         "boundary; every shared tile is dynamic now). On the H200 all 60 of its tuning "
         "configurations now match a torch evaluation of its formulas. The CPU row needs "
         "triton (its reference)",
+    "kda/chunk_intra_token_parallel.py":
+        "the time goes to its reference, flash-linear-attention's Triton kernel of one "
+        "program per token, in Triton's interpreter (py-spy, thirty-fourth session); "
+        "tilelab's kernel is not reached",
     "gemm/example_gemm_autotune_early_stop.py":
         "on the CPU it tunes 4096^3 GEMMs past the limit (its sizes are module constants, not "
         "cut). On the H200 the runner's own import hook did not reach the autotuner's "
