@@ -449,7 +449,8 @@ def _own_timings_few(module: dict) -> None:
     """Any benchmark function the example's module holds, but tilelab's (KDA's `do_bench(fn,
     warmup=20, rep=10)`, from a file beside it; Triton's, whose counts are milliseconds), makes
     a few calls on the CPU, as tilelab's does (`_few_timings`): a function with "bench" in its
-    name and `warmup` and `rep` parameters."""
+    name, a `warmup` parameter and one that counts the timed calls (`REPEATS`: TileLang's NSA
+    benchmark times `iterations=100` CPU launches after its `warmup=10`)."""
     import inspect
     import types
 
@@ -459,17 +460,21 @@ def _own_timings_few(module: dict) -> None:
                 (fn.__module__ or "").startswith(("tilelab", "tilelang")):
             continue
         signature = inspect.signature(fn)
-        if "warmup" in signature.parameters and "rep" in signature.parameters:
-            namespace[name] = _few_calls(fn, signature)
+        repeats = [p for p in signature.parameters if p in REPEATS]
+        if "warmup" in signature.parameters and repeats:
+            namespace[name] = _few_calls(fn, signature, repeats[0])
 
 
-def _few_calls(fn, signature):
+REPEATS = ("rep", "repeat", "iterations", "iters", "num_iters")  # names of timed-call counts
+
+
+def _few_calls(fn, signature, repeats: str):
     import functools
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
         bound = signature.bind(*args, **kwargs)
-        for key, most in (("warmup", 1), ("rep", 2)):
+        for key, most in (("warmup", 1), (repeats, 2)):
             value = bound.arguments.get(key, most)
             bound.arguments[key] = min(value, most) if isinstance(value, (int, float)) else value
         return fn(*bound.args, **bound.kwargs)
@@ -513,6 +518,8 @@ def run_one(path: Path) -> dict:
             # no `main()`: the file is a script, run as `python example.py` runs it
             # (its `__main__` block after its definitions, sizes it passes cut)
             module = runpy.run_path(str(path), run_name="__tilelab_example__")
+            if not torch.cuda.is_available():
+                _own_timings_few(module)
             _run_main_block(path, module)
             return _finished(path, record)
         module = runpy.run_path(str(path), run_name="__tilelab_example__")
