@@ -514,17 +514,14 @@ def run_one(path: Path) -> dict:
     sys.path.insert(0, str(path.parent))
     os.chdir(path.parent)
     try:
-        if not MAIN.search(path.read_text(errors="replace")):
-            # no `main()`: the file is a script, run as `python example.py` runs it
-            # (its `__main__` block after its definitions, sizes it passes cut)
-            module = runpy.run_path(str(path), run_name="__tilelab_example__")
-            if not torch.cuda.is_available():
-                _own_timings_few(module)
-            _run_main_block(path, module)
-            return _finished(path, record)
         module = runpy.run_path(str(path), run_name="__tilelab_example__")
         if not torch.cuda.is_available():
             _own_timings_few(module)
+        if not MAIN.search(path.read_text(errors="replace")):
+            # no `main()`: the file is a script, run as `python example.py` runs it
+            # (its `__main__` block after its definitions, sizes it passes cut)
+            _run_main_block(path, module)
+            return _finished(path, record)
         main = module["main"]
         params = inspect.signature(main).parameters
         if not params:
