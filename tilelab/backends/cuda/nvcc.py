@@ -178,6 +178,7 @@ def disassemble(cubin: bytes) -> str:
     that shows no code need not pay."""
     tools = [(shutil.which(tool), args) for tool, args in
              (("cuobjdump", ["-sass"]), ("nvdisasm", []))]
+    tools += [(str(tool), []) for tool in _wheel_tools("nvdisasm")]  # pip's nvidia-cuda-nvdisasm
     with tempfile.TemporaryDirectory(prefix="tilelab-sass-") as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
@@ -193,19 +194,26 @@ NVRTC_HINT = ("install the CUDA toolkit (nvcc), or NVRTC and the CUDA headers: "
               "pip install cuda-bindings nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cuda-cccl")
 
 
+def _wheel_paths(pattern: str) -> list[Path]:
+    """Paths matching `pattern` in NVIDIA's pip wheels (the `nvidia` namespace package)."""
+    try:
+        import nvidia
+    except ImportError:
+        return []
+    return [path for base in nvidia.__path__ for path in sorted(Path(base).glob(pattern))]
+
+
+def _wheel_tools(name: str) -> list[Path]:
+    return [path for path in _wheel_paths(f"cu*/bin/{name}") if os.access(path, os.X_OK)]
+
+
 def cuda_include_dirs() -> list[str]:
     """Where cuda_fp16.h and cuda/std/* live: a toolkit, or NVIDIA's pip wheels."""
     dirs = []
     for root in filter(None, (os.environ.get("CUDA_HOME"), "/usr/local/cuda")):
         dirs += [os.path.join(root, "include"), os.path.join(root, "include", "cccl")]
-    try:
-        import nvidia
-
-        for base in nvidia.__path__:
-            for sub in sorted(Path(base).glob("cu*/include")):
-                dirs += [str(sub), str(sub / "cccl")]
-    except ImportError:
-        pass
+    for sub in _wheel_paths("cu*/include"):
+        dirs += [str(sub), str(sub / "cccl")]
     return [d for d in dirs if os.path.isdir(d)]
 
 
