@@ -84,6 +84,26 @@ def test_cache_entry_that_fails_to_load_heals(isolated_cache, name, data):
     assert default_cache().info()["entries"] == 1
 
 
+def test_a_cache_hit_reads_what_the_entry_holds_now(isolated_cache):
+    """Hits in one process keep the parsed trace.json (megabytes of pass IR), checked against
+    the entry's bytes: an entry rewritten since is read again, and no hit shares what
+    another may change."""
+    tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    first = tilelab.compile(scale_program(), out_idx=-1, target="cpu")  # parsed and kept
+    first.trace.code["sass"] = "shown in a view"
+    first.trace.bench.append({"ms": 1.0})
+    second = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    assert second.trace.cache_hit and "sass" not in second.trace.code
+    assert second.trace.bench == [] and second.trace.passes == first.trace.passes
+    entry = _only_entry(isolated_cache)
+    data = json.loads((entry / "trace.json").read_text())
+    _rewrite_entry_file(entry, "trace.json",
+                        json.dumps({**data, "warnings": ["rewritten"]}).encode())
+    with pytest.warns(tilelab.TileLabWarning, match="rewritten"):
+        third = tilelab.compile(scale_program(), out_idx=-1, target="cpu")
+    assert third.trace.warnings == ["rewritten"]
+
+
 # ---------------------------------------------------------------- regions guarded on both sides
 
 

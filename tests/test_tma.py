@@ -359,6 +359,19 @@ def test_sass_is_disassembled_when_a_view_asks_for_it(tmp_path, monkeypatch):
 
 
 @needs_nvcc
+def test_sass_from_nvidias_pip_disassembler(tmp_path, monkeypatch):
+    """Without a CUDA toolkit on PATH, the source view's SASS comes from nvdisasm in NVIDIA's
+    pip wheel (nvidia-cuda-nvdisasm, a dev dependency)."""
+    from tilelab.backends.cuda import nvcc
+
+    if not nvcc._wheel_tools("nvdisasm"):
+        pytest.skip("nvidia-cuda-nvdisasm is not installed")
+    kernel = _compile({})
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cuobjdump, no nvdisasm there
+    assert "HGMMA" in nvcc.disassemble(kernel.cubin)
+
+
+@needs_nvcc
 def test_the_source_view_says_what_each_tile_op_became_and_why():
     """`--source` beside the CUDA code: T.gemm -> wgmma, T.copy -> TMA (or cp.async, with the
     reason its loop could not use TMA), each once although the prologue issues copies too;

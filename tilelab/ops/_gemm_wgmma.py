@@ -336,15 +336,11 @@ def lower(call, ctx, p: WgmmaPlan):
     return seq(stmts)
 
 
-def wait_all(c_local, pending: int = 0, in_order: bool = False):
+def wait_all(c_local, pending: int = 0):
     """Wait for every MMA in flight but the `pending` groups committed last; then the
-    accumulators in `c_local` (written by an earlier group) may be read. `in_order`: the
-    work before the wait stays before it (`tl::wgmma_wait_in_order`: ptxas would otherwise
-    be free to move independent work below it, out of the MMAs' shadow)."""
+    accumulators in `c_local` (written by an earlier group) may be read."""
     registers = int(c_local.shape[0])
-    wait = extern(f"tl::wgmma_wait_in_order<{pending}>") if in_order else \
-        tirx.Evaluate(_ptx().wgmma.wait_group.sync.aligned(pending))
     return seq([
-        wait,
+        tirx.Evaluate(_ptx().wgmma.wait_group.sync.aligned(pending)),
         # the accumulators changed behind the compiler's back: no read of them before the wait
         extern(f"tl::wgmma_fence_registers<{registers}>", address(c_local, [0]))])

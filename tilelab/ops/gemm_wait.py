@@ -11,9 +11,7 @@ iteration.
 
 A loop whose next iteration's first T.gemm is issued before this iteration's
 last (`_rotate` there) waits with `pending=1`: for every group but the one
-committed last, whose MMAs still run. Its wait for the last T.gemm, after the
-softmax work meant to run beside that T.gemm's MMAs, is `in_order`: that work
-stays before the wait (ptxas had moved it behind).
+committed last, whose MMAs still run.
 
 Loop semantics: nothing (the CPU runs every T.gemm to completion).
 Thread lowering: `wgmma.wait_group N` (N = `pending`, 0 unless told) where a
@@ -41,8 +39,7 @@ def lower_loops(call):
 def lower_threads(call, ctx):
     accumulator = regions(call)[0].buffer
     if any(regions(gemm)[2].buffer.same_as(accumulator) for gemm in ctx.plan.wgmma):
-        return wait_all(ctx.local(accumulator), int(call.config.get("pending", 0)),
-                        bool(call.config.get("in_order")))
+        return wait_all(ctx.local(accumulator), int(call.config.get("pending", 0)))
     return tirx.Evaluate(0)
 
 

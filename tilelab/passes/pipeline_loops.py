@@ -916,8 +916,7 @@ def _rotated(rotation, k, n, at_iteration, wait_for, release, stamp, annotations
     body = stamp(j, 0) + [wait_for(j)] + stamp(j, 1) + turn("wait") + first_next + \
         [_waits_later(at_iteration([r.last], k)[0])] + turn("pass") + \
         [tile_call("gemm_wait", s_acc, pending=1)] + at_iteration(r.early, j) + \
-        [tile_call("gemm_wait", o_acc, in_order=True), release(k)] + \
-        at_iteration(r.late, j) + stamp(j, 3)
+        [tile_call("gemm_wait", o_acc), release(k)] + at_iteration(r.late, j) + stamp(j, 3)
     zero = tirx.const(0, k.ty)
     loop = tirx.For(k, zero, n - 1, tirx.ForKind.SERIAL, seq(body), annotations=annotations)
     last = at_iteration([r.last], n - 1)

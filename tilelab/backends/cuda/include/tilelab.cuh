@@ -85,19 +85,6 @@ __device__ __forceinline__ void wgmma_fence_registers(float* regs) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(regs[i])::"memory");
 }
 
-// wgmma.wait_group N where the program puts it. ptxas may schedule a wait above work that
-// does not depend on it: in the rotated FlashAttention loop it moved the softmax's
-// exponentials below the wait for O += P V, and nothing ran beside that MMA. ptxas schedules
-// within basic blocks, so a branch it cannot resolve before the wait (to a trap no GPU takes:
-// every GPU has SMs) keeps the work before it there.
-template <int N>
-__device__ __forceinline__ void wgmma_wait_in_order() {
-  unsigned sms;
-  asm volatile("mov.u32 %0, %%nsmid;" : "=r"(sms));
-  if (sms == 0) __trap();
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-
 // The tensor cores apply a descriptor's swizzle to the address bits, so a swizzled operand
 // tile must start on a multiple of its swizzle pattern (8 rows of the swizzle width);
 // anything else would be read permuted. Stop the kernel rather than compute garbage.
