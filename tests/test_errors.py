@@ -489,3 +489,28 @@ def test_the_warning_is_repeated_when_the_kernel_comes_from_the_cache():
         kernel = tilelab.compile(make_unwritten_fragment(8, clear_first=False))
     assert kernel.trace.cache_hit
 
+
+
+def test_a_function_redefined_in_the_same_file_is_read_anew(tmp_path):
+    """The front end remembers where each function's source ends (inspect tokenizes the file
+    to find it), keyed by the file's text: a file changed since is read again, as a notebook
+    cell edited and run again."""
+    import importlib.util
+    import linecache
+
+    from tilelab.language.frontend import FunctionSource
+
+    path = tmp_path / "edited.py"
+
+    def define(text):
+        path.write_text(text)
+        linecache.checkcache(str(path))
+        spec = importlib.util.spec_from_file_location("edited", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.f
+
+    first = "def f(x):\n    return x\n"
+    assert FunctionSource.of(define(first)).text == first
+    second = "def f(x):\n    y = x + 1\n    return y\n"
+    assert FunctionSource.of(define(second)).text == second

@@ -28,6 +28,7 @@ import functools
 import inspect
 import linecache
 import textwrap
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import tvm
@@ -76,7 +77,7 @@ class FunctionSource:
     def of(fn) -> FunctionSource:
         fn = inspect.unwrap(fn)
         try:
-            lines, first_line = inspect.getsourcelines(fn)
+            lines, first_line = _source_lines(fn)
         except (OSError, TypeError) as err:
             raise TileLabSyntaxError(
                 f"cannot read the source of {getattr(fn, '__name__', fn)!r}",
@@ -98,6 +99,28 @@ class FunctionSource:
         col = self.col_offset + getattr(node, "col_offset", 0)
         text = self.lines[line - 1].rstrip("\n") if 0 < line <= len(self.lines) else None
         return SourceLocation(self.filename, line, col, text)
+
+
+_SOURCE_LINES: OrderedDict = OrderedDict()  # (file text, first line) -> its lines, first line
+
+
+def _source_lines(fn) -> tuple[list[str], int]:
+    """`inspect.getsourcelines(fn)`, remembered by the text of the function's file and its
+    first line. inspect tokenizes the file from there to find where the function ends, some
+    milliseconds a call, and a notebook cell traces the same functions each time it runs
+    (under a new file name each time: the key is the text)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return inspect.getsourcelines(fn)
+    key = ("".join(linecache.getlines(code.co_filename)), code.co_firstlineno)
+    if not key[0]:
+        return inspect.getsourcelines(fn)
+    found = _SOURCE_LINES.get(key)
+    if found is None:
+        found = _SOURCE_LINES[key] = inspect.getsourcelines(fn)
+        while len(_SOURCE_LINES) > 64:
+            _SOURCE_LINES.popitem(last=False)
+    return list(found[0]), found[1]
 
 
 # ---------------------------------------------------------------- the traced program
