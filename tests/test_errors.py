@@ -496,7 +496,6 @@ def test_a_function_redefined_in_the_same_file_is_read_anew(tmp_path):
     to find it), keyed by the file's text: a file changed since is read again, as a notebook
     cell edited and run again."""
     import importlib.util
-    import linecache
 
     from tilelab.language.frontend import FunctionSource
 
@@ -504,7 +503,6 @@ def test_a_function_redefined_in_the_same_file_is_read_anew(tmp_path):
 
     def define(text):
         path.write_text(text)
-        linecache.checkcache(str(path))
         spec = importlib.util.spec_from_file_location("edited", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -112,6 +112,7 @@ def _source_lines(fn) -> tuple[list[str], int]:
     code = getattr(fn, "__code__", None)
     if code is None:
         return inspect.getsourcelines(fn)
+    linecache.checkcache(code.co_filename)  # as inspect does: a file changed on disk is read again
     key = ("".join(linecache.getlines(code.co_filename)), code.co_firstlineno)
     if not key[0]:
         return inspect.getsourcelines(fn)
