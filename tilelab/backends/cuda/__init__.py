@@ -218,11 +218,16 @@ def source_only():
 
 
 def cuda_source(executable) -> str:
-    """The CUDA C that TVM printed, with tilelab's header included (and its grid barrier,
-    which needs cooperative groups, where a kernel calls T.sync_grid)."""
+    """The CUDA C that TVM printed, with tilelab's header included, and the header's parts
+    that need more headers switched on where the kernel needs them: float16 and bfloat16
+    (where TVM's code includes their headers), the grid barrier (cooperative groups) where
+    a kernel calls T.sync_grid."""
     source = executable.imports[0].inspect_source()
-    grid = "#define TILELAB_SYNC_GRID\n" if f"{GRID_SYNC}(" in source else ""
-    return grid + '#include "tilelab.cuh"\n' + source
+    switches = [name for name, used in (("TILELAB_FP16", "cuda_fp16.h"),
+                                        ("TILELAB_BF16", "cuda_bf16.h"),
+                                        ("TILELAB_SYNC_GRID", f"{GRID_SYNC}("))
+                if used in source]
+    return "".join(f"#define {name}\n" for name in switches) + '#include "tilelab.cuh"\n' + source
 
 
 def launch_config(device_mod) -> list[dict]:

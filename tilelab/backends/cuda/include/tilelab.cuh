@@ -3,8 +3,15 @@
 // the generated kernel reads as a list of named steps and every instruction
 // can be looked up in the PTX ISA manual under the same name.
 #pragma once
+// Headers cost compile time (nvcc parses cuda_fp16.h in about 0.05 s, cuda_bf16.h in 0.1 s,
+// cooperative_groups.h in 0.6 s): each comes in where the generated code defines its switch
+// (backends/cuda/__init__.py `cuda_source`).
+#ifdef TILELAB_FP16
 #include <cuda_fp16.h>
+#endif
+#ifdef TILELAB_BF16
 #include <cuda_bf16.h>
+#endif
 #ifdef TILELAB_SYNC_GRID
 #include <cooperative_groups.h>
 #endif
@@ -56,6 +63,7 @@ __device__ __forceinline__ void ldmatrix_x2_trans(void* regs, const void* smem) 
 
 // ---- mma.sync m16n8k16: D = A(16x16) * B(16x8) + C, fp32 accumulators.
 // a: 8 halves (4 registers), b: 4 halves (2 registers), c: 4 floats, in the PTX fragment order.
+#ifdef TILELAB_FP16
 __device__ __forceinline__ void mma_m16n8k16(float* c, const half* a, const half* b) {
   const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
   const uint32_t* B = reinterpret_cast<const uint32_t*>(b);
@@ -65,6 +73,8 @@ __device__ __forceinline__ void mma_m16n8k16(float* c, const half* a, const half
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));
 }
+#endif
+#ifdef TILELAB_BF16
 __device__ __forceinline__ void mma_m16n8k16(float* c, const __nv_bfloat16* a,
                                              const __nv_bfloat16* b) {
   const uint32_t* A = reinterpret_cast<const uint32_t*>(a);
@@ -75,6 +85,7 @@ __device__ __forceinline__ void mma_m16n8k16(float* c, const __nv_bfloat16* a,
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "r"(B[0]), "r"(B[1]));
 }
+#endif
 
 // ---- wgmma.mma_async (Hopper) runs asynchronously: its accumulators change without the
 // compiler seeing it. An empty asm that reads and writes each register keeps the compiler's
