@@ -245,7 +245,8 @@ RUNS = [  # newest first: (results file, what the run was, the build command)
      "Every suite row (the 3-slot rows included), built with the compiler as the "
      "twenty-first session left it (105acb7); this session's later changes to it (T.gemm on "
      "parts of shared tiles, vector atomics) leave the suite's kernels' generated CUDA "
-     "byte-identical (eleven GEMM, attention, warp-role and atomic kernels compared). GEMM: fp16 8192³ 128×256 ×1.01 of cuBLAS, bf16 ×1.01, the "
+     "byte-identical (eleven GEMM, attention, warp-role and atomic kernels compared). "
+     "GEMM: fp16 8192³ 128×256 ×1.01 of cuBLAS, bf16 ×1.01, the "
      "persistent kernel at 4096³ ×1.02 (fp16) and ×1.01 (bf16); FlashAttention d128 with "
      "128×128 tiles as compiled by default ×0.98 of SDPA, causal ×0.96, d64 ×1.08; all 49 "
      "checks ok (2026-12-04, twenty-second session)",
