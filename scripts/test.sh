@@ -14,5 +14,5 @@ echo "==> pytest"
 .venv/bin/python -m pytest -q "$@" || status=$?
 # Lint even when tests fail, so one run reports both.
 echo "==> ruff"
-.venv/bin/ruff check tilelab tests || status=$?
+.venv/bin/ruff check tilelab tests scripts bench || status=$?
 exit "$status"
