@@ -35,11 +35,14 @@ scipy, tqdm, einops; the H200's own image has all but flash-linear-attention.
 
 The example's own checks against its torch reference (`assert_close`,
 `assert_allclose`, ...) decide "correct": an example that finishes but checks
-nothing is reported as "ran, no check". Every kernel the example compiles is also
-compiled for CUDA sm_90a (compile only) to fill the CUDA column. The table goes
-to `docs/TILELANG_COMPAT.md`. Run on a GPU machine with `--json`, the rows say
-what the examples did there; `--gpu-results` of that file fills the table's H200
-column. Nothing of TileLang's is copied into tilelab.
+nothing is reported as "ran, no check". A check that reports instead of failing
+(`if torch.allclose(out, ref): print("match") else: print("mismatch")`, a printed
+"Verification FAILED") is watched: where it reports a failure the row is WRONG.
+Every kernel the example compiles is also compiled for CUDA sm_90a (compile
+only) to fill the CUDA column. The table goes to `docs/TILELANG_COMPAT.md`. Run
+on a GPU machine with `--json`, the rows say what the examples did there;
+`--gpu-results` of that file fills the table's H200 column. Nothing of
+TileLang's is copied into tilelab.
 """
 
 from __future__ import annotations
@@ -332,9 +335,71 @@ def _from_a_missing_package(path: Path, err: BaseException) -> str | None:
 
 
 def _finished(path: Path, record: dict) -> dict:
+    if isinstance(sys.stdout, _Verdicts):
+        sys.stdout.end()
+    failed = record.pop("failed_checks", [])
+    if failed:  # its own check failed, said so and went on
+        record["cpu"], record["reason"] = "WRONG", "; ".join(failed)[:300]
+        return record
     record["cpu"] = "correct" if CHECKS.search(path.read_text(errors="replace")) else \
         "ran, no check"
     return record
+
+
+# What an example prints where its own check failed and it went on ("❌ Tilelang and Torch
+# mismatch", "Verification FAILED", "... failed ✗", a similarity helper's "name Error: 0.3");
+# "max error: 1e-5" and "(nibble mismatch: 3/4096 bytes from tie-breaking)" are measurements
+FAILED = re.compile(r"(?i:mismatch(?!\s*:)|\bfailed\b)|✗|❌|\bError: |\bERROR: ")
+
+
+class _Verdicts:
+    """The example's standard output, passed on as written, its failure verdicts kept."""
+
+    def __init__(self, out, failed: list):
+        self.out, self.failed, self.line = out, failed, ""
+
+    def write(self, text: str) -> int:
+        self.line += text
+        *done, self.line = self.line.split("\n")
+        self.failed.extend(f"it printed {ln.strip()[:120]!r}" for ln in done if FAILED.search(ln))
+        return self.out.write(text)
+
+    def end(self) -> None:
+        """The last line, where the example left it unfinished."""
+        self.write("\n" if self.line else "")
+
+    def __getattr__(self, name):
+        return getattr(self.out, name)
+
+
+def _watch_checks(examples: Path, record: dict):
+    """A check that reports instead of failing counts as failed where it reports a failure:
+    `if torch.allclose(out, ref): print("match") else: print("mismatch")` in the example's
+    own code (a file under `examples`) answering False, or a failure verdict printed
+    (FAILED). Without this a run to the end of such an example read as correct whatever
+    its kernel computed. Returns the function that stops the watch."""
+    import torch
+
+    failed = record.setdefault("failed_checks", [])
+    originals = torch.allclose, torch.Tensor.allclose
+
+    def watched(original):
+        def allclose(*args, **kwargs):
+            agrees = original(*args, **kwargs)
+            caller = sys._getframe(1)
+            if not agrees and caller.f_code.co_filename.startswith(str(examples)):
+                where = f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}"
+                failed.append(f"torch.allclose at {where} answered False")
+            return agrees
+        return allclose
+
+    torch.allclose, torch.Tensor.allclose = watched(originals[0]), watched(originals[1])
+    stdout, sys.stdout = sys.stdout, _Verdicts(sys.stdout, failed)
+
+    def stop():
+        sys.stdout = stdout
+        torch.allclose, torch.Tensor.allclose = originals
+    return stop
 
 
 SHIM = (
@@ -496,11 +561,12 @@ def run_one(path: Path) -> dict:
     compat.install()
     _children_import_tilelab(Path(tempfile.mkdtemp(prefix="tilelang-shim-")))
     record = {"cuda_ok": 0, "cuda_failed": []}
+    examples = next((p for p in path.parents if p.name == "examples"), path.parent)
     if not torch.cuda.is_available():
-        examples = next((p for p in path.parents if p.name == "examples"), path.parent)
         _keep_tensors_on_cpu(examples)
         _first_configurations()
     _also_compile_for_cuda(record)
+    stop_watching = _watch_checks(examples, record)
 
     original_add = argparse_module.ArgumentParser.add_argument
 
@@ -559,6 +625,9 @@ def run_one(path: Path) -> dict:
             record["cpu"] = "needs a package"
             record["reason"] = f"ModuleNotFoundError: No module named {missing!r} " \
                                f"(the example's {err.name} comes from it)"
+    finally:
+        stop_watching()
+    record.pop("failed_checks", None)  # it stopped: the exception says more
     return record
 
 

@@ -1577,6 +1577,50 @@ def test_the_runner_tries_larger_sizes_where_the_cut_stops_an_example(tmp_path):
     assert "n must be a multiple of 1024" in row["reason"]
 
 
+_DOUBLING_EXAMPLE = (
+    "import torch\nimport tilelang\nimport tilelang.language as T\n\n\n"
+    "@tilelang.jit(out_idx=[-1])\n"
+    "def double(n):\n"
+    "    @T.prim_func\n"
+    "    def k(A: T.Tensor((n,), T.float32), B: T.Tensor((n,), T.float32)):\n"
+    "        with T.Kernel(T.ceildiv(n, 128), threads=128) as b:\n"
+    "            for i in T.Parallel(128):\n"
+    "                B[b * 128 + i] = A[b * 128 + i] * 2\n"
+    "    return k\n\n\n")
+
+
+@pytest.mark.parametrize("check, verdict, passing", [
+    # TileLang's grouped GEMM examples: a comparison in an `if`, a printed verdict
+    ("if torch.allclose(out, ref):\n        print('match')\n"
+     "    else:\n        print('mismatch')", "torch.allclose at example_check.py:", "correct"),
+    # its paged decoding example: the largest difference against a bound, printed (no
+    # comparison the table counts as a check)
+    ("max_diff = (out - ref).abs().max().item()\n"
+     "    print('PASSED' if max_diff < 1e-2 else '\u2717 Verification FAILED')",
+     "it printed '\u2717 Verification FAILED'", "ran, no check"),
+])
+def test_the_runner_counts_a_check_that_reports_a_failure_as_failed(tmp_path, check, verdict,
+                                                                      passing):
+    """An example whose check prints its verdict and goes on is WRONG where the verdict
+    is a failure: a run to its end is not enough (the reference here is 3 a, the kernel
+    doubles). Against the right reference the row is what it was before, a measurement
+    that names a mismatch ("mismatch: 0 of 256") notwithstanding."""
+    runner = _examples_runner()
+    example = tmp_path / "examples" / "check" / "example_check.py"
+    example.parent.mkdir(parents=True)
+    for factor, row_says in ((3, "WRONG"), (2, passing)):
+        example.write_text(
+            _DOUBLING_EXAMPLE + "def main(n=256):\n"
+            "    a = torch.randn(n)\n"
+            f"    out, ref = double(n)(a), a * {factor}\n"
+            f"    {check}\n"
+            "    print(f'mismatch: {int((out != ref).sum())} of {n}')\n")
+        row = runner.run_example(example, tmp_path, timeout=240)
+        assert row["cpu"] == row_says, row
+        if row_says == "WRONG":
+            assert verdict in row["reason"], row
+
+
 def test_the_runner_times_cuda_events_by_the_cpu_clock():
     """Examples time themselves with torch.cuda.Event after their checks; without a GPU
     the runner's stand-in reads the CPU's clock (TileLang's top-k selector does so)."""
