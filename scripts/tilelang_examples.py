@@ -25,9 +25,11 @@ these things changed around it (the file itself is not edited):
   autotuned one in the first of its configurations, untimed, and the libdevice
   functions the interpreter lacks (exp2, fast_expf, ...) as their `tl.math` twins.
 
-Examples whose references need other packages say so ("needs a package"). The
-rows of `bench/results/tilelang_compat_cpu.json` were made with these beside
-tilelab (`pip install --target DIR`, DIR on PYTHONPATH): triton 3.5.1 (3.7.0 for the
+Examples whose references need other packages say so ("needs a package"), but
+for flash-attn, which installs only with CUDA: where it is missing, its two
+attention functions come from scripts/flash_attn_standin.py (torch; the row says
+so). The rows of `bench/results/tilelang_compat_cpu.json` were made with these
+beside tilelab (`pip install --target DIR`, DIR on PYTHONPATH): triton 3.5.1 (3.7.0 for the
 rows of gdn/, kda/ and linear_attention/: its interpreter runs linear attention's
 references, and 3.9.0 refuses flash-linear-attention's autotuner keys),
 flash-linear-attention and fla-core 0.4.2 (the examples call its older API),
@@ -372,6 +374,22 @@ class _Verdicts:
         return getattr(self.out, name)
 
 
+def _flash_attn_where_missing():
+    """flash-attn installs only with CUDA: where it is missing, the examples that compare
+    against its attention functions get scripts/flash_attn_standin.py's, in torch (the row
+    says so); None where the package is there."""
+    import importlib.util
+
+    if importlib.util.find_spec("flash_attn") is not None:
+        return None
+    spec = importlib.util.spec_from_file_location("flash_attn",
+                                                  ROOT / "scripts" / "flash_attn_standin.py")
+    standin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(standin)
+    sys.modules["flash_attn"] = sys.modules["flash_attn.flash_attn_interface"] = standin
+    return standin
+
+
 def _watch_checks(examples: Path, record: dict):
     """A check that reports instead of failing counts as failed where it reports a failure:
     `if torch.allclose(out, ref): print("match") else: print("mismatch")` in the example's
@@ -567,6 +585,7 @@ def run_one(path: Path) -> dict:
         _first_configurations()
     _also_compile_for_cuda(record)
     stop_watching = _watch_checks(examples, record)
+    flash_attn = _flash_attn_where_missing()
 
     original_add = argparse_module.ArgumentParser.add_argument
 
@@ -627,8 +646,14 @@ def run_one(path: Path) -> dict:
                                f"(the example's {err.name} comes from it)"
     finally:
         stop_watching()
+        if flash_attn is not None and flash_attn.used:
+            record["reason"] = " ".join(filter(None, [record.get("reason"), STANDIN]))
     record.pop("failed_checks", None)  # it stopped: the exception says more
     return record
+
+
+STANDIN = ("(flash_attn is not installed: its attention functions, the example's reference, "
+           "from the runner's torch stand-in, scripts/flash_attn_standin.py)")
 
 
 # ---------------------------------------------------------------- the table

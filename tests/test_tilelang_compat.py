@@ -1621,6 +1621,80 @@ def test_the_runner_counts_a_check_that_reports_a_failure_as_failed(tmp_path, ch
             assert verdict in row["reason"], row
 
 
+def _flash_attn_standin():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "flash_attn_standin", Path(__file__).parents[1] / "scripts" / "flash_attn_standin.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sdpa(q, k, v, mask=None):
+    """(L, H, D) tensors through torch's attention, float32, grouped heads expanded."""
+    import torch.nn.functional as F
+
+    group = q.shape[1] // k.shape[1]
+    q, k, v = (x.float().transpose(0, 1) for x in (q, k.repeat_interleave(group, 1),
+                                                    v.repeat_interleave(group, 1)))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(0, 1)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_flash_attn_standin_attends_each_packed_sequence_to_its_own_keys(causal):
+    """The runner's flash_attn_varlen_func: sequences of 5, 17 and 9 queries against 12, 17
+    and 3 keys, 8 query heads over 2 key/value heads. Causal, the mask is aligned to the
+    bottom right (query i sees key j <= i + Lk - Lq), and a query that sees no key gives 0."""
+    fa = _flash_attn_standin()
+    torch.manual_seed(0)
+    lq, lk = [5, 17, 9], [12, 17, 3]
+    cq = torch.tensor([0, 5, 22, 31], dtype=torch.int32)
+    ck = torch.tensor([0, 12, 29, 32], dtype=torch.int32)
+    q = torch.randn(31, 8, 64, dtype=torch.float16)
+    k, v = torch.randn(32, 2, 64, dtype=torch.float16), torch.randn(32, 2, 64, dtype=torch.float16)
+    out = fa.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), 0.0, causal=causal)
+    assert out.shape == q.shape and out.dtype == q.dtype and fa.used
+    for b in range(3):
+        qs, ks = slice(int(cq[b]), int(cq[b + 1])), slice(int(ck[b]), int(ck[b + 1]))
+        seen = torch.ones(lq[b], lk[b], dtype=torch.bool).tril(lk[b] - lq[b]) if causal \
+            else torch.ones(lq[b], lk[b], dtype=torch.bool)
+        expected = _sdpa(q[qs], k[ks], v[ks], seen).nan_to_num(0.0)
+        expected[~seen.any(1)] = 0
+        torch.testing.assert_close(out[qs].float(), expected, rtol=2e-3, atol=2e-3)
+    if causal:  # the third sequence: 9 queries, 3 keys - its first 6 queries see none
+        assert out[22:28].abs().max() == 0 and out[28:31].abs().max() > 0
+
+
+def test_the_flash_attn_standin_reads_a_paged_cache_as_a_contiguous_one():
+    """flash_attn_with_kvcache: the first cache_seqlens[b] keys of each sequence, from a
+    (batch, seqlen, kv_heads, dim) cache or from pages of 16 keys in a shuffled table."""
+    fa = _flash_attn_standin()
+    torch.manual_seed(1)
+    batch, seqlen, page = 3, 64, 16
+    q = torch.randn(batch, 1, 8, 32)
+    k, v = torch.randn(batch, seqlen, 2, 32), torch.randn(batch, seqlen, 2, 32)
+    lengths = torch.tensor([64, 23, 1], dtype=torch.int32)
+    table = torch.randperm(batch * seqlen // page).view(batch, seqlen // page).int()
+    k_pages, v_pages = torch.empty(batch * seqlen // page, page, 2, 32), \
+        torch.empty(batch * seqlen // page, page, 2, 32)
+    for b in range(batch):
+        for i in range(seqlen // page):
+            k_pages[table[b, i]] = k[b, i * page:(i + 1) * page]
+            v_pages[table[b, i]] = v[b, i * page:(i + 1) * page]
+    plain = fa.flash_attn_with_kvcache(q, k, v, cache_seqlens=lengths)
+    paged = fa.flash_attn_with_kvcache(q, k_pages, v_pages, cache_seqlens=lengths,
+                                       block_table=table)
+    torch.testing.assert_close(paged, plain)
+    for b in range(batch):
+        n = int(lengths[b])
+        torch.testing.assert_close(plain[b], _sdpa(q[b], k[b, :n], v[b, :n]),
+                                   rtol=1e-5, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        fa.flash_attn_varlen_func(q[0], k[0], v[0], lengths[:2], lengths[:2], 1, 1, 0.1)
+
+
 def test_the_runner_times_cuda_events_by_the_cpu_clock():
     """Examples time themselves with torch.cuda.Event after their checks; without a GPU
     the runner's stand-in reads the CPU's clock (TileLang's top-k selector does so)."""
