@@ -337,8 +337,6 @@ def _from_a_missing_package(path: Path, err: BaseException) -> str | None:
 
 
 def _finished(path: Path, record: dict) -> dict:
-    if isinstance(sys.stdout, _Verdicts):
-        sys.stdout.end()
     failed = record.pop("failed_checks", [])
     if failed:  # its own check failed, said so and went on
         record["cpu"], record["reason"] = "WRONG", "; ".join(failed)[:300]
@@ -354,24 +352,46 @@ def _finished(path: Path, record: dict) -> dict:
 FAILED = re.compile(r"(?i:mismatch(?!\s*:)|\bfailed\b)|✗|❌|\bError: |\bERROR: ")
 
 
-class _Verdicts:
-    """The example's standard output, passed on as written, its failure verdicts kept."""
+def _watch_checks(examples: Path, record: dict):
+    """A check that reports instead of failing counts as failed where it reports a failure:
+    `if torch.allclose(out, ref): print("match") else: print("mismatch")` in the example's
+    own code (a file under `examples`) answering False, or a failure verdict (FAILED) that
+    its code prints as one line (a kernel's source or a tensor, printed whole, is not a
+    verdict). Without this a run to the end of such an example read as correct whatever
+    its kernel computed. Returns the function that stops the watch."""
+    import builtins
 
-    def __init__(self, out, failed: list):
-        self.out, self.failed, self.line = out, failed, ""
+    import torch
 
-    def write(self, text: str) -> int:
-        self.line += text
-        *done, self.line = self.line.split("\n")
-        self.failed.extend(f"it printed {ln.strip()[:120]!r}" for ln in done if FAILED.search(ln))
-        return self.out.write(text)
+    failed = record.setdefault("failed_checks", [])
+    originals = torch.allclose, torch.Tensor.allclose, builtins.print
 
-    def end(self) -> None:
-        """The last line, where the example left it unfinished."""
-        self.write("\n" if self.line else "")
+    def in_example(frame) -> bool:
+        return frame.f_code.co_filename.startswith(str(examples))
 
-    def __getattr__(self, name):
-        return getattr(self.out, name)
+    def watched(original):
+        def allclose(*args, **kwargs):
+            agrees = original(*args, **kwargs)
+            caller = sys._getframe(1)
+            if not agrees and in_example(caller):
+                where = f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}"
+                failed.append(f"torch.allclose at {where} answered False")
+            return agrees
+        return allclose
+
+    def print_(*args, sep=" ", **kwargs):
+        if in_example(sys._getframe(1)):
+            line = (sep or " ").join(map(str, args))
+            if "\n" not in line and FAILED.search(line):
+                failed.append(f"it printed {line.strip()[:120]!r}")
+        return originals[2](*args, sep=sep, **kwargs)
+
+    torch.allclose, torch.Tensor.allclose = watched(originals[0]), watched(originals[1])
+    builtins.print = print_
+
+    def stop():
+        torch.allclose, torch.Tensor.allclose, builtins.print = originals
+    return stop
 
 
 def _flash_attn_where_missing():
@@ -388,36 +408,6 @@ def _flash_attn_where_missing():
     spec.loader.exec_module(standin)
     sys.modules["flash_attn"] = sys.modules["flash_attn.flash_attn_interface"] = standin
     return standin
-
-
-def _watch_checks(examples: Path, record: dict):
-    """A check that reports instead of failing counts as failed where it reports a failure:
-    `if torch.allclose(out, ref): print("match") else: print("mismatch")` in the example's
-    own code (a file under `examples`) answering False, or a failure verdict printed
-    (FAILED). Without this a run to the end of such an example read as correct whatever
-    its kernel computed. Returns the function that stops the watch."""
-    import torch
-
-    failed = record.setdefault("failed_checks", [])
-    originals = torch.allclose, torch.Tensor.allclose
-
-    def watched(original):
-        def allclose(*args, **kwargs):
-            agrees = original(*args, **kwargs)
-            caller = sys._getframe(1)
-            if not agrees and caller.f_code.co_filename.startswith(str(examples)):
-                where = f"{Path(caller.f_code.co_filename).name}:{caller.f_lineno}"
-                failed.append(f"torch.allclose at {where} answered False")
-            return agrees
-        return allclose
-
-    torch.allclose, torch.Tensor.allclose = watched(originals[0]), watched(originals[1])
-    stdout, sys.stdout = sys.stdout, _Verdicts(sys.stdout, failed)
-
-    def stop():
-        sys.stdout = stdout
-        torch.allclose, torch.Tensor.allclose = originals
-    return stop
 
 
 SHIM = (

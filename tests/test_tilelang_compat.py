@@ -1604,7 +1604,8 @@ def test_the_runner_counts_a_check_that_reports_a_failure_as_failed(tmp_path, ch
     """An example whose check prints its verdict and goes on is WRONG where the verdict
     is a failure: a run to its end is not enough (the reference here is 3 a, the kernel
     doubles). Against the right reference the row is what it was before, a measurement
-    that names a mismatch ("mismatch: 0 of 256") notwithstanding."""
+    that names a mismatch ("mismatch: 0 of 256") and a kernel's source printed whole (its
+    error strings name mismatches too) notwithstanding."""
     runner = _examples_runner()
     example = tmp_path / "examples" / "check" / "example_check.py"
     example.parent.mkdir(parents=True)
@@ -1614,7 +1615,8 @@ def test_the_runner_counts_a_check_that_reports_a_failure_as_failed(tmp_path, ch
             "    a = torch.randn(n)\n"
             f"    out, ref = double(n)(a), a * {factor}\n"
             f"    {check}\n"
-            "    print(f'mismatch: {int((out != ref).sum())} of {n}')\n")
+            "    print(f'mismatch: {int((out != ref).sum())} of {n}')\n"
+            "    print('define void @k() {\\n  @.str = c\"Mismatched type\"\\n}')\n")
         row = runner.run_example(example, tmp_path, timeout=240)
         assert row["cpu"] == row_says, row
         if row_says == "WRONG":
