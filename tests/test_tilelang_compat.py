@@ -1623,6 +1623,24 @@ def test_the_runner_counts_a_check_that_reports_a_failure_as_failed(tmp_path, ch
             assert verdict in row["reason"], row
 
 
+def test_the_runner_starts_an_example_at_the_cut_its_reference_needs(tmp_path, monkeypatch):
+    """An example whose own reference is undefined at 256 (FIRST_CUT: TileLang's GQA
+    decoding splits its keys in 16 and reads 32 at a time) starts at the cut named there,
+    and its row says why."""
+    runner = _examples_runner()
+    example = tmp_path / "examples" / "cut" / "example_cut.py"
+    example.parent.mkdir(parents=True)
+    example.write_text(
+        _DOUBLING_EXAMPLE + "def main(n=4096):\n"
+        "    a = torch.randn(n)\n"
+        "    ref = a * 2 if n // 16 >= 32 else a * float('nan')\n"
+        "    torch.testing.assert_close(double(n)(a), ref)\n")
+    assert runner.run_example(example, tmp_path, timeout=240)["cpu"] == "WRONG"
+    monkeypatch.setitem(runner.FIRST_CUT, "cut/example_cut.py", (1024, "its reference"))
+    row = runner.run_example(example, tmp_path, timeout=240)
+    assert row["cpu"] == "correct" and "(sizes cut to 1024: its reference)" in row["reason"]
+
+
 def _flash_attn_standin():
     import importlib.util
     from pathlib import Path
