@@ -78,6 +78,12 @@ FIRST_CUT = {
         1024, "cut to 256, its split reference divides by zero: each of its 16 splits holds "
         "16 keys, fewer than its 32-key block, so its loop over blocks never runs and every "
         "output is 0 / 0 (the kernel agreed with its other reference)"),
+    "blocksparse_attention/example_tilelang_sparse_gqa_decode_varlen_mask.py": (
+        1024, "cut to 256, most of its key splits hold none of the chosen blocks, and its "
+        "combining kernel weighs each such split below the last one that has blocks by its "
+        "log-sum of 0, exp2(0 - max), where the split should weigh nothing: the kernel "
+        "computes that as written (4.8e-4 from torch evaluating the example's combine, "
+        "0.03 from its reference), as TileLang's would"),
 }
 # a script's own functions take head dimensions (DQK=576, DV=512, d_v, dim) that its
 # kernels are written for: a call from its `__main__` block keeps them
@@ -735,6 +741,15 @@ def run_all(checkout: Path, timeout: int, only: list[str] | None, jobs: int = 1,
 
 # What a result means, where the table's one word would mislead; each was looked into.
 EXPLAINED = {
+    "blocksparse_attention/example_tilelang_sparse_gqa_decode_varlen_indice.py":
+        "its check asks rtol = atol = 1e-3 of float16 outputs against a reference computed in "
+        "float16 and fails on some random draws (2 of 6 tried): against a float64 reading "
+        "of the same reference the kernel is off by 5.8e-4 at most, the float16 reference "
+        "by 1.8e-3",
+    "blocksparse_attention/example_tilelang_sparse_gqa_decode_varlen_mask.py":
+        "at 1024 its check, as example_tilelang_sparse_gqa_decode_varlen_indice's, fails on "
+        "some draws by its float16 reference's rounding: against a float64 reading the "
+        "kernel is off by 5.9e-4 at most, the float16 reference by 1.3e-3",
     "attention_sink/example_gqa_sink_bwd_bhsd.py":
         "the example reads sinks[i] for i < block_M from a fragment of `heads` (8) elements: "
         "past its end; the CPU's bounds check stops there, the GPU reads what lies beyond "
