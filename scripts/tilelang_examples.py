@@ -313,8 +313,9 @@ def _few_timings() -> None:
 
     original = profiler_module.do_bench
 
-    def do_bench(fn, warmup=25, rep=100, *args, **kwargs):
-        return original(fn, min(warmup, 1), min(rep, 2), *args, **kwargs)
+    def do_bench(fn, warmup=25, rep=100, *args, _n_warmup=0, _n_repeat=0, **kwargs):
+        return original(fn, min(_n_warmup or warmup, 1), min(_n_repeat or rep, 2), *args,
+                        **kwargs)
 
     profiler_module.do_bench = do_bench
 

@@ -962,6 +962,11 @@ def test_the_profiler_checks_and_times_as_tilelang_examples_call_it():
     calls.clear()
     profiler.do_bench(lambda a: calls.append(1), warmup=1, rep=4)
     assert len(calls) == 5
+    calls.clear()  # the module's do_bench takes them as _n_warmup/_n_repeat (varlen attention)
+    from tilelang.profiler import do_bench
+
+    do_bench(lambda: calls.append(1), _n_warmup=2, _n_repeat=4)
+    assert len(calls) == 6
     # TileLang's private _get_inputs, which its MLA decode benchmark calls
     [a] = profiler._get_inputs()
     torch.testing.assert_close(kernel(a), a * 6)

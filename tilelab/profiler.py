@@ -23,12 +23,16 @@ def _cuda_available() -> bool:
 
 
 def do_bench(fn, warmup: int = 25, rep: int = 100, backend: str = "event",
-             flush_l2: bool = True, return_mode: str = "median"):
+             flush_l2: bool = True, return_mode: str = "median", _n_warmup: int = 0,
+             _n_repeat: int = 0):
     """Median time of `fn()` in milliseconds (`return_mode="all"` gives every sample).
 
-    `warmup` and `rep` count calls. With backend "event" on a machine with a
-    GPU, CUDA events time each call; otherwise the wall clock does.
+    `warmup` and `rep` count calls; TileLang's `_n_warmup`/`_n_repeat` counts, when
+    positive, take their place (TileLang's own `warmup`/`rep` are milliseconds). With
+    backend "event" on a machine with a GPU, CUDA events time each call; otherwise
+    the wall clock does.
     """
+    warmup, rep = _n_warmup or warmup, _n_repeat or rep
     use_events = backend == "event" and _cuda_available()
     for _ in range(max(warmup, 1)):
         fn()
