@@ -496,13 +496,19 @@ def _difference(a, b) -> int | None:
     return int(apart.value) if isinstance(apart, tirx.IntImm) else None
 
 
-def shifted_element(element, pos, offsets, shape) -> tuple:
-    """The element reached from `element` (of the loop's layout) by an access of `pos` and
-    `offsets` (relative_shifts); a shifted index wraps around the fragment as the shifted
-    layout does - an iteration that would read past the end is one that an `if` keeps
-    from reading, or one that the CPU reports."""
-    return tuple(0 if p is None else (element[p] + c) % shape[k] if c else element[p]
-                 for k, (p, c) in enumerate(zip(pos, offsets)))
+def shifter(pos, offsets, shape):
+    """For an access of `pos` and `offsets` (relative_shifts), the function from an element
+    of the loop's layout to the element of the fragment it reaches; a shifted index wraps
+    around the fragment as the shifted layout does - an iteration that would read past the
+    end is one that an `if` keeps from reading, or one that the CPU reports. The common
+    access, the loop's first dimensions in order and unshifted, reaches the element itself,
+    or its first indices (the tables are walked element by element, tens of thousands of
+    times a kernel)."""
+    rank = len(shape)
+    if tuple(pos) == tuple(range(rank)) and not any(offsets):
+        return lambda element: element if len(element) == rank else element[:rank]
+    return lambda element: tuple(0 if p is None else (element[p] + c) % shape[k] if c
+                                 else element[p] for k, (p, c) in enumerate(zip(pos, offsets)))
 
 
 def _full(pos, nest) -> bool:
@@ -580,11 +586,11 @@ def _check_copies_agree(nest, table, layouts, plan):
             continue  # every iteration writes the same value
         writes = math.prod(nest.extents[d] for d in left_out)
         runs: dict = {}  # element -> {thread: iterations writing it that the thread runs}
-        shape = _shape(buffer)
+        shift = shifter(pos, offsets, _shape(buffer))
         for t, elements in enumerate(table):
             for element in elements:
                 if element is not None:
-                    wanted = shifted_element(element, pos, offsets, shape)
+                    wanted = shift(element)
                     by_thread = runs.setdefault(wanted, {})
                     by_thread[t] = by_thread.get(t, 0) + 1
         owners = owner_table(layouts[buffer.name])
@@ -669,11 +675,12 @@ def _misfit(table, owners, pos, offsets, shape):
         return _MISFITS[key]
     answer = None
     registers = {}  # the loop's register -> the fragment's registers it meets
+    shift = shifter(pos, offsets, shape)
     for t, elements in enumerate(table):
         for reg, element in enumerate(elements):
             if element is None:  # a padding slot of this thread
                 continue
-            wanted = shifted_element(element, pos, offsets, shape)
+            wanted = shift(element)
             held = owners.get(wanted, {})
             if t not in held:
                 answer = ("elsewhere", t, element, wanted)

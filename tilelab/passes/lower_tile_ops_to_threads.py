@@ -64,7 +64,7 @@ from .infer_layouts import (
     parallel_nest,
     register_read_by_all,
     relative_shifts,
-    shifted_element,
+    shifter,
 )
 from .thread_code import exchange_tiles, hands_over, thread_indices
 
@@ -471,8 +471,8 @@ class ThreadLowering:
                 return simplify(frag.local_of(*indices))  # (checked by layout inference)
             key = (buffer.name, id(layout), reg, shifts)
             if key not in self._reached:
-                owners = owner_table(frag)
-                found = {owners[shifted_element(elements[t][reg], *shifts, frag.shape)][t]
+                owners, shift = owner_table(frag), shifter(*shifts, frag.shape)
+                found = {owners[shift(elements[t][reg])][t]
                          for t in range(layout.threads) if elements[t][reg] is not None}
                 if len(found) != 1:
                     raise TileLabTypeError(f"fragment {buffer.name!r} does not line up with "
