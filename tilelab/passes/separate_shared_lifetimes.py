@@ -68,6 +68,11 @@ from ..ops._lowering import is_sync, sync
 MARKER = "__tilelab_lifetime_marker"
 
 
+# the nodes the walks below look at (the walk calls Python for these only: a kernel has
+# tens of thousands of other nodes); a Call may be a tvm_access_ptr
+_ACCESSES = (tirx.SeqStmt, tirx.AllocBuffer, tirx.BufferStore, tvm.ir.TensorLoad, tvm.ir.Call)
+
+
 def _is_shared(var) -> bool:
     return var.scope().startswith("shared")
 
@@ -138,7 +143,7 @@ def _last_written(body) -> list:
                 last[name] = "write" if int(node.args[4].value) == 2 else "read"
         return None
 
-    tvm_ffi.structural_walk(body, (object, visit), order="pre")
+    tvm_ffi.structural_walk(body, (_ACCESSES, visit), order="pre")
     return [tiles[name] for name, kind in last.items() if kind == "write"]
 
 
@@ -184,7 +189,7 @@ class _TilesOf:
                     note(var)
             return None
 
-        tvm_ffi.structural_walk(stmt, (object, visit), order="pre")
+        tvm_ffi.structural_walk(stmt, (_ACCESSES, visit), order="pre")
         if isinstance(stmt, tirx.SeqStmt):
             self.known[stmt] = (touched, allocated)
         return touched, allocated
