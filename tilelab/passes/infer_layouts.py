@@ -30,6 +30,7 @@ import contextlib
 import math
 from dataclasses import dataclass, field
 
+import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
@@ -276,7 +277,8 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
                     elif isinstance(n, tirx.IfThenElse):
                         nest.tested |= _vars_in(n.condition)
 
-                walk(innermost.body, object, access)
+                walk(innermost.body, (tirx.BufferStore, tvm.ir.TensorLoad, tirx.IfThenElse),
+                     access)
                 for buffer, _, _ in nest.accesses:
                     roles.use(buffer, role)
                 roles.of_nest[nest.loop] = role

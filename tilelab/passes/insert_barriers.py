@@ -25,6 +25,7 @@ op (or of the block's own statements) still do, as two tile ops' do.
 
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
@@ -63,7 +64,7 @@ def accesses(stmt, keep=_shared, aliases=None) -> tuple[set, set]:
         elif is_load(node) and keep(node.source):
             reads.add(name(node.source))
 
-    walk(stmt, object, visit)
+    walk(stmt, (TilePrimitiveCall, tirx.BufferStore, tvm.ir.TensorLoad), visit)
     return reads, writes
 
 

@@ -330,7 +330,7 @@ def buffer_uses(node) -> dict:
         for name in names:
             counts[str(name)] = counts.get(str(name), 0) + 1
 
-    walk(node, object, visit)
+    walk(node, (TilePrimitiveCall, tirx.BufferStore, tvm.ir.TensorLoad), visit)
     return counts
 
 

@@ -133,7 +133,7 @@ def _is_uniform(expr, uniform: list, readonly: list) -> bool:
             if not any(node.same_as(u) for u in uniform):
                 ok = False
 
-    walk(expr, object, visit)
+    walk(expr, (tvm.ir.TensorLoad, tirx.Var), visit)
     return ok
 
 
