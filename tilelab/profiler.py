@@ -141,13 +141,13 @@ class Profiler:
     def do_bench(self, func=None, warmup: int = 25, rep: int = 100, backend: str = "event",
                  inputs=None, n_warmup: int = 0, n_repeat: int = 0, input_tensors=None):
         """Median milliseconds of `func` (default: the kernel) on `inputs` (default: random
-        ones). `warmup` and `rep` count calls; TileLang's `n_warmup`/`n_repeat` counts, when
-        positive, take their place (TileLang's own `warmup`/`rep` are milliseconds)."""
+        ones); the counts as the module's `do_bench` takes them (`n_warmup`/`n_repeat` are
+        its `_n_warmup`/`_n_repeat`)."""
         inputs = inputs if inputs is not None else input_tensors
         inputs = inputs if inputs is not None else self.random_inputs()
         target = func or self.kernel
-        return do_bench(lambda: target(*inputs), warmup=n_warmup or warmup,
-                        rep=n_repeat or rep, backend=backend)
+        return do_bench(lambda: target(*inputs), warmup=warmup, rep=rep, backend=backend,
+                        _n_warmup=n_warmup, _n_repeat=n_repeat)
 
     def assert_allclose(self, reference, inputs=None, rtol=1e-2, atol=1e-2,
                         input_tensors=None, max_mismatched_ratio=0.01):
