@@ -21,9 +21,11 @@ these things changed around it (the file itself is not edited):
   compute capability too), so that examples which stop themselves without CUDA run
   their kernels, and an autotuner tries the first two of its configurations;
 * without a GPU, references written in Triton (the example's own kernels, or
-  flash-linear-attention's) run in Triton's interpreter (TRITON_INTERPRET=1), each
-  autotuned one in the first of its configurations, untimed, and the libdevice
-  functions the interpreter lacks (exp2, fast_expf, ...) as their `tl.math` twins.
+  flash-linear-attention's) run in Triton's interpreter (TRITON_INTERPRET=1), with
+  what scripts/triton_interpreted.py changes there: each autotuned kernel in the first
+  of its configurations, untimed; the libdevice functions the interpreter lacks as
+  their `tl.math` twins; builtins imported under names of their own; bfloat16
+  computed as numbers (the interpreter computes on its bit patterns).
 
 Examples whose references need other packages say so ("needs a package"), but
 for flash-attn, which installs only with CUDA: where it is missing, its two
@@ -215,47 +217,17 @@ def _keep_tensors_on_cpu(examples: Path):
         return profile(*args, activities=[torch.profiler.ProfilerActivity.CPU], **kwargs)
 
     torch.profiler.profile = cpu_profile
-    _triton_interpreted()
+    _script("triton_interpreted").install()  # Triton references, as a GPU computes them
 
 
-def _triton_interpreted():
-    """Examples whose references are Triton kernels (their own, or flash-linear-attention's)
-    run those through Triton's interpreter on the CPU tensors. The interpreter has no
-    driver to time an autotuner's configurations with, and any of them computes the same
-    reference: the autotuner keeps the first configuration its pruning leaves and times
-    nothing (each interpreted run of a reference costs minutes at the examples' sizes)."""
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    os.environ.setdefault("FLA_CACHE_RESULTS", "0")  # its disk cache wants a driver too
-    try:
-        from triton.runtime import autotuner
-    except ImportError:  # the example will say that it needs Triton
-        return
-    prune = autotuner.Autotuner.prune_configs
+def _script(name: str) -> types.ModuleType:
+    """One of the scripts beside this one, as a module (scripts/ is no package)."""
+    import importlib.util
 
-    def first_configuration(self, kwargs):
-        return prune(self, kwargs)[:1]
-
-    def untimed(kernel_call, quantiles=None, **_options):
-        return [1.0, 1.0, 1.0] if quantiles else 1.0
-
-    autotuner.Autotuner.prune_configs = first_configuration
-    autotuner.Autotuner.do_bench = property(lambda self: untimed)
-    _libdevice_as_math()
-
-
-def _libdevice_as_math():
-    """Triton's libdevice functions are stubs until a GPU backend fills them in, and its
-    interpreter has none (a kernel calling `tldevice.exp2` gets None back): they become
-    their `tl.math` twins, as flash-linear-attention's own helpers are without
-    FLA_USE_FAST_OPS. Plain functions serve: the interpreter runs the kernel's Python,
-    with `tl.math` patched while it runs."""
-    import triton.language as tl
-    from triton.language.extra import libdevice
-
-    twins = {"exp2": "exp2", "fast_expf": "exp", "fast_logf": "log", "fast_log2f": "log2"}
-    for name, twin in twins.items():
-        setattr(libdevice, name,
-                lambda x, _twin=twin: getattr(tl.math, _twin)(x.to(tl.float32)))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class _ClockEvent:
@@ -417,10 +389,7 @@ def _flash_attn_where_missing():
 
     if importlib.util.find_spec("flash_attn") is not None:
         return None
-    spec = importlib.util.spec_from_file_location("flash_attn",
-                                                  ROOT / "scripts" / "flash_attn_standin.py")
-    standin = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(standin)
+    standin = _script("flash_attn_standin")
     sys.modules["flash_attn"] = sys.modules["flash_attn.flash_attn_interface"] = standin
     return standin
 

@@ -1646,15 +1646,20 @@ def test_the_runner_starts_an_example_at_the_cut_its_reference_needs(tmp_path, m
     assert row["cpu"] == "correct" and "(sizes cut to 1024: its reference)" in row["reason"]
 
 
-def _flash_attn_standin():
+def _script(name):
+    """One of scripts/ as a module."""
     import importlib.util
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
-        "flash_attn_standin", Path(__file__).parents[1] / "scripts" / "flash_attn_standin.py")
+        name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _flash_attn_standin():
+    return _script("flash_attn_standin")
 
 
 def _sdpa(q, k, v, mask=None):
@@ -1860,3 +1865,53 @@ def test_the_kernels_indices_and_extents_by_tilelangs_names():
         def beyond(out: T.Tensor((4,), T.int32)):
             with T.Kernel(2, 2, threads=4):
                 out[0] = T.get_block_binding(2)
+
+
+def test_the_interpreters_bfloat16_rounds_as_torch():
+    """scripts/triton_interpreted.py keeps bfloat16 values as float32 inside a Triton kernel
+    and rounds them where they are converted or stored: to nearest, ties to even, as torch
+    - every bfloat16 bit pattern read back exactly, and float32 values around each
+    rounding point (ties both ways, a bit either side, overflow to infinity, NaN)."""
+    interpreted = _script("triton_interpreted")
+    every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    values = interpreted.bfloat16_values(every.view(torch.int16).numpy().view("uint16"))
+    assert torch.equal(torch.from_numpy(values).view(torch.int32),
+                       every.float().view(torch.int32))
+    torch.manual_seed(2)
+    bits = torch.randint(-(1 << 31), 1 << 31, (1 << 16,), dtype=torch.int64)
+    near = torch.cat([bits, (bits & ~0xFFFF) | 0x8000, (bits & ~0xFFFF) | 0x7FFF,
+                      (bits & ~0xFFFF) | 0x8001]).to(torch.int32).view(torch.float32)
+    near = torch.cat([near, torch.tensor([3.4e38, -3.4e38, float("inf"), float("nan")])])
+    got = torch.from_numpy(interpreted.bfloat16_bits(near.numpy()).view("int16"))
+    want = near.bfloat16().view(torch.int16)
+    nan = near.isnan()
+    assert torch.equal(got[~nan], want[~nan]) and got[nan].view(torch.bfloat16).isnan().all()
+
+
+def test_the_interpreter_computes_with_bfloat16_numbers(monkeypatch):
+    """Triton's interpreter computes on bfloat16's bit patterns as integers (a product, a
+    `tl.dot`, a comparison of two bfloat16 tensors came out wrong); with the runner's
+    changes each is computed as a GPU does, and a builtin bound to a name of its own
+    (`exp = tl.exp`, as flash-linear-attention writes it) runs. (Triton reads
+    TRITON_INTERPRET as it is imported: the runner sets it first, and so does this test.)"""
+    import importlib.util
+    from pathlib import Path
+
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("needs triton (the compatibility runner's references)")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    _script("triton_interpreted").install()
+
+    source = Path(__file__).parent / "kernels" / "triton_bfloat16.py"
+    spec = importlib.util.spec_from_file_location("triton_bfloat16", source)
+    kernels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernels)
+    torch.manual_seed(3)
+    x, y = torch.randn(16, 16).bfloat16(), torch.randn(16, 16).bfloat16()
+    out = kernels.run(x, y)
+    xf, yf = x.float(), y.float()
+    assert torch.equal(out["product"], (xf[0] * yf[0] + xf[0]).bfloat16())
+    torch.testing.assert_close(out["dot"], xf @ yf, rtol=1e-6, atol=1e-5)
+    assert torch.equal(out["max"], xf.max(1).values)
+    assert torch.equal(out["exp"], xf[0].exp().bfloat16())
+    assert torch.equal(out["greater"], (xf[0] > yf[0]).int())
