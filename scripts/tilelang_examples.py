@@ -34,7 +34,9 @@ so). The rows of `bench/results/tilelang_compat_cpu.json` were made with these
 beside tilelab (`pip install --target DIR`, DIR on PYTHONPATH): triton 3.5.1 (3.7.0 for the
 rows of gdn/, kda/ and linear_attention/: its interpreter runs linear attention's
 references, and 3.9.0 refuses flash-linear-attention's autotuner keys),
-flash-linear-attention and fla-core 0.4.2 (the examples call its older API),
+flash-linear-attention and fla-core 0.4.2 (linear_attention/, deepseek_nsa/; 0.2.2 and
+transformers 4.52.4 for gdn/, whose examples name flash-linear-attention's commit
+f03cb3ae of June 2025: its functions took `scale` where 0.4.2 takes `g_gamma`),
 scipy, tqdm, einops; the H200's own image has all but flash-linear-attention.
 
 The example's own checks against its torch reference (`assert_close`,

@@ -16,9 +16,10 @@ changes each, for the runner's process only:
   helpers) escapes it and refuses to run ("Did you forget to add @triton.jit ?");
 * bfloat16: numpy has no bfloat16, and the interpreter keeps its bit patterns as uint16
   and computes on those as integers (a product of two bfloat16 tensors, or `tl.dot` of
-  them, is garbage). Here bfloat16 values are float32 while a kernel holds them, rounded
-  to bfloat16 (to nearest, ties to even) where it converts to bfloat16 or stores to
-  memory, and read from the uint16 bit patterns where it loads.
+  them, is garbage). Here a bfloat16 value is a float32 holding a bfloat16 number: each
+  bfloat16 result is rounded (to nearest, ties to even) as the interpreter makes it, as a
+  GPU rounds each bfloat16 operation, and loads and stores read and write the uint16 bit
+  patterns.
 
 Each is written against the interpreter of Triton 3.5 and 3.7 (the versions the
 compatibility table's rows ran with).
@@ -138,6 +139,14 @@ def _bfloat16_as_float32():
         interpreter._validate_np_data_size = lambda data, dtype: (
             is_bf16(dtype) and data.dtype == np.float32) or validate(data, dtype)
 
+    make_handle = Handle.__init__
+
+    def bfloat16_numbers(self, *args, **kwargs):  # every value the interpreter makes
+        make_handle(self, *args, **kwargs)
+        if is_bf16(self.dtype) and self.data.dtype == np.float32:
+            self.data = rounded(self.data)
+
+    Handle.__init__ = bfloat16_numbers
     load, store = builder.create_masked_load, builder.create_masked_store
     cast, fp_to_fp, bitcast = builder.cast_impl, builder.create_fp_to_fp, builder.create_bitcast
 
