@@ -23,7 +23,7 @@ from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
 from ...passes.packed_int4 import PackedInt4, has_packed
 from ...passes.role_turns import RoleTurns, has_waits
-from ...passes.round_bfloat16_tiles import RoundBFloat16Tiles
+from ...passes.round_bfloat16 import RoundBFloat16
 from ...passes.safe_global_access import SafeGlobalAccess
 from ...passes.thread_code import MarkThreadCode, ThreadLoops, takes_thread_index
 from .. import Backend, CompiledArtifact, register_pipeline, run_pipeline
@@ -51,7 +51,7 @@ def passes(program, vectorize: bool = True, safe_global: bool = False) -> list:
         KernelToCPULoops(program.has_atomics),  # blocks -> a parallel loop over the cores
         T.StmtSimplify(),                 # drop bounds checks that always hold
         T.FlattenBuffer(),                # n-d buffers -> 1-d arrays
-        RoundBFloat16Tiles,               # ... but bfloat16 tiles hold bfloat16 numbers
+        RoundBFloat16,                    # ... rounded after each operation, as on a GPU
         T.BF16ComputeLegalize(),          # bfloat16 arithmetic happens in float32
         T.NarrowDataType(32),
         T.VectorizeLoop(vectorize),       # False: vector loops become scalar loops

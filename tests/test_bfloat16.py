@@ -1,11 +1,12 @@
-"""bfloat16 tiles hold bfloat16 numbers on the CPU, as on the GPU.
+"""bfloat16 on the CPU computes what the GPU computes.
 
-TVM's CPU legalization computes bfloat16 in float32 and gave a kernel's bfloat16 tiles
-float32 storage: a float32 value stored into one came back unrounded, so a kernel that
-rounds on purpose (scores written to a bfloat16 tile before a T.gemm) computed more
-precisely than the GPU and failed checks against references that round as the GPU does
+TVM's CPU legalization carried bfloat16 arithmetic out in float32 and gave a kernel's
+bfloat16 tiles float32 storage: a float32 value stored into one came back unrounded, and
+`a * b + c` rounded once, where a GPU rounds each bfloat16 operation. A kernel that rounds
+on purpose (scores written to a bfloat16 tile before a T.gemm) computed more precisely than
+the GPU and failed checks against references that round as the GPU does
 (flash-linear-attention's chunk_fwd_o, through TileLang's gdn/example_chunk_o).
-passes/round_bfloat16_tiles.py rounds each store into such a tile; checked here against
+passes/round_bfloat16.py rounds each bfloat16 value as it is computed; checked here against
 torch's own rounding, ties, NaN, infinities and the largest values included."""
 
 import pytest
@@ -68,12 +69,14 @@ def test_a_bfloat16_tile_rounds_what_is_stored_in_it(scope):
     assert not torch.allclose(z[finite], unrounded, rtol=1e-5, atol=1e-4)
 
 
-def test_arithmetic_between_stores_stays_float32():
-    """Only what a tile holds is rounded: an expression of bfloat16 loads is computed in
-    float32 and rounded once, where it is stored."""
+def test_each_bfloat16_operation_rounds_as_on_a_gpu():
+    """`a * b + a` of bfloat16 values: the product rounds to bfloat16, then the sum, whether
+    the result goes to a bfloat16 tile, a bfloat16 tensor or a float32 tensor; a bfloat16
+    constant is a bfloat16 number too."""
     @T.prim_func
     def kernel(A: T.Tensor((256,), T.bfloat16), B: T.Tensor((256,), T.bfloat16),
-               C: T.Tensor((256,), T.bfloat16), D: T.Tensor((256,), T.float32)):
+               C: T.Tensor((256,), T.bfloat16), D: T.Tensor((256,), T.float32),
+               E: T.Tensor((256,), T.float32)):
         with T.Kernel(1, threads=64):
             t = T.alloc_fragment((256,), T.bfloat16)
             for i in T.Parallel(256):
@@ -81,11 +84,14 @@ def test_arithmetic_between_stores_stays_float32():
             for i in T.Parallel(256):
                 C[i] = t[i]
                 D[i] = A[i] * B[i] + A[i]
+                E[i] = A[i] * T.bfloat16(0.1)
 
     compiled = tilelab.compile(kernel, target="cpu")
     a, b = torch.randn(256).bfloat16(), torch.randn(256).bfloat16()
-    c, d = torch.empty(256, dtype=torch.bfloat16), torch.empty(256)
-    compiled(a, b, c, d)
-    exact = a.float() * b.float() + a.float()
-    assert torch.equal(c, exact.bfloat16())
-    assert torch.allclose(d, exact, rtol=1e-6, atol=0)
+    c, d, e = torch.empty(256, dtype=torch.bfloat16), torch.empty(256), torch.empty(256)
+    compiled(a, b, c, d, e)
+    stepwise = (a * b) + a  # torch rounds each bfloat16 operation, as a GPU does
+    once = (a.float() * b.float() + a.float()).bfloat16()
+    assert not torch.equal(stepwise, once)  # the draw tells the two apart
+    assert torch.equal(c, stepwise) and torch.equal(d, stepwise.float())
+    assert torch.equal(e, (a * torch.tensor(0.1, dtype=torch.bfloat16)).float())
