@@ -283,13 +283,21 @@ def _also_compile_for_cuda(record: dict):
 def _few_timings() -> None:
     """On the CPU backend the examples' benchmarks (`do_bench(..., warmup=500)`) time
     nothing this table reports, after the check that it does: a few calls each."""
+    import inspect
+
     import tilelab.profiler as profiler_module
 
     original = profiler_module.do_bench
+    signature = inspect.signature(original)
 
-    def do_bench(fn, warmup=25, rep=100, *args, _n_warmup=0, _n_repeat=0, **kwargs):
-        return original(fn, min(_n_warmup or warmup, 1), min(_n_repeat or rep, 2), *args,
-                        **kwargs)
+    def do_bench(*args, **kwargs):
+        try:  # a call TileLang's do_bench refuses fails here too
+            given = signature.bind(*args, **kwargs).arguments
+        except TypeError as err:
+            raise TypeError(f"do_bench() {err}") from None
+        warmup = given.pop("_n_warmup", 0) or given.get("warmup", 25)
+        rep = given.pop("_n_repeat", 0) or given.get("rep", 100)
+        return original(**{**given, "warmup": min(warmup, 1), "rep": min(rep, 2)})
 
     profiler_module.do_bench = do_bench
 
@@ -781,6 +789,21 @@ EXPLAINED = {
         "boundary; every shared tile is dynamic now). On the H200 all 60 of its tuning "
         "configurations now match a torch evaluation of its formulas. The CPU row needs "
         "triton (its reference)",
+    "gdn/example_chunk_o_bwd.py":
+        "the example's kernel is not flash-linear-attention's formula: it scales dk by "
+        "exp(G_last_local - G) with G_last_local cleared and never set (the chunk's last gate "
+        "goes to another variable), and masks its score matrix by the sign of the gate "
+        "difference instead of by position. tilelab computes the program as written: against "
+        "a torch transcription of the kernel (same inputs, 256 rows, 8 heads) 1 - similarity "
+        "is 1.4e-6 for dq and dk, where the example's check (1e-5) measures 0.14 and 0.42 "
+        "from the reference; its dw, which follows the reference's formula, agrees to 4e-12",
+    "gdn/example_wy_fast.py":
+        "12 of its 1,048,576 W outputs miss the check's 1e-2 where a sum of 64 terms up to "
+        "400 cancels to below 1: one key scaled by exp(g) rounds to the other bfloat16 "
+        "neighbour in the reference, whose exp is numpy's (Triton's interpreter; numpy's "
+        "and torch's float32 exp differ in the last bit for 3,248 of its 8,192 gates). The "
+        "kernel's W and U equal a torch evaluation of the formula with 0 outside the "
+        "tolerance, and its U passes the example's own check",
     "kda/chunk_intra_token_parallel.py":
         "the time goes to its reference, flash-linear-attention's Triton kernel of one "
         "program per token, in Triton's interpreter (py-spy, thirty-fourth session); "

@@ -1916,3 +1916,22 @@ def test_the_interpreter_computes_with_bfloat16_numbers(monkeypatch):
     assert torch.equal(out["max"], xf.max(1).values)
     assert torch.equal(out["exp"], xf[0].exp().bfloat16())
     assert torch.equal(out["greater"], (xf[0] > yf[0]).int())
+
+
+def test_the_runners_do_bench_times_few_calls_and_refuses_what_tilelang_refuses(monkeypatch):
+    """On the CPU the runner's do_bench makes one warm-up and two timed calls, whatever
+    counts or milliseconds the example asks for; a call TileLang's do_bench refuses - the
+    timed function's own arguments after it, as gdn/example_chunk_delta_bwd passes them -
+    is refused too, with TileLang's TypeError (it failed later, on a tensor taken for a
+    warm-up time)."""
+    import tilelab.profiler as profiler_module
+
+    monkeypatch.setattr(profiler_module, "do_bench", profiler_module.do_bench)
+    _examples_runner()._few_timings()
+    calls = []
+    profiler_module.do_bench(lambda: calls.append(1), warmup=500, rep=1000)
+    assert len(calls) == 3
+    profiler_module.do_bench(lambda: calls.append(1), _n_warmup=10, _n_repeat=50)
+    assert len(calls) == 6
+    with pytest.raises(TypeError, match=r"do_bench\(\) got an unexpected keyword argument"):
+        profiler_module.do_bench(lambda q, k: None, torch.ones(2), torch.ones(2), chunk_size=64)

@@ -5,8 +5,9 @@ expression out in float32, rounding only where it is stored into one of the kern
 tensors; it also gives the kernel's own bfloat16 tiles, fragments and locals the storage
 of a float32. So a CPU kernel kept float32 precision wherever the program said bfloat16:
 a value copied into a bfloat16 shared tile came back unchanged, and `a * b + c` of
-bfloat16 values rounded once instead of after each operation. A GPU rounds every
-bfloat16 operation, and kernels that round on purpose (scores written to a bfloat16 tile
+bfloat16 values rounded once instead of after each operation. A GPU rounds bfloat16
+operations as torch does, each one (nvcc may fuse a multiply and an add into one, rounded
+once: the last bit of such a result can differ), and kernels that round on purpose (scores written to a bfloat16 tile
 before a `T.gemm`, as FlashAttention and flash-linear-attention's kernels do) computed
 other numbers on the CPU and failed checks against references that round as the GPU does.
 
