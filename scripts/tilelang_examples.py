@@ -34,10 +34,11 @@ so). The rows of `bench/results/tilelang_compat_cpu.json` were made with these
 beside tilelab (`pip install --target DIR`, DIR on PYTHONPATH): triton 3.5.1 (3.7.0 for the
 rows of gdn/, kda/ and linear_attention/: its interpreter runs linear attention's
 references, and 3.9.0 refuses flash-linear-attention's autotuner keys),
-flash-linear-attention and fla-core 0.4.2 (linear_attention/, deepseek_nsa/; 0.2.2 and
-transformers 4.52.4 for gdn/, whose examples name flash-linear-attention's commit
-f03cb3ae of June 2025: its functions took `scale` where 0.4.2 takes `g_gamma`),
-scipy, tqdm, einops; the H200's own image has all but flash-linear-attention.
+flash-linear-attention and fla-core 0.4.2 (linear_attention/, deepseek_nsa/; for gdn/
+the tree of flash-linear-attention's commit f03cb3ae, June 2025, which its examples name -
+`git archive f03cb3ae fla` of its repository, with transformers 4.52.4, which it imports:
+its functions took `scale` where 0.4.2 takes a new `g_gamma`), scipy, tqdm, einops; the
+H200's own image has all but flash-linear-attention.
 
 The example's own checks against its torch reference (`assert_close`,
 `assert_allclose`, ...) decide "correct": an example that finishes but checks
@@ -789,6 +790,13 @@ EXPLAINED = {
         "boundary; every shared tile is dynamic now). On the H200 all 60 of its tuning "
         "configurations now match a torch evaluation of its formulas. The CPU row needs "
         "triton (its reference)",
+    "gdn/example_chunk_delta_bwd.py":
+        "its kernel runs; then the example times it as `do_bench(fn, Q, K, W, ...,"
+        " chunk_size=...)`, the timed function's arguments after it, which TileLang's "
+        "do_bench refuses as well (it takes none): the example stops there, before its check",
+    "gdn/example_chunk_delta_h.py":
+        "as example_chunk_delta_bwd: `do_bench(fn, k=..., ...)` stops it after its kernel ran "
+        "and before its check, with TileLang's own TypeError (the H200 row says the same)",
     "gdn/example_chunk_o_bwd.py":
         "the example's kernel is not flash-linear-attention's formula: it scales dk by "
         "exp(G_last_local - G) with G_last_local cleared and never set (the chunk's last gate "
