@@ -3,7 +3,7 @@
 Many of TileLang's examples check their kernels against Triton kernels (their own, or
 flash-linear-attention's). Without a GPU those run in Triton's interpreter
 (TRITON_INTERPRET=1), which runs a kernel's Python with numpy standing in for the
-compiler. Four things keep it from computing such references as a GPU would; `install()`
+compiler. Five things keep it from computing such references as a GPU would; `install()`
 changes each, for the runner's process only:
 
 * autotuning: the interpreter has no driver to time configurations with, and every
@@ -14,6 +14,9 @@ changes each, for the runner's process only:
 * builtins under names of their own: the interpreter patches the `triton.language`
   module a kernel sees, so `exp = tl.exp` at a module's top (flash-linear-attention's
   helpers) escapes it and refuses to run ("Did you forget to add @triton.jit ?");
+* a loop over a loaded count (`for i in range(NS)`, TileLang's NSA benchmark): Triton
+  3.5's interpreter takes the value's index with `int()` of a one-element array, which
+  numpy 2 refuses (3.7 squeezes the array first, as here);
 * bfloat16: numpy has no bfloat16, and the interpreter keeps its bit patterns as uint16
   and computes on those as integers (a product of two bfloat16 tensors, or `tl.dot` of
   them, is garbage). Here a bfloat16 value is a float32 holding a bfloat16 number: each
@@ -41,7 +44,7 @@ def install() -> None:
         return
     _first_configuration_untimed()
     _libdevice_as_math()
-    _builtins_under_own_names()
+    _completed_language_patch()
     _bfloat16_as_float32()
 
 
@@ -73,16 +76,18 @@ def _libdevice_as_math():
                 lambda x, _twin=twin: getattr(tl.math, _twin)(x.to(tl.float32)))
 
 
-def _builtins_under_own_names():
+def _completed_language_patch():
     """Such names get the interpreter's semantics the first time a kernel of their module
-    runs (`_patch_lang` is called with each kernel before it runs)."""
+    runs (`_patch_lang` is called with each kernel before it runs); so does a tensor's
+    index (`range(NS)`)."""
     import triton.language as tl
     from triton.runtime import interpreter
 
     patch_lang, semantic = interpreter._patch_lang, interpreter.interpreter_semantic
 
-    def also_named_builtins(fn):
+    def patch_lang_completed(fn):
         scope = patch_lang(fn)
+        tl.core.tensor.__index__ = lambda self: int(self.handle.data.squeeze())
         names = fn.__globals__
         for name, value in list(names.items()):
             if tl.core.is_builtin(value):
@@ -91,7 +96,7 @@ def _builtins_under_own_names():
                     _semantic=semantic)
         return scope
 
-    interpreter._patch_lang = also_named_builtins
+    interpreter._patch_lang = patch_lang_completed
 
 
 # ---------------------------------------------------------------- bfloat16

@@ -1892,7 +1892,8 @@ def test_the_interpreter_computes_with_bfloat16_numbers(monkeypatch):
     """Triton's interpreter computes on bfloat16's bit patterns as integers (a product, a
     `tl.dot`, a comparison of two bfloat16 tensors came out wrong); with the runner's
     changes each is computed as a GPU does, and a builtin bound to a name of its own
-    (`exp = tl.exp`, as flash-linear-attention writes it) runs. (Triton reads
+    (`exp = tl.exp`, as flash-linear-attention writes it) and a loop over a loaded count
+    run. (Triton reads
     TRITON_INTERPRET as it is imported: the runner sets it first, and so does this test.)"""
     import importlib.util
     from pathlib import Path
@@ -1916,6 +1917,7 @@ def test_the_interpreter_computes_with_bfloat16_numbers(monkeypatch):
     assert torch.equal(out["max"], xf.max(1).values)
     assert torch.equal(out["exp"], xf[0].exp().bfloat16())
     assert torch.equal(out["greater"], (xf[0] > yf[0]).int())
+    assert out["count"].item() == 10
 
 
 def test_the_runners_do_bench_times_few_calls_and_refuses_what_tilelang_refuses(monkeypatch):

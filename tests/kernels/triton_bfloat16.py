@@ -10,7 +10,7 @@ exp = tl.exp  # a builtin under a name of its own, as flash-linear-attention bin
 
 
 @triton.jit
-def _kernel(x, y, product, dot, maximum, exponent, greater, N: tl.constexpr):
+def _kernel(x, y, product, dot, maximum, exponent, greater, count, N: tl.constexpr):
     i = tl.arange(0, N)
     a, b = tl.load(x + i), tl.load(y + i)
     tl.store(product + i, a * b + a)
@@ -20,13 +20,19 @@ def _kernel(x, y, product, dot, maximum, exponent, greater, N: tl.constexpr):
     tl.store(maximum + i, tl.max(A, axis=1))
     tl.store(exponent + i, exp(a.to(tl.float32)).to(tl.bfloat16))
     tl.store(greater + i, (a > b).to(tl.int32))
+    total = 0
+    for _ in range(tl.load(count)):  # a loop over a loaded count
+        total += 1
+    tl.store(count, total * 2)
 
 
 def run(x: torch.Tensor, y: torch.Tensor) -> dict:
-    """x, y: (N, N) bfloat16. The row-0 results are of x[0] and y[0]."""
+    """x, y: (N, N) bfloat16. The row-0 results are of x[0] and y[0]; "count" counts a
+    loop of 5 twice."""
     n = x.shape[0]
     out = {"product": torch.empty(n, dtype=torch.bfloat16), "dot": torch.empty(n, n),
            "max": torch.empty(n), "exp": torch.empty(n, dtype=torch.bfloat16),
-           "greater": torch.empty(n, dtype=torch.int32)}
-    _kernel[(1,)](x, y, out["product"], out["dot"], out["max"], out["exp"], out["greater"], n)
+           "greater": torch.empty(n, dtype=torch.int32), "count": torch.tensor([5])}
+    _kernel[(1,)](x, y, out["product"], out["dot"], out["max"], out["exp"], out["greater"],
+                  out["count"], n)
     return out

@@ -7,11 +7,12 @@ of a float32. So a CPU kernel kept float32 precision wherever the program said b
 a value copied into a bfloat16 shared tile came back unchanged, and `a * b + c` of
 bfloat16 values rounded once instead of after each operation. A GPU rounds bfloat16
 operations as torch does, each one (nvcc may fuse a multiply and an add into one, rounded
-once: the last bit of such a result can differ), and kernels that round on purpose (scores written to a bfloat16 tile
-before a `T.gemm`, as FlashAttention and flash-linear-attention's kernels do) computed
-other numbers on the CPU and failed checks against references that round as the GPU does.
+once: the last bit of such a result can differ), and kernels that round on purpose (scores
+written to a bfloat16 tile before a `T.gemm`, as FlashAttention and flash-linear-attention's
+kernels do) computed other numbers on the CPU and failed checks against references that
+round as the GPU does.
 
-This pass, run just before TVM's, rounds each bfloat16 value the kernel computes as it is
+This pass, run before TVM's passes, rounds each bfloat16 value the kernel computes as it is
 computed - every arithmetic result, conversion and math call of bfloat16 type - to
 nearest, ties to even (as `tensor.to(torch.bfloat16)` and the GPU's `cvt.rn.bf16.f32`),
 spelled out on the float32 bits: add 0x7FFF plus the lowest kept bit, clear the low 16

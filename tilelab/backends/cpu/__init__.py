@@ -49,10 +49,10 @@ def passes(program, vectorize: bool = True, safe_global: bool = False) -> list:
         *([Float8AsBytes] if _has_float8(program) else []),  # float8 kept as bytes
         CheckAccesses(_where(program)),   # out-of-bounds accesses, division by zero: errors
         KernelToCPULoops(program.has_atomics),  # blocks -> a parallel loop over the cores
+        RoundBFloat16,                    # bfloat16 rounded after each operation, as on a GPU
         T.StmtSimplify(),                 # drop bounds checks that always hold
         T.FlattenBuffer(),                # n-d buffers -> 1-d arrays
-        RoundBFloat16,                    # ... rounded after each operation, as on a GPU
-        T.BF16ComputeLegalize(),          # bfloat16 arithmetic happens in float32
+        T.BF16ComputeLegalize(),          # bfloat16 arithmetic in float32 (rounded above)
         T.NarrowDataType(32),
         T.VectorizeLoop(vectorize),       # False: vector loops become scalar loops
         T.UnrollLoop(),
