@@ -348,6 +348,7 @@ def _finished(path: Path, record: dict) -> dict:
 # mismatch", "Verification FAILED", "... failed ✗", a similarity helper's "name Error: 0.3");
 # "max error: 1e-5" and "(nibble mismatch: 3/4096 bytes from tie-breaking)" are measurements
 FAILED = re.compile(r"(?i:mismatch(?!\s*:)|\bfailed\b)|✗|❌|\bError: |\bERROR: ")
+COLOURS = re.compile(r"\x1b\[[0-9;]*m")  # a terminal's colour codes around a printed verdict
 
 
 def _watch_checks(examples: Path, record: dict):
@@ -379,7 +380,7 @@ def _watch_checks(examples: Path, record: dict):
 
     def print_(*args, sep=" ", **kwargs):
         if in_example(sys._getframe(1)):
-            line = (sep or " ").join(map(str, args))
+            line = COLOURS.sub("", (sep or " ").join(map(str, args)))
             if "\n" not in line and FAILED.search(line):
                 failed.append(f"it printed {line.strip()[:120]!r}")
         return originals[2](*args, sep=sep, **kwargs)

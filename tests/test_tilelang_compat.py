@@ -1603,6 +1603,10 @@ _DOUBLING_EXAMPLE = (
     ("max_diff = (out - ref).abs().max().item()\n"
      "    print('PASSED' if max_diff < 1e-2 else '\u2717 Verification FAILED')",
      "it printed '\u2717 Verification FAILED'", "ran, no check"),
+    # gdn/'s similarity helper: a verdict in a terminal's red, recorded without the colours
+    ("if not torch.equal(out, ref):\n"
+     "        print('\\033[31mWARNING: out Error: 0.25\\033[0m')",
+     "it printed 'WARNING: out Error: 0.25'", "ran, no check"),
 ])
 def test_the_runner_counts_a_check_that_reports_a_failure_as_failed(tmp_path, check, verdict,
                                                                       passing):
