@@ -913,18 +913,19 @@ def write_table(rows: list[dict], checkout: Path, out: Path, command: str,
     counts: dict = {}
     for r in rows:
         counts[r["cpu"]] = counts.get(r["cpu"], 0) + 1
+    first = re.split(r" \(|; ", command, maxsplit=1)[0]  # the history goes to the end
     lines = [
         "# TileLang's examples on tilelab",
         "",
-        f"Written by `{command}` against TileLang commit {commit}: each example file with a "
+        f"Written by `{first}` against TileLang commit {commit} (the runs behind each row: "
+        "at the end): each example file with a "
         "kernel that runs something (a `main()`, a `__main__` block or checks at its top "
         "level) run unchanged but for its imports, sizes above 256 cut to 256 (where the "
         "example's own code then stops, cut to 1024, then uncut: the row says so), on the "
         "CPU backend; every kernel it compiles also compiled for CUDA sm_90a (no launch). "
         "\"correct\" means the example's own comparison with its torch reference passed. " +
-        (f"H200: the same examples run on the GPU machine ({gpu['command']}), kernels "
-         "compiled there in the notebook's way and launched on the H200." if gpu else
-         "H200: not run here."),
+        ("H200: the same examples run on the GPU machine, kernels compiled there in the "
+         "notebook's way and launched on the H200." if gpu else "H200: not run here."),
         "",
         f"{len(rows)} examples: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) +
         f"; correct on the CPU and compiled for sm_90a: {len(both)} "
@@ -948,6 +949,9 @@ def write_table(rows: list[dict], checkout: Path, out: Path, command: str,
         reason = reason.replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {r['example']} | {r['cpu']} | {cuda_column(r)} | "
                      f"{on_gpu['cpu'] if on_gpu else 'not run'} | {reason} |")
+    lines += ["", "## The runs behind the rows", "", f"CPU: `{command}`."]
+    if gpu:
+        lines += ["", f"H200: {gpu['command']}."]
     out.write_text("\n".join(lines) + "\n")
 
 

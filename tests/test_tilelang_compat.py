@@ -1941,3 +1941,24 @@ def test_the_runners_do_bench_times_few_calls_and_refuses_what_tilelang_refuses(
     assert len(calls) == 6
     with pytest.raises(TypeError, match=r"do_bench\(\) got an unexpected keyword argument"):
         profiler_module.do_bench(lambda q, k: None, torch.ones(2), torch.ones(2), chunk_size=64)
+
+
+def test_the_table_names_its_command_first_and_keeps_the_runs_behind_it_at_the_end(tmp_path):
+    """docs/TILELANG_COMPAT.md opens with the command that writes it; every re-run since
+    (one long line after thirty sessions) goes to a section at the end, the GPU's too."""
+    runner = _examples_runner()
+    rows = [{"example": "a/x.py", "cpu": "correct", "cuda_ok": 1, "cuda_failed": []},
+            {"example": "b/y.py", "cpu": "WRONG", "cuda_ok": 1, "cuda_failed": [],
+             "reason": "AssertionError"}]
+    command = ("python scripts/tilelang_examples.py TILELANG_CHECKOUT --timeout 240 (first run); "
+               "2026-12-05: 1 re-run with --only b/ --timeout 600")
+    gpu = {"command": "python scripts/tilelang_examples.py TILELANG_CHECKOUT --timeout 90",
+           "rows": {"a/x.py": {"cpu": "correct"}}}
+    out = tmp_path / "table.md"
+    runner.write_table(rows, tmp_path, out, command, gpu)
+    text = out.read_text()
+    head, _, tail = text.partition("## The runs behind the rows")
+    assert "Written by `python scripts/tilelang_examples.py TILELANG_CHECKOUT --timeout 240`" in head
+    assert "re-run" not in head and "1 re-run with --only b/" in tail
+    assert "H200: python scripts/tilelang_examples.py TILELANG_CHECKOUT --timeout 90" in tail
+    assert "| b/y.py | WRONG | ok (1) | not run | AssertionError |" in head
