@@ -293,11 +293,13 @@ def _few_timings() -> None:
 
     def do_bench(*args, **kwargs):
         try:  # a call TileLang's do_bench refuses fails here too
-            given = signature.bind(*args, **kwargs).arguments
+            bound = signature.bind(*args, **kwargs)
         except TypeError as err:
             raise TypeError(f"do_bench() {err}") from None
-        warmup = given.pop("_n_warmup", 0) or given.get("warmup", 25)
-        rep = given.pop("_n_repeat", 0) or given.get("rep", 100)
+        bound.apply_defaults()
+        given = bound.arguments
+        warmup = given.pop("_n_warmup") or given["warmup"]
+        rep = given.pop("_n_repeat") or given["rep"]
         return original(**{**given, "warmup": min(warmup, 1), "rep": min(rep, 2)})
 
     profiler_module.do_bench = do_bench

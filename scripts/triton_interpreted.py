@@ -105,7 +105,7 @@ def _completed_language_patch():
 def bfloat16_bits(values: np.ndarray, toward_zero: bool = False) -> np.ndarray:
     """float32 values rounded to bfloat16 (to nearest even, or toward zero), as uint16 bit
     patterns; NaN stays a quiet NaN."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32)  # of the values' shape
     if not toward_zero:
         bits = bits + (0x7FFF + ((bits >> 16) & 1)).astype(np.uint32)
     rounded = (bits >> 16).astype(np.uint16)
@@ -129,7 +129,7 @@ def _bfloat16_as_float32():
             getattr(dtype, "element_ty", None) == tl.bfloat16
 
     def rounded(values, toward_zero=False):
-        return bfloat16_values(bfloat16_bits(values, toward_zero)).reshape(np.shape(values))
+        return bfloat16_values(bfloat16_bits(values, toward_zero))
 
     get_np_dtype = interpreter._get_np_dtype
 
@@ -161,16 +161,16 @@ def _bfloat16_as_float32():
         other_bits = np.zeros(ptrs.data.shape, np.uint16) if other is None else \
             np.broadcast_to(bfloat16_bits(other.data), ptrs.data.shape).copy()
         bits = interpreter._interpreter.load(ptrs.data, mask.data, other_bits, np.dtype(np.uint16))
-        return Handle(bfloat16_values(bits).reshape(bits.shape), tl.bfloat16)
+        return Handle(bfloat16_values(bits), tl.bfloat16)
 
     def create_masked_store(self, ptrs, value, mask, *args, **kwargs):
         if is_bf16(value.dtype):
-            value = Handle(bfloat16_bits(value.data).reshape(value.data.shape), tl.uint16)
+            value = Handle(bfloat16_bits(value.data), tl.uint16)
         return store(self, ptrs, value, mask, *args, **kwargs)
 
     def cast_impl(self, src, dst_type):
-        if is_bf16(dst_type):  # from an integer or float: the value, rounded
-            return Handle(rounded(src.data.astype(np.float32)), tl.bfloat16)
+        if is_bf16(dst_type):  # from an integer or float: the value (rounded as made)
+            return Handle(src.data.astype(np.float32), tl.bfloat16)
         if is_bf16(src.dtype):  # the float32 it holds, cast on
             return cast(self, Handle(src.data, tl.float32), dst_type)
         return cast(self, src, dst_type)
@@ -189,14 +189,13 @@ def _bfloat16_as_float32():
 
     def create_bitcast(self, src, dst_type):
         if is_bf16(src.dtype) and not is_bf16(dst_type):
-            src = Handle(bfloat16_bits(src.data).reshape(src.data.shape), tl.uint16)
+            src = Handle(bfloat16_bits(src.data), tl.uint16)
         if is_bf16(dst_type) and not is_bf16(src.dtype):
-            bits = bitcast(self, src, tl.uint16).data
-            return Handle(bfloat16_values(bits).reshape(bits.shape), tl.bfloat16)
+            return Handle(bfloat16_values(bitcast(self, src, tl.uint16).data), tl.bfloat16)
         return bitcast(self, src, dst_type)
 
     def get_bf16(self, value):
-        return Handle(rounded(np.array([value], np.float32)), tl.bfloat16)
+        return Handle(np.array([value], np.float32), tl.bfloat16)
 
     builder.create_masked_load = create_masked_load
     builder.create_masked_store = create_masked_store

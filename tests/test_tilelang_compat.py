@@ -1472,16 +1472,20 @@ def test_an_output_may_be_made_before_the_tensor_that_gives_its_size():
     assert "X: T.Tensor" in info.value.location.excerpt()
 
 
-def _examples_runner():
-    """scripts/tilelang_examples.py as a module (it is a script, not part of tilelab)."""
+def _script(name):
+    """One of scripts/ as a module (they are scripts, not part of tilelab)."""
     import importlib.util
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
-        "runner", Path(__file__).parents[1] / "scripts" / "tilelang_examples.py")
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
-    return runner
+        name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _examples_runner():
+    return _script("tilelang_examples")
 
 
 def test_the_runner_cuts_the_sizes_a_scripts_main_block_passes(tmp_path):
@@ -1648,18 +1652,6 @@ def test_the_runner_starts_an_example_at_the_cut_its_reference_needs(tmp_path, m
     monkeypatch.setitem(runner.FIRST_CUT, "cut/example_cut.py", (1024, "its reference"))
     row = runner.run_example(example, tmp_path, timeout=240)
     assert row["cpu"] == "correct" and "(sizes cut to 1024: its reference)" in row["reason"]
-
-
-def _script(name):
-    """One of scripts/ as a module."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        name, Path(__file__).parents[1] / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _flash_attn_standin():
@@ -1897,20 +1889,16 @@ def test_the_interpreter_computes_with_bfloat16_numbers(monkeypatch):
     `tl.dot`, a comparison of two bfloat16 tensors came out wrong); with the runner's
     changes each is computed as a GPU does, and a builtin bound to a name of its own
     (`exp = tl.exp`, as flash-linear-attention writes it) and a loop over a loaded count
-    run. (Triton reads
-    TRITON_INTERPRET as it is imported: the runner sets it first, and so does this test.)"""
+    run. (Triton reads TRITON_INTERPRET as it is imported: the runner sets it first, and
+    so does this test.)"""
     import importlib.util
-    from pathlib import Path
 
     if importlib.util.find_spec("triton") is None:
         pytest.skip("needs triton (the compatibility runner's references)")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     _script("triton_interpreted").install()
+    from tests.kernels import triton_bfloat16 as kernels
 
-    source = Path(__file__).parent / "kernels" / "triton_bfloat16.py"
-    spec = importlib.util.spec_from_file_location("triton_bfloat16", source)
-    kernels = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kernels)
     torch.manual_seed(3)
     x, y = torch.randn(16, 16).bfloat16(), torch.randn(16, 16).bfloat16()
     out = kernels.run(x, y)

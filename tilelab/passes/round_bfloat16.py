@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from ..ir.visit import keep_user_errors
@@ -74,8 +75,6 @@ def _rounded_constant(const):
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="tilelab.RoundBFloat16")
 def RoundBFloat16(func, _mod, _ctx):  # noqa: N802 - a pass, named like TVM's
     """Every bfloat16 value computed is rounded as it is computed (see the module doc)."""
-    import tvm_ffi
-
     body = tvm_ffi.structural_map(func.body, [(_COMPUTED, keep_user_errors(_rounded)),
                                               (tirx.FloatImm, _rounded_constant)],
                                   order="post")
