@@ -735,13 +735,17 @@ EXPLAINED = {
         "some draws by its float16 reference's rounding: against a float64 reading the "
         "kernel is off by 5.9e-4 at most, the float16 reference by 1.3e-3",
     "attention_sink/example_gqa_sink_bwd_bhsd.py":
-        "the example reads sinks[i] for i < block_M from a fragment of `heads` (8) elements: "
-        "past its end; the CPU's bounds check stops there, the GPU reads what lies beyond "
-        "(its check passed there in the ninth session's run: luck, not a correct program)",
+        "the example fills and reads sinks[i] for i < block_M, a fragment of `heads` (8) "
+        "elements: past its end on every run. Both targets refuse it when compiling "
+        "(passes/check_loop_bounds.py); before, the CPU stopped at run time and the GPU read "
+        "what lay beyond (its check passed there in the ninth session's run: luck, not a "
+        "correct program)",
     "attention_sink/example_mha_sink_bwd_bhsd.py":
-        "the example reads sinks[i] for i < block_M from a fragment of `heads` (1) elements: "
-        "past its end; the CPU's bounds check stops there, the GPU reads what lies beyond "
-        "(its check passed there in the ninth session's run: luck, not a correct program)",
+        "the example fills and reads sinks[i] for i < block_M, a fragment of `heads` (1) "
+        "elements: past its end on every run. Both targets refuse it when compiling "
+        "(passes/check_loop_bounds.py); before, the CPU stopped at run time and the GPU read "
+        "what lay beyond (its check passed there in the ninth session's run: luck, not a "
+        "correct program)",
     "attention_sink/example_gqa_sink_bwd_varlen.py":
         "tilelab's bug, seen on the H200: a T.Pipelined(start, stop) loop (its causal key loop "
         "starts at a block-dependent start) loaded iterations 0, 1, ... in its prologue; fixed "

@@ -662,7 +662,10 @@ def _check_error(program, *args, marker: str, match: str):
     return kernel
 
 
-def test_parallel_extent_larger_than_the_fragment_is_reported():
+@pytest.mark.parametrize("target", ["cpu", "cuda:sm_90a"])
+def test_parallel_extent_larger_than_the_fragment_is_refused(target):
+    """Past the fragment's end on every run: refused when compiling, for every target
+    (passes/check_loop_bounds.py), with the message the CPU's run-time check gives."""
     @T.prim_func
     def too_long(A: T.Tensor((64,), T.float32), B: T.Tensor((64,), T.float32)):
         with T.Kernel(2, threads=32) as bx:
@@ -672,8 +675,11 @@ def test_parallel_extent_larger_than_the_fragment_is_reported():
                 t[i] = t[i] * 2.0  # @too-long
             T.copy(t, B[bx * 32])
 
-    _check_error(too_long, torch.randn(64), torch.zeros(64), marker="# @too-long",
-                 match=r"index out of bounds: t\[i\] \(the shape of t is \(32,\)\)")
+    with pytest.raises(TileLabError, match=r"index out of bounds: t\[i\] \(the shape of t "
+                                           r"is \(32,\)\)") as info:
+        tilelab.compile(too_long, target=target)
+    assert info.value.location.line == _line_of("# @too-long"), str(info.value)
+    assert "i runs from 0 to 39" in info.value.hint
 
 
 def test_a_gather_past_a_tensors_edge_says_how_to_guard_it():

@@ -193,7 +193,7 @@ def test_passes_all_and_by_name(shell):
 def test_diff_shows_side_by_side_tables(shell):
     _, captured = run(shell, kernel_cell('--diff --args "N=1000"'))
     page = one(captured, "passes")["text/html"]
-    assert "<details data-pass=\"2\" id=" in page and " open>" in page
+    assert "<details data-pass=\"3\" id=" in page and " open>" in page
     assert "background: #aceebb" in page and 'class="diff_add"' not in page
 
 

@@ -114,11 +114,7 @@ class _Checks:
             conds = _and(conds, tirx.And(tirx.LE(zero, index), tirx.LT(index, extent)))
         if conds is None:
             return
-        text = ", ".join(str(i) for i in indices)
-        shape = ", ".join(str(int(e)) if isinstance(e, tirx.IntImm) else str(e)
-                          for e in buffer.shape) + ("," if len(buffer.shape) == 1 else "")
-        message = f"index out of bounds: {buffer.name}[{text}] (the shape of " \
-                  f"{buffer.name} is ({shape}))"
+        message = out_of_bounds_message(buffer, indices)
         if read and buffer.scope() == "global":
             # TileLang's CUDA lowering makes such reads 0 (LegalizeSafeMemoryAccess); tilelab
             # stops at them on the CPU and reads whatever lies there on a GPU
@@ -158,6 +154,15 @@ class _Checks:
         return tirx.SeqStmt([tirx.AllocBuffer(self.status),
                              tirx.BufferStore(self.status, tirx.const(0, "int32"), [0]),
                              body, *reports])
+
+
+def out_of_bounds_message(buffer, indices) -> str:
+    """What an access past a buffer's shape is called, here and when compiling
+    (check_loop_bounds.py)."""
+    text = ", ".join(str(i) for i in indices)
+    shape = ", ".join(str(int(e)) if isinstance(e, tirx.IntImm) else str(e)
+                      for e in buffer.shape) + ("," if len(buffer.shape) == 1 else "")
+    return f"index out of bounds: {buffer.name}[{text}] (the shape of {buffer.name} is ({shape}))"
 
 
 def _where(stmt, fallback: str) -> str:

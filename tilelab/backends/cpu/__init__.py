@@ -18,6 +18,7 @@ from ...ir.dtypes import is_float8
 from ...ops._lowering import where_text
 from ...passes.check_bounds import MARKER, CheckAccesses
 from ...passes.check_fragment_reads import CheckFragmentReads
+from ...passes.check_loop_bounds import CheckLoopBounds
 from ...passes.float8_as_bytes import Float8AsBytes
 from ...passes.kernel_to_cpu_loops import KernelToCPULoops
 from ...passes.lower_tile_ops_to_loops import LowerTileOpsToLoops
@@ -39,6 +40,7 @@ def passes(program, vectorize: bool = True, safe_global: bool = False) -> list:
     return [
         *([PackedInt4] if has_packed(program.func) else []),  # int4: tensors in bytes
         *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
+        CheckLoopBounds(program.source.location(program.source.node)),  # past a tile's end
         *([MarkThreadCode()] if threads else []),  # code each thread runs for itself
         # fragments and outputs read before written?
         CheckFragmentReads(program.buffer_locations,

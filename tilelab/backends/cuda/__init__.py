@@ -23,6 +23,7 @@ from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, fact
 from ...ops._lowering import GRID_SYNC, calls_grid_sync
 from ...ops.copy import TENSOR_MAP
 from ...passes.check_fragment_reads import CheckFragmentReads
+from ...passes.check_loop_bounds import CheckLoopBounds
 from ...passes.coarsen_blocks import CoarsenBlocks
 from ...passes.cuda_vectors import CudaVectors
 from ...passes.heavy_blocks_first import HeavyBlocksFirst
@@ -89,6 +90,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     return [
         *([PackedInt4] if has_packed(program.func) else []),  # int4: tensors in bytes
         *([SafeGlobalAccess()] if safe_global else []),  # TileLang's rule for edges
+        CheckLoopBounds(program.source.location(program.source.node)),  # past a tile's end
         *([MarkThreadCode()] if takes_thread_index(program.func) else []),  # one thread's code
         *([CoarsenBlocks] if coarsen else []),  # elementwise kernels: F elements per thread
         CheckFragmentReads(program.buffer_locations,
