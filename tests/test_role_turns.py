@@ -335,3 +335,48 @@ def test_gemm_on_parts_at_an_unrolled_loops_offsets():
     if find_nvcc() is not None:
         source = split_k_parts.compile(target="cuda:sm_90a").get_kernel_source()
         assert "fence.proxy.async" in source
+
+
+@tilelab.jit(out_idx=-1)
+def gathered_async(n=64, d=32, count=48):
+    """MInference's prefetch as TileLang writes it: rows gathered by index into a shared tile
+    by a T.Parallel copy asked to run as cp.async (`prefer_async`), the program committing
+    and waiting for the group itself; rows past `count` are zeros."""
+    @T.prim_func
+    def kernel(X: T.Tensor((n, d), T.float16), index: T.Tensor((n,), T.int32),
+               Y: T.Tensor((n, d), T.float16)):
+        with T.Kernel(1, threads=128):
+            rows = T.alloc_shared((n,), T.int32)
+            s = T.alloc_shared((n, d), T.float16)
+            T.copy(index, rows)
+            for i, j in T.Parallel(n, d, prefer_async=True,
+                                   annotations={"parallel_async_without_async_commit_wait": True}):
+                s[i, j] = T.if_then_else(i < count, X[rows[i], j], 0)
+            T.ptx_commit_group()
+            T.ptx_wait_group(0)
+            T.sync_threads()
+            for i, j in T.Parallel(n, d):
+                Y[i, j] = s[i, j] * 2
+    return kernel
+
+
+def test_a_copy_loop_asked_to_run_async_computes_as_written():
+    x = torch.randn(64, 32, dtype=torch.float16)
+    index = torch.randperm(64, dtype=torch.int32)
+    want = torch.where(torch.arange(64)[:, None] < 48, x[index.long()], 0) * 2
+    torch.testing.assert_close(gathered_async.compile(target="cpu")(x, index), want)
+
+
+@needs_nvcc
+def test_a_copy_loop_asked_to_run_async_compiles_for_the_gpu():
+    assert "__global__" in gathered_async.compile(target="cuda:sm_90a").get_kernel_source()
+
+
+def test_scheduling_annotations_tilelab_lacks_are_named():
+    with pytest.raises(TileLabError, match="T.Parallel annotations ws_id") as info:
+        @T.prim_func
+        def annotated(X: T.Tensor((8,), T.float32)):
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(8, annotations={"ws_id": "x"}):  # @ws-id
+                    X[i] = 0.0
+    assert "@ws-id" in info.value.location.excerpt()

@@ -508,9 +508,29 @@ class Loop:
 
 
 class Parallel(Loop):
-    """`for i, j in T.Parallel(M, N)`: every element independently; threads share the work."""
+    """`for i, j in T.Parallel(M, N)`: every element independently; threads share the work.
+
+    TileLang's `prefer_async=True` (with the annotation
+    `{"parallel_async_without_async_commit_wait": True}`) asks for a copy loop issued as
+    cp.async, its group committed and waited for by the program (`T.ptx_commit_group`,
+    `T.ptx_wait_group`). tilelab's copies of that kind are complete when issued (as its
+    `T.ptx_cp_async`), so the loop runs as written and the program's waits find nothing
+    in flight: the same values, with no overlap of the copy."""
 
     kind = tirx.ForKind.PARALLEL
+    HINTS = ("parallel_async_without_async_commit_wait",)  # annotations that ask nothing more
+
+    def __init__(self, *extents, prefer_async: bool = False, annotations: dict | None = None):
+        super().__init__(*extents)
+        unknown = sorted(str(k) for k in (annotations or {}) if k not in self.HINTS)
+        if unknown:
+            raise TileLabTypeError(
+                f"T.Parallel annotations {', '.join(unknown)} are TileLang scheduling "
+                "annotations that tilelab does not have",
+                hint=f"drop them; tilelab takes {', '.join(self.HINTS)} (with prefer_async)")
+        if not isinstance(prefer_async, bool):
+            raise TileLabTypeError(f"T.Parallel(prefer_async=...) is True or False, got "
+                                   f"{_short(prefer_async)}")
 
 
 class serial(Loop):  # noqa: N801 - TileLang's spelling
