@@ -208,6 +208,14 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_thirtyeighth_full.json",
+     "Every suite row, built at d85d4ef (the compiler as the thirty-seventh session left it; "
+     "this session's change, a compile-time bounds check, leaves the generated code as it "
+     "was). GEMM: fp16 8192³ with 128×256 tiles ×1.01 of cuBLAS, bf16 ×1.01, fp16 4096³ "
+     "×1.01, the persistent kernel ×0.98-1.01; FlashAttention d128 with 128×128 tiles as "
+     "compiled by default ×0.98 of SDPA, causal ×0.94, d64 (one role) ×1.08; vector add "
+     "×1.00 of `a + b`, SwiGLU ×1.69; all 49 checks ok (2026-12-06, thirty-eighth session)",
+     "`python bench/gpu_suite.py build`"),
     ("parallel_as_one_h200.json",
      "T.Parallel loops are one statement to TVM's ThreadSync (it orders them against the "
      "rest, and against shared-memory reuse, but puts no barrier between their unrolled "
