@@ -808,7 +808,13 @@ EXPLAINED = {
         "do_bench refuses as well (it takes none): the example stops there, before its check",
     "gdn/example_chunk_delta_h.py":
         "as example_chunk_delta_bwd: `do_bench(fn, k=..., ...)` stops it after its kernel ran "
-        "and before its check, with TileLang's own TypeError (the H200 row says the same)",
+        "and before its check, with TileLang's own TypeError. On the H200 its autotuner "
+        "stops first: every configuration differs from the default in every value, even one "
+        "that compiles to the same program. Its main passes use_initial_state=False, and then "
+        "the state tile b_h_shared is read at the start of the first iteration before "
+        "anything writes it (tilelab warns at its line since the thirty-eighth session), so "
+        "each GPU run reads what shared memory held - the likely cause, not yet confirmed on "
+        "a GPU. On the CPU the two configurations tried read the same memory and agreed",
     "gdn/example_chunk_o_bwd.py":
         "the example's kernel is not flash-linear-attention's formula: it scales dk by "
         "exp(G_last_local - G) with G_last_local cleared and never set (the chunk's last gate "

@@ -138,3 +138,44 @@ def test_a_view_read_before_it_is_written_warns():
     with pytest.warns(TileLabWarning, match="'bits', a view of a shared tile in another type, "
                                             "is read before anything writes it"):
         tilelab.compile(reinterprets, target="cpu")
+
+
+@tilelab.jit(out_idx=[-1])
+def carried_state(initialized=True, n=4, m=64):
+    """As TileLang's gated delta rule forward: a state tile written at the end of each
+    iteration and read at the start of the next - written before the loop only when there
+    is an initial state."""
+    @T.prim_func
+    def kernel(X: T.Tensor((n, m), T.float32), H0: T.Tensor((m,), T.float32),
+               Y: T.Tensor((n, m), T.float32)):
+        with T.Kernel(1, threads=64):
+            state = T.alloc_shared((m,), T.float32)
+            acc = T.alloc_fragment((m,), T.float32)
+            if initialized:
+                T.copy(H0, state)
+            for k in T.serial(n):
+                T.copy(state, Y[k, :])
+                for i in T.Parallel(m):
+                    acc[i] = state[i] * 0.5 + X[k, i]
+                T.copy(acc, state)
+    return kernel
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda:sm_90a"])
+def test_a_shared_tile_read_before_it_is_written_warns(target):
+    with pytest.warns(TileLabWarning, match="shared tile 'state' is read before anything "
+                                            "writes it"):
+        carried_state.compile(initialized=False, target=target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TileLabWarning)
+        carried_state.compile(initialized=True, target=target)
+
+
+def test_shared_tiles_another_role_writes_do_not_warn():
+    """Roles that wait at mbarriers run in the barriers' order, not the text's: a consumer
+    written before its producer reads the tiles the producer writes."""
+    from tests.test_warp_roles import ws_gemm
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TileLabWarning)
+        tilelab.compile(ws_gemm(128, 128, 192, consumer_first=True), target="cpu")

@@ -1,8 +1,12 @@
-"""Warn when a fragment, an output or a view is read before anything wrote it.
+"""Warn when a fragment, a shared tile, an output or a view is read before anything wrote it.
 
-A fragment lives in registers and starts out holding garbage. Reading one before
-`T.clear`, `T.fill`, `T.copy` or a store wrote it is almost always a bug (a
-forgotten `T.clear(acc)` before a GEMM loop, say). A kernel's outputs (`T.empty`,
+A fragment lives in registers and starts out holding garbage; a shared tile holds
+whatever the block's shared memory held before (on a GPU, what another block or kernel
+left there). Reading one before `T.clear`, `T.fill`, `T.copy` or a store wrote it is
+almost always a bug (a forgotten `T.clear(acc)` before a GEMM loop; a state tile that
+a loop writes at the end of each iteration and reads at the start of the next, never
+written before the first). A tile handed to an instruction by address (cp.async, a
+descriptor) counts as written. A kernel's outputs (`T.empty`,
 `out_idx`) are allocated for each call without being initialized, as `torch.empty`
 allocates: a `T.atomic_add` into one that nothing wrote first adds to whatever the
 memory held - on a GPU often zeros, on the CPU anything. A view of a shared tile in
@@ -23,22 +27,30 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
 
 from ..errors import TileLabWarning
-from ..ir.tile_ops import fragment_views, shared_views
+from ..ir.tile_ops import by_address, fragment_views, shared_views
 from ..ir.visit import walk
 from ..ops import effects
 
+TILE_SCOPES = ("local.fragment", "shared", "shared.dyn")  # tiles that start out as garbage
+
 
 def unwritten_fragment_reads(func, outputs=()) -> list[str]:
-    """Names of fragments (and of the `outputs`, kernel tensors the kernel allocates, and of
-    views of shared tiles in another type) read before any write, in program order."""
+    """Names of fragments and shared tiles (and of the `outputs`, kernel tensors the kernel
+    allocates, and of views of shared tiles in another type) read before any write, in
+    program order. Shared tiles only where program order is the order of the block's
+    work: warp roles that wait at mbarriers for each other's tiles run in the barriers'
+    order (a consumer role written first reads what the producer below it writes)."""
+    from .role_turns import has_waits
+
     written: set[str] = set()
     early: list[str] = []
 
     views = fragment_views(func.body)  # a view's writes and reads are its fragment's
     other_types = shared_views(func.body)  # a shared tile's bytes in another type
+    scopes = TILE_SCOPES[:1] if has_waits(func) else TILE_SCOPES
 
     def is_fragment(buffer) -> bool:
-        return buffer.scope() == "local.fragment" or buffer.name in outputs or \
+        return buffer.scope() in scopes or buffer.name in outputs or \
             buffer.name in other_types
 
     def name(buffer) -> str:
@@ -48,16 +60,25 @@ def unwritten_fragment_reads(func, outputs=()) -> list[str]:
         if is_fragment(buffer) and name(buffer) not in written and buffer.name not in early:
             early.append(buffer.name)
 
+    def write(buffer):
+        written.add(name(buffer))
+        if buffer.name in other_types:  # written through a view: its tile holds values too
+            written.add(other_types[buffer.name])
+
     def visit(node):
         if isinstance(node, TilePrimitiveCall):  # what the op's module declares
             done = effects(node)
             for region in done.reads:
                 read(region.buffer)
             for region in done.writes:
-                written.add(name(region.buffer))
+                write(region.buffer)
         elif isinstance(node, tirx.BufferStore):
-            walk(node.value, tvm.ir.TensorLoad, lambda load: read(load.source))
-            written.add(name(node.buffer))
+            walk(node.value, object, visit)
+            write(node.buffer)
+            return WalkResult.SKIP
+        elif isinstance(node, tvm.ir.Call) and by_address(node):
+            for buffer in by_address(node):  # handed to an instruction that may write it
+                write(buffer)
             return WalkResult.SKIP
         elif isinstance(node, tvm.ir.TensorLoad):
             read(node.source)
@@ -75,6 +96,9 @@ def CheckFragmentReads(buffer_locations: dict, outputs: dict | None = None):  # 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.CheckFragmentReads")
     def _pass(func, _mod, _ctx):
         scratch = shared_views(func.body)
+        shared = set()
+        walk(func.body, tirx.AllocBuffer, lambda node: shared.add(str(node.buffer.name))
+             if node.buffer.scope() in TILE_SCOPES[1:] else None)
         for name in unwritten_fragment_reads(func, set(outputs)):
             where = buffer_locations.get(name) or outputs.get(name)
             prefix = f"{where}: " if where else ""
@@ -90,6 +114,12 @@ def CheckFragmentReads(buffer_locations: dict, outputs: dict | None = None):  # 
                               "reads are the tile's bytes in the tile's layout, which the GPU "
                               "may swizzle - a view of another type is scratch space, not a "
                               "reinterpretation", TileLabWarning, stacklevel=2)
+            elif name in shared:
+                warnings.warn(f"{prefix}shared tile {name!r} is read before anything writes "
+                              "it: shared memory holds whatever was there before (on a GPU, "
+                              "what another block or kernel left), so what is read differs "
+                              "from run to run - write it first (T.copy, T.fill, T.clear)",
+                              TileLabWarning, stacklevel=2)
             else:
                 warnings.warn(f"{prefix}fragment {name!r} is read before anything writes it "
                               "(did you forget T.clear or T.fill?)", TileLabWarning,
