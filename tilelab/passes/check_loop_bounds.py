@@ -35,8 +35,10 @@ ARITHMETIC = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, t
 
 
 class _Overruns:
-    def __init__(self, fallback: SourceLocation):
-        self.fallback = fallback
+    """One walk over a kernel: the counted loops around each statement, and the bounds of
+    their variables, as it goes down."""
+
+    def __init__(self):
         self.analyzer = sym.Analyzer()
         self.counted: set = set()  # loop variables every iteration of which reaches here
 
@@ -59,11 +61,10 @@ class _Overruns:
                 self.stmt(child, where)
         elif isinstance(node, tirx.Evaluate):
             self.expr(node.value, where)
-        elif isinstance(node, (tirx.AttrStmt, tirx.LetStmt, tirx.While, tirx.DeclBuffer)):
-            body = getattr(node, "body", None)
-            if body is not None:
-                self.guarded(body, where) if isinstance(node, tirx.While) else \
-                    self.stmt(body, where)
+        elif isinstance(node, tirx.While):  # runs as long as its condition says
+            self.guarded(node.body, where)
+        elif getattr(node, "body", None) is not None:  # an attribute's scope, say
+            self.stmt(node.body, where)
 
     def loop(self, node, where) -> None:
         if node.kind not in COUNTED:  # a block or thread index: the body runs for each
@@ -165,7 +166,7 @@ def CheckLoopBounds(fallback: SourceLocation):  # noqa: N802
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.CheckLoopBounds")
     @keep_user_errors
     def _pass(func, _mod, _ctx):
-        _Overruns(fallback).stmt(func.body, fallback)
+        _Overruns().stmt(func.body, fallback)
         return func
 
     return _pass
