@@ -100,13 +100,16 @@ def loaded(expr) -> list:
     return found
 
 
+ADDRESS_CALLS = ("tirx.address_of", "tirx.tvm_access_ptr")  # calls that take a buffer's address
+
+
 def by_address(node) -> list:
     """Buffers that calls in `node` take by address (`address_of(A[i])`, and
     `tvm_access_ptr`: cp.async, wgmma descriptors, atomics)."""
     found = []
 
     def visit(call):
-        if getattr(call.op, "name", "") in ("tirx.address_of", "tirx.tvm_access_ptr"):
+        if getattr(call.op, "name", "") in ADDRESS_CALLS:
             found.extend(loaded(call))
             tvm_ffi.structural_walk(call, (tirx.Var, lambda var: found.append(var)
                                            if is_buffer(var) else None), order="pre")
@@ -226,6 +229,16 @@ def location_text(location, kernel_file: str | None) -> str:
     """`loc` of a tile op: "line:col" in the kernel's own file, else "file:line:col"."""
     where = f"{location.line}:{location.col}"
     return where if location.filename == kernel_file else f"{location.filename}:{where}"
+
+
+def span_location(node):
+    """The SourceLocation a statement was traced at (its span; None for one a pass made)."""
+    from ..errors import SourceLocation
+
+    span = getattr(node, "span", None)
+    if isinstance(span, tvm.ir.Span) and span.source_name is not None and span.line > 0:
+        return SourceLocation(span.source_name.name, span.line, span.column)
+    return None
 
 
 def location_of(stmt: TilePrimitiveCall, kernel_file: str, lines=None):

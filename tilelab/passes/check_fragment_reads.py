@@ -27,23 +27,23 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
 
 from ..errors import TileLabWarning
-from ..ir.tile_ops import by_address, fragment_views, shared_views
+from ..ir.tile_ops import ADDRESS_CALLS, by_address, fragment_views, shared_views
 from ..ir.visit import walk
 from ..ops import effects
 
 TILE_SCOPES = ("local.fragment", "shared", "shared.dyn")  # tiles that start out as garbage
 
 
-def unwritten_fragment_reads(func, outputs=()) -> list[str]:
-    """Names of fragments and shared tiles (and of the `outputs`, kernel tensors the kernel
-    allocates, and of views of shared tiles in another type) read before any write, in
-    program order. Shared tiles only where program order is the order of the block's
+def unwritten_fragment_reads(func, outputs=()) -> list:
+    """Fragments and shared tiles (and the `outputs`, kernel tensors the kernel allocates,
+    and views of shared tiles in another type) read before any write, in program order,
+    each buffer once. Shared tiles only where program order is the order of the block's
     work: warp roles that wait at mbarriers for each other's tiles run in the barriers'
     order (a consumer role written first reads what the producer below it writes)."""
     from .role_turns import has_waits
 
     written: set[str] = set()
-    early: list[str] = []
+    early: dict = {}  # name -> the buffer, in the order first read
 
     views = fragment_views(func.body)  # a view's writes and reads are its fragment's
     other_types = shared_views(func.body)  # a shared tile's bytes in another type
@@ -57,8 +57,8 @@ def unwritten_fragment_reads(func, outputs=()) -> list[str]:
         return str(views[buffer.name].name) if buffer.name in views else buffer.name
 
     def read(buffer):
-        if is_fragment(buffer) and name(buffer) not in written and buffer.name not in early:
-            early.append(buffer.name)
+        if is_fragment(buffer) and name(buffer) not in written:
+            early.setdefault(buffer.name, buffer)
 
     def write(buffer):
         written.add(name(buffer))
@@ -76,7 +76,7 @@ def unwritten_fragment_reads(func, outputs=()) -> list[str]:
             walk(node.value, object, visit)
             write(node.buffer)
             return WalkResult.SKIP
-        elif isinstance(node, tvm.ir.Call) and by_address(node):
+        elif isinstance(node, tvm.ir.Call) and getattr(node.op, "name", "") in ADDRESS_CALLS:
             for buffer in by_address(node):  # handed to an instruction that may write it
                 write(buffer)
             return WalkResult.SKIP
@@ -85,7 +85,7 @@ def unwritten_fragment_reads(func, outputs=()) -> list[str]:
         return None
 
     walk(func.body, object, visit)
-    return early
+    return list(early.values())
 
 
 def CheckFragmentReads(buffer_locations: dict, outputs: dict | None = None):  # noqa: N802
@@ -96,10 +96,8 @@ def CheckFragmentReads(buffer_locations: dict, outputs: dict | None = None):  # 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.CheckFragmentReads")
     def _pass(func, _mod, _ctx):
         scratch = shared_views(func.body)
-        shared = set()
-        walk(func.body, tirx.AllocBuffer, lambda node: shared.add(str(node.buffer.name))
-             if node.buffer.scope() in TILE_SCOPES[1:] else None)
-        for name in unwritten_fragment_reads(func, set(outputs)):
+        for buffer in unwritten_fragment_reads(func, set(outputs)):
+            name = str(buffer.name)
             where = buffer_locations.get(name) or outputs.get(name)
             prefix = f"{where}: " if where else ""
             if name in outputs:
@@ -114,7 +112,7 @@ def CheckFragmentReads(buffer_locations: dict, outputs: dict | None = None):  # 
                               "reads are the tile's bytes in the tile's layout, which the GPU "
                               "may swizzle - a view of another type is scratch space, not a "
                               "reinterpretation", TileLabWarning, stacklevel=2)
-            elif name in shared:
+            elif buffer.scope() in TILE_SCOPES[1:]:
                 warnings.warn(f"{prefix}shared tile {name!r} is read before anything writes "
                               "it: shared memory holds whatever was there before (on a GPU, "
                               "what another block or kernel left), so what is read differs "

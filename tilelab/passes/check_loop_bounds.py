@@ -9,7 +9,8 @@ the right answer, by luck.
 
 This pass finds the accesses whose indices are built from constants and the
 variables of loops with constant bounds alone, that run whenever their loops do (no
-`if`, `T.if_then_else`, `break` or `continue` between a loop and the access), and
+`if` or `T.if_then_else` between a loop and the access; `break` and `continue` are
+such `if`s by now, on a register of their loop - language/frontend.py), and
 refuses each whose index range reaches outside the tile's shape - for every target
 and before any lowering, with the CPU check's message at the user's line. What it
 cannot decide (an index read from memory, a symbolic size, a guarded access) is left
@@ -23,7 +24,7 @@ import tvm
 from tvm import sym, tirx
 
 from ..errors import SourceLocation, TileLabError
-from ..ir.tile_ops import is_load, is_select
+from ..ir.tile_ops import is_load, is_select, span_location
 from ..ir.visit import keep_user_errors, walk
 from .check_bounds import out_of_bounds_message
 
@@ -43,7 +44,7 @@ class _Overruns:
         self.counted: set = set()  # loop variables every iteration of which reaches here
 
     def stmt(self, node, where) -> None:
-        where = _location(node) or where
+        where = span_location(node) or where
         if isinstance(node, tirx.For):
             self.loop(node, where)
         elif isinstance(node, tirx.IfThenElse):
@@ -70,13 +71,13 @@ class _Overruns:
         if node.kind not in COUNTED:  # a block or thread index: the body runs for each
             self.stmt(node.body, where)
         elif isinstance(node.min, tirx.IntImm) and isinstance(node.extent, tirx.IntImm) and \
-                int(node.extent) > 0 and not _leaves_early(node.body):
+                int(node.extent) > 0:
             self.analyzer.bind(node.loop_var, tvm.ir.Range.from_min_extent(node.min,
                                                                             node.extent))
             self.counted.add(node.loop_var)
             self.stmt(node.body, where)
             self.counted.discard(node.loop_var)
-        else:  # a trip count known at run time (perhaps 0), or an early exit
+        else:  # a trip count known at run time (perhaps 0)
             self.guarded(node.body, where)
 
     def guarded(self, body, where) -> None:
@@ -125,17 +126,18 @@ class _Overruns:
                      "Guard it with an `if`, or size the tile (or the loop) to match")
 
     def decidable(self, index) -> bool:
-        """Is `index` made of constants and counted loop variables only?"""
-        ok = [True]
+        """Is `index` made of constants and counted loop variables only (one at least)?"""
+        seen = {"variable": False, "other": False}
 
         def visit(node):
             if isinstance(node, tirx.Var):
-                ok[0] &= any(node.same_as(v) for v in self.counted)
-            elif not isinstance(node, (*ARITHMETIC, tirx.Var)):
-                ok[0] = False
+                seen["variable"] = True
+                seen["other"] |= not any(node.same_as(v) for v in self.counted)
+            elif not isinstance(node, ARITHMETIC):
+                seen["other"] = True
 
         walk(index, tvm.ir.Expr, visit)
-        return ok[0] and bool(_variables(index))
+        return seen["variable"] and not seen["other"]
 
 
 def _variables(index) -> list:
@@ -143,21 +145,6 @@ def _variables(index) -> list:
     walk(index, tirx.Var, lambda v: found.append(v)
          if not any(v.same_as(f) for f in found) else None)
     return found
-
-
-def _leaves_early(body) -> bool:
-    """Does a `break`, `continue` or `return` skip the rest of some iteration?"""
-    found = []
-    walk(body, tirx.Stmt, lambda node: found.append(node)
-         if isinstance(node, (tirx.Break, tirx.Continue, tirx.Return)) else None)
-    return bool(found)
-
-
-def _location(node) -> SourceLocation | None:
-    span = getattr(node, "span", None)
-    if isinstance(span, tvm.ir.Span) and span.source_name is not None and span.line > 0:
-        return SourceLocation(span.source_name.name, span.line, span.column)
-    return None
 
 
 def CheckLoopBounds(fallback: SourceLocation):  # noqa: N802

@@ -61,7 +61,7 @@ import tvm_ffi
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from ..errors import SourceLocation, TileLabTypeError
+from ..errors import TileLabTypeError
 from ..ir.keys import (
     EXCHANGE,
     KERNEL,
@@ -79,6 +79,7 @@ from ..ir.tile_ops import (
     loaded,
     regions,
     scalars,
+    span_location,
 )
 from ..ir.visit import (
     block_body,
@@ -470,19 +471,15 @@ class _Marker:
 
 def _location(node):
     """The user's line of the first statement in `node` that carries one (its span)."""
-    spans = []
+    found = []
 
     def visit(n):
-        span = getattr(n, "span", None)
-        if not spans and isinstance(span, tvm.ir.Span) and span.source_name is not None and \
-                span.line > 0:
-            spans.append(span)
+        where = None if found else span_location(n)
+        if where is not None:
+            found.append(where)
 
     walk(node, object, visit)
-    if not spans:
-        return None
-    span = spans[0]
-    return SourceLocation(span.source_name.name, span.line, span.column)
+    return found[0] if found else None
 
 
 def takes_thread_index(func) -> bool:
