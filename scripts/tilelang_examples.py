@@ -751,6 +751,12 @@ EXPLAINED = {
         "starts at a block-dependent start) loaded iterations 0, 1, ... in its prologue; fixed "
         "(pipeline_loops._from_zero, tests/test_tma.py); correct on the H200 since. The CPU "
         "row: run with torch.cuda.get_device_capability answering (9, 0)",
+    "gemm_sp/example_gemm_sp.py":
+        "its compressor (sparse_utils._compress_fn) counts a group's nonzeros into a "
+        "two-element register array and, for every element after the second nonzero, reads "
+        "and writes nz_idx[2], one past its end: the CPU stops there; a GPU reads and writes "
+        "back what lies beyond. T.gemm_sp itself (tests/test_gemm_sp.py) computes the dense "
+        "product on the CPU and compiles for sm_90a",
     "block_causal_attention/block_causal_attention_varlen.py":
         "over 240 s beside another example in the full run; correct in 420 s alone, then "
         "in 317 s beside another after layout inference's checks were cached (thirty-first "

@@ -369,9 +369,30 @@ def _env_value(name: str) -> str:
     raise AttributeError(f"tilelang.env has TILELANG_CACHE_DIR only, not {name}")
 
 
+def _dtype_names() -> dict:
+    """`tilelang.language.dtypes.float16`, ...: tilelab's types under their names and
+    TileLang's other spellings of them (`float`, `float8_e4m3`, ...)."""
+    from ..ir import dtypes
+
+    return {**dtypes.ALL, **{alias: dtypes.ALL[name] for alias, name in dtypes.ALIASES.items()
+                             if alias.isidentifier()}}
+
+
+def _torch_dtype_names(name: str) -> dict:
+    """TileLang's `_TORCH_DTYPE_TO_STR`, torch's dtypes -> the names tilelab knows them by
+    (made when asked for: importing torch is not free)."""
+    if name != "_TORCH_DTYPE_TO_STR":
+        raise AttributeError(f"tilelang.language.dtypes has no {name}")
+    import torch
+
+    from ..ir import dtypes
+
+    return {getattr(torch, n): n for n in dtypes.ALL if hasattr(torch, n)}
+
+
 def _submodules() -> dict[str, types.ModuleType]:
     from .. import language
-    from ..language.tilelang_names import make_swizzled_layout
+    from ..language.tilelang_names import SPARSE_GROUPS, make_swizzled_layout, sparse_e_factor
 
     this = sys.modules[__name__]
     return {
@@ -397,6 +418,13 @@ def _submodules() -> dict[str, types.ModuleType]:
         "tilelang.cuda": _module("tilelang.cuda", "CUDA helpers."),
         "tilelang.cuda.intrinsics": _module("tilelang.cuda.intrinsics", "Tensor-core layouts.",
                                             make_mma_swizzle_layout=make_mma_swizzle_layout),
+        "tilelang.cuda.intrinsics.sparse_layout": _module(
+            "tilelang.cuda.intrinsics.sparse_layout", "2:4 sparse operands' metadata.",
+            GROUP_CONFIG=SPARSE_GROUPS, get_e_factor=sparse_e_factor,
+            get_e_replicate_factor=lambda a_dtype: 1 if _as_dtype(a_dtype).bits <= 8 else 2),
+        "tilelang.language.dtypes": _module("tilelang.language.dtypes", "Data types.",
+                                            dtype=_as_dtype, **_dtype_names(),
+                                            __getattr__=_torch_dtype_names),
         "tilelang.utils": _module("tilelang.utils", "Utilities."),
         "tilelang.utils.tensor": _module("tilelang.utils.tensor", "Tensor helpers.",
                                          torch_assert_close=torch_assert_close,
@@ -449,7 +477,8 @@ class _Refuse(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         raise ImportError(f"{spec.name} is part of TileLang that tilelab does not provide "
                           "(tilelab has jit, compile, cdiv, tvm, language, language.fp8, "
                           "math, layout, autotuner, profiler, transform, testing, tileop, "
-                          "cuda.intrinsics (make_mma_swizzle_layout), "
+                          "cuda.intrinsics (make_mma_swizzle_layout, sparse_layout), "
+                          "language.dtypes, "
                           "utils.tensor, carver.arch (CUDA, CDNA, driver), carver.template "
                           "and carver.roller.rasterization (names only), contrib.nvcc, "
                           "engine.callback, tools (Analyzer), env (TILELANG_CACHE_DIR))",

@@ -29,6 +29,8 @@ COARSENED = "tilelab.coarsened"  # a T.Kernel loop: program blocks per launched 
 # a T.Kernel loop: the variables T.get_thread_binding(0), (1), (2) gave the program
 THREAD_INDEX = "tilelab.thread_index"
 PER_THREAD = "tilelab.per_thread"  # AttrStmt: statements each thread runs for itself
+# PrimFunc attr (CPU): the registers given a copy per thread, first index the thread's
+THREAD_COPIES = "tilelab.thread_copies"
 # AllocBuffer: a shared tile through which thread code hands values between threads (a warp
 # shuffle's, a thread all-reduce's): each thread stores into it, then reads others' entries
 EXCHANGE = "tilelab.exchange"

@@ -110,6 +110,7 @@ from .tilelang_names import (  # noqa: F401, A004 - TileLang's other spellings
     float8_e4m3,
     floordiv,
     floormod,
+    gemm_sp,
     half,
     im2col,
     int,

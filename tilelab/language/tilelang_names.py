@@ -588,6 +588,77 @@ def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=None,  # no
          policy, clear_accum, k_pack, wg_wait)
 
 
+# ---------------------------------------------------------------- 2:4 sparse GEMM
+
+# TileLang's contract for 2:4 sparse operands (its `tilelang.cuda.intrinsics.sparse_layout`):
+# per data type, (nonzeros kept, elements) in each group along K; the positions of a
+# group's nonzeros take 4 bits of metadata, packed from the low bits up
+SPARSE_GROUPS = {dtypes.float32: (1, 2), dtypes.float16: (2, 4), dtypes.bfloat16: (2, 4),
+                 dtypes.int8: (2, 4), dtypes.uint8: (2, 4), dtypes.float8_e4m3fn: (2, 4),
+                 dtypes.float8_e5m2: (2, 4)}
+
+
+def sparse_e_factor(a_dtype, meta_dtype) -> builtins.int:
+    """How many elements of A one metadata element describes."""
+    _, group = SPARSE_GROUPS[dtypes.as_dtype(a_dtype)]
+    return dtypes.as_dtype(meta_dtype).bits // 4 * group
+
+
+def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False,  # noqa: N803
+            transpose_B=False, policy=None, clear_accum=False, k_pack=1, wg_wait=0,
+            annotations=None):
+    """TileLang's 2:4 sparse GEMM, `C += A @ B` with A given by its nonzeros: `A_sparse`
+    keeps two of every four elements along K (one of two for float32), in order, and `E`
+    says where they were, 4 bits a group from the low bits up (2-bit positions of the first
+    and the second; float32: 0b0100 the first element, 0b1110 the second), as TileLang's
+    `compress` writes them. tilelab expands A into a dense shared tile, element by element
+    (a T.Parallel loop), and multiplies that with T.gemm: the result of the sparse
+    instruction, at the cost of a dense one."""
+    from ..ops.gemm import GemmWarpPolicy, gemm
+
+    for name, tile in (("A_sparse", A_sparse), ("E", E)):
+        if not tirx_is_buffer(tile) or len(tile.shape) != 2:
+            raise TileLabTypeError(f"T.gemm_sp: {name} must be a 2-D tile (T.alloc_shared "
+                                   "or T.alloc_fragment)")
+    a_dtype = dtypes.as_dtype(str(A_sparse.dtype))
+    if a_dtype not in SPARSE_GROUPS:
+        raise TileLabTypeError(f"T.gemm_sp has no 2:4 sparse form for {a_dtype} operands",
+                               hint="float16, bfloat16, float32, int8, uint8 or float8")
+    kept, group = SPARSE_GROUPS[a_dtype]
+    rows, half_k = (builtins.int(e) for e in A_sparse.shape)
+    if transpose_A:
+        rows, half_k = half_k, rows
+    depth = half_k * group // kept
+    per_meta = sparse_e_factor(a_dtype, str(E.dtype))
+    e_shape = (depth // per_meta, rows) if transpose_E else (rows, depth // per_meta)
+    if tuple(builtins.int(e) for e in E.shape) != e_shape:
+        raise TileLabTypeError(f"T.gemm_sp: E is {'x'.join(str(e) for e in E.shape)}, "
+                               f"expected {'x'.join(map(str, e_shape))} for a {rows}x{depth} A "
+                               f"with {E.dtype} metadata ({per_meta} elements of A each)")
+    dense = alloc_shared((rows, depth), a_dtype)
+
+    def element(ik):
+        i, k = ik
+        g, p = k // group, k % group
+        meta = E[k // per_meta, i] if transpose_E else E[i, k // per_meta]
+        nibble = (tirx.Cast("int32", meta) >> (4 * (g % (per_meta // group)))) & 15
+
+        def kept_value(j):
+            return A_sparse[g * kept + j, i] if transpose_A else A_sparse[i, g * kept + j]
+
+        zero = tirx.const(0, str(a_dtype))
+        if kept == 1:  # float32: one of each pair
+            value = tirx.if_then_else(tirx.EQ(p, (nibble & 3) // 2), kept_value(0), zero)
+        else:
+            value = tirx.if_then_else(tirx.EQ(p, nibble & 3), kept_value(0), tirx.if_then_else(
+                tirx.EQ(p, (nibble >> 2) & 3), kept_value(1), zero))
+        current("gemm_sp").emit(tirx.BufferStore(dense, value, [i, k]))
+
+    current("gemm_sp").emit(Parallel(rows, depth).build(["i", "k"], element))
+    gemm(dense, B, C, False, transpose_B, GemmWarpPolicy.Square if policy is None else policy,
+         clear_accum, k_pack, wg_wait)
+
+
 def wait_wgmma(count=0):
     """TileLang's wait for all but `count` groups of a warpgroup's `T.wgmma_gemm` MMAs:
     tilelab's `T.wgmma_gemm` waits for its own (see there), so this waits for nothing."""
@@ -814,7 +885,6 @@ MISSING: dict[str, tuple[str, str]] = {
     "atomic_store": ("atomic loads and stores", "T.atomic_add, or separate kernels"),
     "call_extern": ("calls into hand-written device code", "the T.* math functions"),
     "import_source": ("calls into hand-written device code", "the T.* math functions"),
-    "gemm_sp": ("sparse tensor-core GEMM", "T.gemm on dense tiles"),
 }
 
 

@@ -50,9 +50,10 @@ class TileOp:
     primitives: tuple  # the T.* functions that emit it, exported under their __name__
     effects: Callable  # (call) -> Effects
     in_parallel: bool = False  # may it stand inside a T.Parallel loop?
-    # may it stand in code each thread runs for itself (passes/thread_code.py)? Its thread
-    # lowering then sees ctx.in_parallel set: the thread does the whole op for itself
-    in_thread_code: bool = False
+    # may it stand in code each thread runs for itself (passes/thread_code.py)? Always, or
+    # where (call) -> bool says so. Its thread lowering then sees ctx.in_parallel set: the
+    # thread does the whole op for itself
+    in_thread_code: bool | Callable = False
     fix_layouts: Callable | None = None  # (call, ctx): layouts the op insists on
     propagate_layouts: Callable | None = None  # (call, ctx) -> bool: layouts passed along
     # (call, ctx): once layouts are final, what the op will emit, for the Trace's views
@@ -63,6 +64,10 @@ class TileOp:
     # the op reads and writes it; a tile elsewhere is staged there
     # (passes/stage_operands.py), so the program runs as the CPU runs it
     gpu_operands: Callable | None = None
+
+    def allowed_in_thread_code(self, call) -> bool:
+        rule = self.in_thread_code
+        return rule(call) if callable(rule) else rule
 
     def lowering(self, backend: str) -> Callable:
         rule = self.lowerings.get(backend)

@@ -175,6 +175,8 @@ def lower_loops(call):
 
 
 def lower_threads(call, ctx):
+    if ctx.in_parallel:  # in code one thread runs for itself, into or out of its registers
+        return lower_loops(call)
     src, dst = regions(call)
     fs, fd = is_fragment(src.buffer), is_fragment(dst.buffer)
     if fs and fd:
@@ -507,6 +509,13 @@ def cooperative(ctx, src: Region, dst: Region, asynchronous: bool = False,
     return ctx.deal(total // v, chunk_copy, unroll_up_to=16)
 
 
+def with_own_registers(call) -> bool:
+    """A copy into or out of a thread's own registers (T.alloc_local) may stand in code
+    each thread runs for itself: the thread copies the whole tile, alone."""
+    return any(r.buffer.scope() == "local" for r in regions(call))
+
+
 register(TileOp("copy", primitives=(copy, tma_copy), effects=effects, fix_layouts=fix_layouts,
                 propagate_layouts=propagate_layouts, describe=describe,
+                in_thread_code=with_own_registers,
                 lowerings={"cpu": lower_loops, "cuda": lower_threads}))

@@ -31,6 +31,7 @@ import tvm
 from tvm import tirx
 from tvm.ir import StringImm
 
+from ..ir.keys import THREAD_COPIES
 from ..ir.tile_ops import is_load, is_select
 from ..ir.visit import rewrite
 from ..ops._lowering import is_check
@@ -69,11 +70,42 @@ def _implies(guard, cond):
 class _Checks:
     """The checks of one kernel: conditions, and the messages of the numbered checks."""
 
-    def __init__(self, bounds: bool, fallback: str):
+    def __init__(self, bounds: bool, fallback: str, thread_copies=()):
         self.bounds = bounds
         self.fallback = fallback  # where a statement without a span comes from
         self.messages: list[str] = []
         self.status = tirx.decl_buffer((1,), "int32", name="check_status")
+        # registers that thread code writes have a copy per thread here, its first index
+        # the thread's (passes/thread_code.ThreadLoops); messages show them as declared
+        self.thread_copies = {str(name) for name in thread_copies}
+        self.declared: dict = {}
+
+    def as_written(self, buffer, indices):
+        """An access as the program wrote it: a register without the thread's index of its
+        copies, a scalar register (T.alloc_var) by its name, no casts between integers."""
+        def declared(b):
+            if b.name not in self.declared:
+                self.declared[b.name] = tirx.decl_buffer(b.shape[1:], b.dtype, name=b.name,
+                                                         scope=b.scope())
+            return self.declared[b.name]
+
+        def load(node):
+            source, where = node.source, list(node.indices)
+            if source.name in self.thread_copies:
+                source, where = declared(source), where[1:]
+            if source.scope() == "local.var":
+                return tirx.Var(source.name, str(source.dtype))
+            return tirx.BufferLoad(source, where)
+
+        def cast(node):
+            integers = all(str(t).startswith(("int", "uint")) for t in (node.ty, node.value.ty))
+            return node.value if integers else node
+
+        indices = [rewrite(rewrite(i, tvm.ir.TensorLoad, load), tirx.Cast, cast)
+                   for i in indices]
+        if buffer.name in self.thread_copies:
+            buffer, indices = declared(buffer), indices[1:]
+        return buffer, indices
 
     def number(self, message: str, where: str) -> int:
         self.messages.append(f"{MARKER}|{where}|{message}")
@@ -114,7 +146,7 @@ class _Checks:
             conds = _and(conds, tirx.And(tirx.LE(zero, index), tirx.LT(index, extent)))
         if conds is None:
             return
-        message = out_of_bounds_message(buffer, indices)
+        message = out_of_bounds_message(*self.as_written(buffer, indices))
         if read and buffer.scope() == "global":
             # TileLang's CUDA lowering makes such reads 0 (LegalizeSafeMemoryAccess); tilelab
             # stops at them on the CPU and reads whatever lies there on a GPU
@@ -173,7 +205,7 @@ def _where(stmt, fallback: str) -> str:
 
 
 def check_accesses(func, fallback: str, bounds: bool):
-    checks = _Checks(bounds, fallback)
+    checks = _Checks(bounds, fallback, (func.attrs or {}).get(THREAD_COPIES, ()))
 
     def on_if(stmt):
         # the condition's own reads are tested first; the `if` runs only when they hold

@@ -507,7 +507,7 @@ class ThreadLowering:
         """Each op lowers itself (its module in tilelab/ops/); this context is what it gets."""
         with at_user_line(stmt, self.func):
             op = lookup(stmt)
-            if self.in_parallel and not op.in_parallel and not op.in_thread_code:
+            if self.in_parallel and not op.in_parallel and not op.allowed_in_thread_code(stmt):
                 raise TileLabTypeError(f"T.{op.name} cannot be used inside a T.Parallel loop")
             if not self.in_parallel:  # a region that starts at a T.alloc_var's value
                 stmt = self.fragment_scalars(stmt)

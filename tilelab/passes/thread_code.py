@@ -27,7 +27,8 @@ such an `if` (`if tx < 256: ... T.sync_threads(3, 256)`) is reached by every thr
 it becomes a barrier of the block (or role), its count checked against the threads
 the `if`s let through. It refuses, at the user's line, what has no meaning for one
 thread: a tile op other than
-`T.fill`/`T.clear`/`T.atomic_add`, a `T.Parallel` loop or a fragment (the compiler
+`T.fill`/`T.clear`/`T.atomic_add` and a `T.copy` into or out of the thread's own
+registers (`T.alloc_local`), a `T.Parallel` loop or a fragment (the compiler
 deals those to threads), a barrier that not every thread reaches - and a warp shuffle
 or thread all-reduce whose store into its shared exchange and reads of it would fall in
 one mark (under an `if` on a thread's own values), where no barrier can part them.
@@ -66,6 +67,7 @@ from ..ir.keys import (
     EXCHANGE,
     KERNEL,
     PER_THREAD,
+    THREAD_COPIES,
     THREAD_INDEX,
     THREADS,
     WARP_ROLE,
@@ -194,7 +196,8 @@ def _block_work(stmt) -> bool:
     found = []
 
     def visit(node):
-        if isinstance(node, TilePrimitiveCall) and not lookup(node).in_thread_code or \
+        if isinstance(node, TilePrimitiveCall) and \
+                not lookup(node).allowed_in_thread_code(node) or \
                 isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
             found.append(node)
 
@@ -414,13 +417,14 @@ class _Marker:
         def visit(node):
             if isinstance(node, TilePrimitiveCall):
                 op = lookup(node)
-                if not op.in_thread_code or any(is_fragment(r.buffer) for r in regions(node)):
+                if not op.allowed_in_thread_code(node) or \
+                        any(is_fragment(r.buffer) for r in regions(node)):
                     refuse(node, f"T.{op.name} is the whole block's work, and here it is in "
                            "code each thread runs for itself (it depends on the thread index "
                            "or on a thread's own register)",
                            "keep tile ops outside `if`s and loops on the thread index and "
                            "give them no per-thread values; one thread may T.fill/T.clear "
-                           "its registers and T.atomic_add")
+                           "its registers, T.copy into or out of them and T.atomic_add")
             elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
                 refuse(node, "a T.Parallel loop in code each thread runs for itself (it "
                        "depends on the thread index or on a thread's own register): the "
@@ -575,15 +579,18 @@ def ThreadLoops():  # noqa: N802
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.ThreadLoops")
     def _pass(func, _mod, _ctx):
+        copied = set()  # (named on the function, for the bounds checks' messages)
+
         def on_kernel(kernel):
             extents = [int(t) for t in kernel.annotations[THREADS]]
             thread_vars = list(kernel.annotations[THREAD_INDEX])
             copies = _per_thread_copies(block_body(kernel), math.prod(extents))
+            copied.update(copies)
 
             def access(t, node):
                 if isinstance(node, tirx.BufferStore) and node.buffer.name in copies:
                     return tirx.BufferStore(copies[node.buffer.name], node.value,
-                                            [t, *node.indices])
+                                            [t, *node.indices], span=node.span)
                 if is_load(node) and node.source.name in copies:
                     return tirx.BufferLoad(copies[node.source.name], [t, *node.indices])
                 return node
@@ -622,7 +629,8 @@ def ThreadLoops():  # noqa: N802
                             annotations={k: v for k, v in done.annotations.items()
                                          if k != THREAD_INDEX})
 
-        return _kernels(func, on_kernel)
+        func = _kernels(func, on_kernel)
+        return func.with_attr(THREAD_COPIES, sorted(copied)) if copied else func
 
     return _pass
 
