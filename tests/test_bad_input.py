@@ -17,6 +17,7 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from tests.source_lines import line_of
 from tilelab import TileLabError
 from tilelab.cache import CacheCorruptionWarning, default_cache
 
@@ -283,13 +284,6 @@ def _copy_kernel(n=1024, threads=128, tile=256, shared=False):
     return k
 
 
-def _line_of(text: str) -> int:
-    from pathlib import Path
-
-    lines = Path(__file__).read_text().splitlines()
-    return next(n for n, line in enumerate(lines, 1) if text in line)
-
-
 @pytest.mark.parametrize("threads", [100000, 4096, 0, -3, True, 1.5, (32, 64), (2, 2, 2, 2)])
 def test_thread_counts_a_gpu_cannot_launch_are_rejected_at_the_kernel_line(threads):
     import time
@@ -298,7 +292,7 @@ def test_thread_counts_a_gpu_cannot_launch_are_rejected_at_the_kernel_line(threa
     with pytest.raises(TileLabError, match="threads") as info:
         _copy_kernel(threads=threads)
     assert time.perf_counter() - started < 5
-    assert info.value.location.line == _line_of("# @kernel-line")
+    assert info.value.location.line == line_of(__file__, "# @kernel-line")
 
 
 def test_a_huge_register_tile_is_rejected_quickly():
@@ -658,7 +652,7 @@ def _check_error(program, *args, marker: str, match: str):
     kernel = tilelab.compile(program, target="cpu")
     with pytest.raises(TileLabError, match=match) as info:
         kernel(*args)
-    assert info.value.location.line == _line_of(marker), str(info.value)
+    assert info.value.location.line == line_of(__file__, marker), str(info.value)
     return kernel
 
 
@@ -678,7 +672,7 @@ def test_parallel_extent_larger_than_the_fragment_is_refused(target):
     with pytest.raises(TileLabError, match=r"index out of bounds: t\[i\] \(the shape of t "
                                            r"is \(32,\)\)") as info:
         tilelab.compile(too_long, target=target)
-    assert info.value.location.line == _line_of("# @too-long"), str(info.value)
+    assert info.value.location.line == line_of(__file__, "# @too-long"), str(info.value)
     assert "i runs from 0 to 39" in info.value.hint
 
 

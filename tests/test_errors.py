@@ -21,6 +21,7 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from tests.source_lines import line_of
 from tilelab import (
     TileLabArgumentError,
     TileLabError,
@@ -51,15 +52,6 @@ def isolated_cache(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- checking helpers
 
 
-def line_of(marker: str) -> int:
-    """The 1-based line of this file that carries the comment `# @marker`."""
-    tag = f"@{marker}"
-    hits = [n for n, text in enumerate(SOURCE_LINES, 1)
-            if tag in (part.strip() for part in text.split("#")[1:])]
-    assert len(hits) == 1, f"marker # {tag} found on lines {hits}"
-    return hits[0]
-
-
 def assert_no_internals(text: str) -> None:
     # The user's own path may contain anything; what must not appear is tilelab's/TVM's.
     cleaned = text.replace(str(THIS_FILE), "<test file>").replace(__file__, "<test file>")
@@ -72,7 +64,7 @@ def assert_user_error(err: BaseException, marker: str, token: str, cls=TileLabEr
     """`err` is a `cls` located at the marked line, column on `token`, with an excerpt."""
     message = str(err)
     assert type(err) is cls, f"expected {cls.__name__}, got {type(err).__name__}: {message}"
-    line = line_of(marker)
+    line = line_of(__file__, marker)
     location = err.location
     assert location is not None, f"the error names no source location:\n{message}"
     assert Path(location.filename).resolve() == THIS_FILE, message
@@ -394,7 +386,7 @@ def test_error_traceback_hides_the_compiler(case, monkeypatch):
 def test_cases_do_not_pass_vacuously():
     """Every marker exists once, and the cases cover each TileLabError subclass."""
     for case in CASES:
-        line_of(case.marker)
+        line_of(__file__, case.marker)
     assert {c.cls for c in CASES} >= {TileLabArgumentError, TileLabTypeError,
                                       TileLabSyntaxError}
     assert len({c.id for c in CASES}) == len(CASES)
@@ -461,7 +453,7 @@ def test_reading_an_unwritten_fragment_warns_at_its_allocation():
         kernel = tilelab.compile(make_unwritten_fragment(8, clear_first=False))
     messages = [str(w.message) for w in record if issubclass(w.category, TileLabWarning)]
     assert len(messages) == 1, messages
-    line = line_of("fragment-alloc")
+    line = line_of(__file__, "fragment-alloc")
     assert "'acc'" in messages[0]
     assert f"{THIS_FILE}:{line}:" in messages[0] or f"{__file__}:{line}:" in messages[0], \
         messages[0]

@@ -6,22 +6,16 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from tests.source_lines import line_of
 from tilelab import TileLabError
 
 TARGETS = ["cpu", "cuda:sm_90a"]  # CUDA: refused before nvcc, so no GPU or nvcc needed
 
 
-def _line_of(text: str) -> int:
-    from pathlib import Path
-
-    lines = Path(__file__).read_text().splitlines()
-    return next(n for n, line in enumerate(lines, 1) if text in line)
-
-
 def _refused(program, target, marker, match):
     with pytest.raises(TileLabError, match=match) as info:
         tilelab.compile(program, target=target)
-    assert info.value.location.line == _line_of(marker), str(info.value)
+    assert info.value.location.line == line_of(__file__, marker), str(info.value)
     return info.value
 
 

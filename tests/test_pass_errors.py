@@ -13,13 +13,10 @@ import pytest
 
 import tilelab
 import tilelab.language as T
+from tests.source_lines import line_of
 
 THIS_FILE = Path(__file__).resolve()
 LINES = THIS_FILE.read_text().splitlines()
-
-
-def line_of(marker: str) -> int:
-    return next(n for n, text in enumerate(LINES, 1) if text.endswith(f"# @{marker}"))
 
 
 def unsplittable_gemm():
@@ -84,9 +81,9 @@ def test_a_pass_error_points_at_the_tile_op(make, marker, words, refusal, monkey
         tilelab.compile(make(), target="cuda:sm_90a")
     where = info.value.location
     assert Path(where.filename).resolve() == THIS_FILE
-    assert where.line == line_of(marker)
+    assert where.line == line_of(__file__, marker)
     text = str(info.value)
-    assert f"test_pass_errors.py:{line_of(marker)}:" in text
+    assert f"test_pass_errors.py:{line_of(__file__, marker)}:" in text
     source, caret = text.splitlines()[1:3]
     assert source.strip() == LINES[where.line - 1].strip()
     assert caret.strip() == "^" and source.index("T.") == caret.index("^")
@@ -94,7 +91,7 @@ def test_a_pass_error_points_at_the_tile_op(make, marker, words, refusal, monkey
 
 def test_the_ir_names_each_tile_op_line():
     program = unsplittable_gemm()
-    assert f'loc="{line_of("layout-error")}:' in program.func.script()
+    assert f'loc="{line_of(__file__, "layout-error")}:' in program.func.script()
 
 
 def test_a_reduction_into_an_annotated_layout_compiles():
