@@ -40,6 +40,9 @@ PROGRAMS = {
     "gemm_128x256x64_s4_t256": ("gemm", {"m": 8192, "n": 8192, "k": 8192},
                                 {"block_m": 128, "block_n": 256, "block_k": 64,
                                  "num_stages": 4, "threads": 256}),
+    "gemm_128x256x64_s4_t256_panel8": ("gemm", {"m": 8192, "n": 8192, "k": 8192},
+                                       {"block_m": 128, "block_n": 256, "block_k": 64,
+                                        "num_stages": 4, "threads": 256, "panel": 8}),
     "flash_attention_d128": ("flash_attention", {"b": 4, "h": 32, "s": 4096, "d": 128},
                              {"block_m": 64, "block_n": 64, "num_stages": 2, "threads": 128}),
     "flash_attention_d128_bm128_w8": ("flash_attention", {"b": 4, "h": 32, "s": 4096, "d": 128},
@@ -52,6 +55,10 @@ PROGRAMS = {
                                              {"b": 4, "h": 32, "s": 4096, "d": 128},
                                              {"block_m": 128, "block_n": 64, "num_stages": 2,
                                               "threads": 256, "causal": True}),
+    "flash_attention_d128_bm128_bn128_w8": ("flash_attention",
+                                            {"b": 4, "h": 32, "s": 4096, "d": 128},
+                                            {"block_m": 128, "block_n": 128, "num_stages": 2,
+                                             "threads": 256}),
     "softmax": ("softmax", {"m": 8192, "n": 8192}, {}),
 }
 

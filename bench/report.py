@@ -598,11 +598,13 @@ PEER_NAMES = {
     "gemm_128x128x32_s3": "GEMM 8192³ fp16 (examples/gemm.py), 128×128×32 tiles, 3 stages, "
                           "128 threads",
     "gemm_128x256x64_s4_t256": "GEMM 8192³ fp16, 128×256×64 tiles, 4 stages, 256 threads",
+    "gemm_128x256x64_s4_t256_panel8": "the same, blocks in panels of 8 (T.use_swizzle(8))",
     "flash_attention_d128": "FlashAttention b4 h32 s4096 d128 fp16 (examples/flash_attention.py), "
                             "64×64 blocks, 2 stages, 128 threads",
     "flash_attention_d128_bm128_w8": "the same, 128×64 blocks, 256 threads",
     "flash_attention_d128_causal": "the same, causal, 64×64 blocks, 128 threads",
     "flash_attention_d128_causal_bm128_w8": "the same, causal, 128×64 blocks, 256 threads",
+    "flash_attention_d128_bm128_bn128_w8": "the same, non-causal, 128×128 blocks, 256 threads",
     "softmax": "row softmax 8192×8192 fp16 (examples/softmax.py), called eagerly",
 }
 
