@@ -26,6 +26,7 @@ from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.check_loop_bounds import CheckLoopBounds
 from ...passes.coarsen_blocks import CoarsenBlocks
 from ...passes.cuda_vectors import CudaVectors
+from ...passes.fresh_vector_loads import FreshVectorLoads
 from ...passes.heavy_blocks_first import HeavyBlocksFirst
 from ...passes.hide_from_thread_sync import hidden_from_thread_sync
 from ...passes.infer_layouts import InferLayouts, warn_unapplied_layouts
@@ -147,6 +148,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.SplitHostDevice(),
         T.MakePackedAPI(),
         T.BF16StorageLegalize(),
+        FreshVectorLoads,                          # no C temporary reused after a store
     ]
 
 
