@@ -611,7 +611,8 @@ PEER_NAMES = {
 
 def peer_section(r: dict) -> list[str]:
     """The course's sources through both compilers (bench/peer_tilelang.py)."""
-    out = ["## Same program, two compilers: tilelab and TileLang 0.1.15", "",
+    out = [f"## Same program, two compilers: tilelab and TileLang 0.1.15 ({r['machine']}, "
+           f"{r['date']})", "",
            f"Command: `{r['command'].replace('/tmp/tilelang-site', 'DIR')}` on one "
            f"{r['machine']} ({r['date']}). The course's sources, unchanged, compiled by each "
            "compiler in a process of its own (TileLang brings its own TVM); the processes "
@@ -643,9 +644,9 @@ def main() -> None:
         gpu = RESULTS / results
         if gpu.exists():
             lines += gpu_section(json.loads(gpu.read_text()), what, build, results)
-    peer = RESULTS / "peer_tilelang_h200.json"
-    if peer.exists():
-        lines += peer_section(json.loads(peer.read_text()))
+    for peer in ("peer_tilelang_h100.json", "peer_tilelang_h200.json"):  # the latest first
+        if (RESULTS / peer).exists():
+            lines += peer_section(json.loads((RESULTS / peer).read_text()))
     tuned = RESULTS / "autotune_h200.json"
     if tuned.exists():
         lines += autotune_section(json.loads(tuned.read_text()))
