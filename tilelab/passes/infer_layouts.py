@@ -134,6 +134,14 @@ class LayoutPlan:
     wgmma: dict = field(default_factory=dict)  # the gemm node -> its WgmmaPlan (sm_90a)
     instructions: list = field(default_factory=list)  # per gemm: the instruction and why
 
+    def follow(self, planned, rewritten) -> None:
+        """The plans made for the op `planned` hold for `rewritten`, the same op with its
+        regions' indices rewritten (a register read as the register array it became)."""
+        if not rewritten.same_as(planned):
+            for table in (self.gemm_warps, self.wgmma):
+                if planned in table:
+                    table[rewritten] = table[planned]
+
     def to_json(self) -> dict:
         out = {name: frag.to_json() for name, frag in self.fragments.items()}
         out.update({name: dict(layout.to_json(), scope="shared")

@@ -509,10 +509,12 @@ class ThreadLowering:
             op = lookup(stmt)
             if self.in_parallel and not op.in_parallel and not op.allowed_in_thread_code(stmt):
                 raise TileLabTypeError(f"T.{op.name} cannot be used inside a T.Parallel loop")
+            traced = stmt
             if not self.in_parallel:  # a region that starts at a T.alloc_var's value
                 stmt = self.fragment_scalars(stmt)
             else:  # code of one thread: `T.atomic_add(hist[v], 1)` with v its T.alloc_var
                 stmt = self.var_registers(stmt)
+            self.plan.follow(traced, stmt)
             return op.lowering("cuda")(stmt, self)
 
     def var_registers(self, node):
