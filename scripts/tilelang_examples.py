@@ -751,6 +751,12 @@ EXPLAINED = {
         "starts at a block-dependent start) loaded iterations 0, 1, ... in its prologue; fixed "
         "(pipeline_loops._from_zero, tests/test_tma.py); correct on the H200 since. The CPU "
         "row: run with torch.cuda.get_device_capability answering (9, 0)",
+    "minference/example_vertical_slash_sparse_attn.py":
+        "on the CPU its reference builds a CUDA extension (CUDA_HOME). On a GPU (an H100, "
+        "thirty-ninth session) the kernel stopped inside tilelab's CUDA pass list: a T.gemm on "
+        "K_shared[stage], stage from a T.alloc_var, lost its warp grid (fixed: "
+        "tests/test_gemm_register_index.py; it compiles for sm_90a now); not re-run on a GPU "
+        "since",
     "gemm_sp/example_gemm_sp.py":
         "its compressor (sparse_utils._compress_fn) counts a group's nonzeros into a "
         "two-element register array and, for every element after the second nonzero, reads "
@@ -815,12 +821,14 @@ EXPLAINED = {
     "gdn/example_chunk_delta_h.py":
         "as example_chunk_delta_bwd: `do_bench(fn, k=..., ...)` stops it after its kernel ran "
         "and before its check, with TileLang's own TypeError. On the H200 its autotuner "
-        "stops first: every configuration differs from the default in every value, even one "
-        "that compiles to the same program. Its main passes use_initial_state=False, and then "
-        "the state tile b_h_shared is read at the start of the first iteration before "
-        "anything writes it (tilelab warns at its line since the thirty-eighth session), so "
-        "each GPU run reads what shared memory held - the likely cause, not yet confirmed on "
-        "a GPU. On the CPU the two configurations tried read the same memory and agreed",
+        "stopped first: every configuration differed from the default in every value. Two "
+        "causes, both seen on an H100 in the thirty-ninth session: its main passes "
+        "use_initial_state=False, and then the state tile b_h_shared is read before anything "
+        "writes it (tilelab warns at its line), so each run reads what shared memory held; "
+        "and tilelab's bug: with one pipeline stage the second copy of V_new_fragment into "
+        "V_new_shared stored the values of the first (TVM's CUDA code generator reused a "
+        "vector temporary by its text; passes/fresh_vector_loads.py). With an initial state "
+        "every configuration now agrees with the CPU",
     "gdn/example_chunk_o_bwd.py":
         "the example's kernel is not flash-linear-attention's formula: it scales dk by "
         "exp(G_last_local - G) with G_last_local cleared and never set (the chunk's last gate "
