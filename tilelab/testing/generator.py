@@ -1262,8 +1262,29 @@ def _tile_program(rng, seed, index, with_ksum=False) -> Program:
                stages=rng.randint(1, 4))
     for _ in range(rng.randint(1, 5)):
         _random_step(g, dtype, acc, is_int)
+    _recopy(g, random.Random(f"tilelab-difftest-recopy:{seed}:{index}"))
     _outputs(g, dtype, acc)
     return p
+
+
+def _recopy(g: _Gen, rng: random.Random):
+    """Now and then: a float fragment copied into a tile of another float type, changed in
+    place, and copied into that tile again - the second copy must store the new values
+    (TVM's CUDA code generator once reused the first copy's vector temporaries there:
+    passes/fresh_vector_loads.py). Drawn from a generator of its own, so that the rest of a
+    seed's programs is what it was before (thirty-ninth session)."""
+    frags = [b for b in g.defined if b["scope"] == "fragment" and b["kind"] == "mn" and
+             b["dtype"] in FLOATS]
+    if not frags or rng.random() < 0.7:
+        return
+    src = rng.choice(frags)
+    dst = g.buffer(rng.choice(("shared", "fragment")), "mn",
+                   rng.choice([t for t in FLOATS if t != src["dtype"]]))
+    g.step(op="copy", dst=dst["name"], src=src["name"])
+    g.step(op="ew", dst=src["name"], expr=["bin", rng.choice(("*", "+")),
+                                           ["ld", src["name"], "ij"],
+                                           ["c", rng.choice((2.0, -1.5, 0.5))]])
+    g.step(op="copy", dst=dst["name"], src=src["name"])
 
 
 def _threads_program(rng, seed, index) -> Program:
