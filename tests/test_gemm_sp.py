@@ -235,3 +235,30 @@ def test_a_registers_index_past_its_end_is_named_as_the_program_wrote_it():
         tilelab.compile(kernel, target="cpu")(a, b)
     assert "index out of bounds: slots[count] (the shape of slots is (2,))" in str(info.value)
     assert "slots[count] = A[tx]" in info.value.location.excerpt()
+
+
+def test_gemm_sp_reads_transposed_nonzeros_and_metadata():
+    """A_sparse given as (K/2) x M and E as (K/16) x M (transpose_A, transpose_E)."""
+    M, N, K = 48, 40, 64
+    dense = semi_sparse(M, K, torch.float16, 5)
+    values, meta = compress(dense, torch.int16)
+    b = torch.randn(K, N, generator=torch.Generator().manual_seed(6)).half()
+
+    @T.prim_func
+    def kernel(A: T.Tensor((K // 2, M), "float16"), E: T.Tensor((K // 16, M), "int16"),
+               B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((K // 2, M), "float16")
+            e = T.alloc_shared((K // 16, M), "int16")
+            bs = T.alloc_shared((K, N), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            T.copy(A, a)
+            T.copy(E, e)
+            T.copy(B, bs)
+            T.clear(acc)
+            T.gemm_sp(a, e, bs, acc, transpose_A=True, transpose_E=True)
+            T.copy(acc, C)
+
+    out = torch.zeros(M, N)
+    tilelab.compile(kernel, target="cpu")(values.T.contiguous(), meta.T.contiguous(), b, out)
+    torch.testing.assert_close(out, dense.float() @ b.float(), rtol=1e-3, atol=1e-3)
