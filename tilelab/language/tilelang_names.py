@@ -616,6 +616,7 @@ def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False,  # noqa: N8
     instruction, at the cost of a dense one."""
     from ..ops.gemm import GemmWarpPolicy, gemm
 
+    builder = current("gemm_sp")
     for name, tile in (("A_sparse", A_sparse), ("E", E)):
         if not tirx_is_buffer(tile) or len(tile.shape) != 2:
             raise TileLabTypeError(f"T.gemm_sp: {name} must be a 2-D tile (T.alloc_shared "
@@ -652,9 +653,9 @@ def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False,  # noqa: N8
         else:
             value = tirx.if_then_else(tirx.EQ(p, nibble & 3), kept_value(0), tirx.if_then_else(
                 tirx.EQ(p, (nibble >> 2) & 3), kept_value(1), zero))
-        current("gemm_sp").emit(tirx.BufferStore(dense, value, [i, k]))
+        builder.emit(tirx.BufferStore(dense, value, [i, k]))
 
-    current("gemm_sp").emit(Parallel(rows, depth).build(["i", "k"], element))
+    builder.emit(Parallel(rows, depth).build(["i", "k"], element))
     gemm(dense, B, C, False, transpose_B, GemmWarpPolicy.Square if policy is None else policy,
          clear_accum, k_pack, wg_wait)
 

@@ -23,31 +23,33 @@ from __future__ import annotations
 
 import tvm
 from tvm import tirx
+from tvm_ffi import WalkResult
 
 from ..ir.tile_ops import is_load, is_select
-from ..ir.visit import rewrite
+from ..ir.visit import rewrite, walk
 
 
-def _vector_loads(expr, found: list) -> None:
-    """The vector loads `expr` always evaluates (not those under a select), outermost first."""
-    if is_select(expr) or isinstance(expr, tirx.Select):
-        return
-    if is_load(expr) and "x" in str(expr.ty):
-        if not any(load.same_as(expr) for load in found):
-            found.append(expr)
-        return
-    for name in ("a", "b", "value", "args"):
-        child = getattr(expr, name, None)
-        for part in child if isinstance(child, (list, tuple, tvm.ir.Array)) else [child]:
-            if isinstance(part, tvm.ir.Expr):
-                _vector_loads(part, found)
+def _vector_loads(expr) -> list:
+    """The vector loads `expr` always evaluates (not those under a select), each once."""
+    found: list = []
+
+    def visit(node):
+        if is_select(node) or isinstance(node, tirx.Select):
+            return WalkResult.SKIP
+        if is_load(node):
+            if "x" in str(node.ty) and not any(load.same_as(node) for load in found):
+                found.append(node)
+            return WalkResult.SKIP
+        return None
+
+    walk(expr, object, visit)
+    return found
 
 
 def _bind_loads(store):
     if is_load(store.value):
         return store
-    loads: list = []
-    _vector_loads(store.value, loads)
+    loads = _vector_loads(store.value)
     if not loads:
         return store
     names = [tirx.Var("v", str(load.ty)) for load in loads]
