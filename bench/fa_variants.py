@@ -3,8 +3,8 @@
     python bench/fa_variants.py OUT.json [NAME,NAME,...]
 
 Each variant of examples/flash_attention.py (the key-tile width; the split loop rotated,
-FlashAttention 3's intra-warpgroup overlap; the consumer warpgroups taking turns) is compiled
-in this process, as a notebook cell would compile it, checked against
+FlashAttention 3's intra-warpgroup overlap; the consumer warpgroups taking turns; Q kept in
+registers) is compiled in this process, as a notebook cell would compile it, checked against
 `F.scaled_dot_product_attention` on three fresh inputs whose sequences have tails (1000, 1037,
 1074) and on the timed shape, then timed: b4 h32 s4096 d128 fp16, kernel and SDPA alternated
 three times and the middle of the three medians kept (CUDA events, 10 warm-up launches, 50
@@ -30,15 +30,19 @@ TURNS = {**SPLIT, "tl.enable_warpgroup_turns": True}
 ROTATE = {**SPLIT, "tl.enable_intra_warpgroup_overlap": True}
 ROTATE_TURNS = {**TURNS, "tl.enable_intra_warpgroup_overlap": True}
 SHAPE = (4, 32, 4096, 128)
-VARIANTS = [  # name, keys per tile, causal, pass configs ({}: the compiler's defaults)
-    ("default_bn128", 128, False, {}), ("rot_bn128", 128, False, ROTATE),
-    ("rotturns_bn128", 128, False, ROTATE_TURNS), ("default_bn176", 176, False, {}),
-    ("rot_bn176", 176, False, ROTATE), ("rotturns_bn176", 176, False, ROTATE_TURNS),
-    ("causal_default_bn128", 128, True, {}), ("causal_rot_bn128", 128, True, ROTATE)]
+VARIANTS = [  # name, keys per tile, causal, pass configs ({}: the compiler's defaults),
+    # Q kept in registers (S = Q Kᵀ from registers: wgmma's rs form)
+    ("default_bn128", 128, False, {}, False), ("rot_bn128", 128, False, ROTATE, False),
+    ("rotturns_bn128", 128, False, ROTATE_TURNS, False), ("default_bn176", 176, False, {}, False),
+    ("rot_bn176", 176, False, ROTATE, False), ("rotturns_bn176", 176, False, ROTATE_TURNS, False),
+    ("causal_default_bn128", 128, True, {}, False), ("causal_rot_bn128", 128, True, ROTATE, False),
+    ("qregs_bn128", 128, False, {}, True), ("qregs_bn176", 176, False, {}, True),
+    ("qregs_rot_bn128", 128, False, ROTATE, True), ("causal_qregs_bn128", 128, True, {}, True)]
 
 
-def compiled(shape, block_n, causal, configs):
-    program = fa.fn(*shape, block_m=128, block_n=block_n, threads=256, causal=causal)
+def compiled(shape, block_n, causal, configs, q_in_registers=False):
+    program = fa.fn(*shape, block_m=128, block_n=block_n, threads=256, causal=causal,
+                    q_in_registers=q_in_registers)
     return tilelab.compile(program, out_idx=fa.out_idx, target="cuda",
                            pass_configs={**fa.pass_configs, **configs})
 
@@ -49,15 +53,16 @@ def error(kernel, shape, causal) -> float:
     return (kernel(q, k, v).float() - expected.float()).abs().max().item()
 
 
-def measure(name, block_n, causal, configs) -> dict:
+def measure(name, block_n, causal, configs, q_in_registers=False) -> dict:
     started = time.time()
-    kernel = compiled(SHAPE, block_n, causal, configs)
+    kernel = compiled(SHAPE, block_n, causal, configs, q_in_registers)
     compile_s = time.time() - started
     errors = []
     for seed in range(3):
         torch.manual_seed(100 + seed)
         tail = (2, 4, 1000 + 37 * seed, SHAPE[3])  # a sequence no multiple of the tiles
-        errors.append(error(compiled(tail, block_n, causal, configs), tail, causal))
+        errors.append(error(compiled(tail, block_n, causal, configs, q_in_registers), tail,
+                            causal))
     torch.manual_seed(0)
     q, k, v = (torch.randn(SHAPE, device="cuda", dtype=torch.float16) for _ in range(3))
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -75,6 +80,7 @@ def measure(name, block_n, causal, configs) -> dict:
     b, h, s, d = SHAPE
     flops = (2 if causal else 4) * b * h * s * s * d
     return {"name": name, "block_n": block_n, "causal": causal, "pass_configs": configs,
+            "q_in_registers": q_in_registers,
             "ms": ms, "sdpa_ms": sdpa_ms, "ratio": sdpa_ms / ms, "TFLOPs": flops / ms / 1e9,
             "sdpa_TFLOPs": flops / sdpa_ms / 1e9, "max_abs_err": errors,
             "ok": max(errors) < 2e-2, "compile_s": compile_s, "pairs": pairs}

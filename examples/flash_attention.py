@@ -47,6 +47,7 @@ def flash_attention_kernel(
     num_stages: int = 2,
     threads: int = 128,
     causal: bool = False,
+    q_in_registers: bool = False,
 ):
     input_dtype = T.float16
     accumulation_dtype = T.float32
@@ -83,6 +84,10 @@ def flash_attention_kernel(
             running_sum = T.alloc_fragment((block_m,), accumulation_dtype)
 
             T.copy(Q[batch_id, head, query_block * block_m, 0], q_shared)
+            queries = q_shared
+            if q_in_registers:  # S = Q Kᵀ takes Q from the threads' registers, not shared memory
+                queries = T.alloc_fragment((block_m, dimension), input_dtype)
+                T.copy(q_shared, queries)
 
             T.fill(output, 0)
             T.fill(running_sum, 0)
@@ -98,7 +103,7 @@ def flash_attention_kernel(
 
                 T.clear(scores)
 
-                T.gemm(q_shared, k_shared, scores, transpose_B=True,
+                T.gemm(queries, k_shared, scores, transpose_B=True,
                        policy=T.GemmWarpPolicy.FullRow)
 
                 # keys past the end of the sequence (and, if causal, after the query) are out

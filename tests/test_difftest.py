@@ -309,6 +309,19 @@ def test_the_attention_family_splits_with_turns(capsys):
     assert code == 0
 
 
+
+def test_the_attention_family_keeps_q_in_registers_now_and_then():
+    """Some attention programs copy Q into a fragment once and multiply by it in every
+    iteration (a loop-invariant register operand of wgmma: passes/keep_wgmma_operands.py)."""
+    import tilelab
+
+    programs = [generate(0, i, "attention") for i in range(24)]
+    kept = [p for p in programs if "q_frag" in p.steps[0]]
+    assert 0 < len(kept) < len(programs)
+    assert f"T.gemm({kept[0].steps[0]['q_frag']}, " in kept[0].source()
+    source = tilelab.compile(_make(kept[0]), target="cuda:sm_90a").get_kernel_source()
+    assert "tl::keep_registers<" in source
+
 def _make(p):
     import tempfile
 

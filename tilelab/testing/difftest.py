@@ -279,7 +279,7 @@ def _expr_edits(expr):
 # the options of each kind of step, and their plainest value (None: leave the option out)
 _PLAIN = {"load": (("shift", None),), "ew": (("flag", None), ("guard", None), ("tmp", None)),
           "gemm": (("stages", 1), ("clear_accum", None), ("a_frag", None), ("policy", "Square")),
-          "ksum": (("stages", 1),), "atomic": (("sliced", None),)}
+          "ksum": (("stages", 1),), "atomic": (("sliced", None),), "attn": (("q_frag", None),)}
 
 
 def candidates(p: Program):

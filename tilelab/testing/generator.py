@@ -206,8 +206,8 @@ class Program:
 def _used_buffers(p: Program) -> set[str]:
     names = set()
     for step in p.steps:
-        for key in ("dst", "dst2", "src", "a", "b", "a_frag", "stage", "tmp", "mask",
-                    "reg"):
+        for key in ("dst", "dst2", "src", "a", "b", "a_frag", "q_frag", "stage", "tmp",
+                    "mask", "reg"):
             if isinstance(step.get(key), str):
                 names.add(step[key])
         names.update(leaf[1] for leaf in _leaves(step.get("expr")) if leaf[0] == "ld")
@@ -735,8 +735,10 @@ def _run_ksum(b, s):
 def _emit_attn(p, s):
     """FlashAttention's forward pass for the block's query rows: a pipelined loop over the
     key tiles, S = Q Kᵀ, an online softmax (running row maximum `m`, sum `total`, the output
-    rescaled by `alpha`), O += P V; keys past the end (and, causal, past the row) masked."""
+    rescaled by `alpha`), O += P V; keys past the end (and, causal, past the row) masked.
+    With `q_frag`, Q is copied into registers once and S = Q Kᵀ takes it from there."""
     q, kt, vt, sc, pr, o, m, m_prev, alpha, rowsum, total = s["tiles"]
+    queries = s.get("q_frag") or q
     tiles = -(-p.N // p.bn)
     trips = f"T.min({tiles}, T.ceildiv((by + 1) * {p.bm}, {p.bn}))" if s["causal"] else \
         str(tiles)
@@ -747,6 +749,7 @@ def _emit_attn(p, s):
     masked = f"T.if_then_else({' and '.join(keep)}, {scaled}, -T.infinity(T.float32))" \
         if keep else scaled
     return [f"T.copy({s['Q']}[by * {p.bm}, 0], {q})",
+            *([f"T.copy({q}, {queries})"] if s.get("q_frag") else []),
             f"T.clear({o})",
             f"T.clear({total})",
             f"T.fill({m}, -T.infinity(T.float32))",
@@ -754,7 +757,8 @@ def _emit_attn(p, s):
             f"    T.copy({s['K']}[k * {p.bn}, 0], {kt})",
             f"    T.copy({s['V']}[k * {p.bn}, 0], {vt})",
             f"    T.clear({sc})",
-            f"    T.gemm({q}, {kt}, {sc}, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)",
+            f"    T.gemm({queries}, {kt}, {sc}, transpose_B=True, "
+            "policy=T.GemmWarpPolicy.FullRow)",
             f"    for i, j in T.Parallel({p.bm}, {p.bn}):",
             f"        {sc}[i, j] = {masked}",
             f"    T.copy({m}, {m_prev})",
@@ -1621,7 +1625,9 @@ def _attention_program(rng, seed, index) -> Program:
     between them, the loop that a warp-specialized split with register moves and
     warpgroup turns was built for. One warpgroup on 64-row blocks, or two on 128 rows;
     head dim 64 or 128 (a whole K tile); causal (a block-dependent trip count) or not;
-    query and key counts with tails; 1-3 stages, as many as shared memory holds."""
+    query and key counts with tails; 1-3 stages, as many as shared memory holds; now and
+    then Q kept in registers (the same registers as operand A in every iteration: ptxas
+    once gave them to P, passes/keep_wgmma_operands.py)."""
     dtype = rng.choice(("float16", "bfloat16"))
     threads = rng.choice((128, 256, 256))  # two consumer warpgroups: the turns
     bm = 64 if threads == 128 else 128
@@ -1643,8 +1649,11 @@ def _attention_program(rng, seed, index) -> Program:
     while stages > 1 and _shared_bytes(p, {tiles[1]["name"]: stages,
                                            tiles[2]["name"]: stages}) > WALK_SHARED_BYTES:
         stages -= 1  # as many slots of K and V as shared memory holds beside Q
+    # drawn last, so that the rest of each seed's programs stays as it was
+    in_registers = {"q_frag": g.buffer("fragment", "mk", dtype)["name"]} \
+        if rng.random() < 0.3 else {}
     g.step(op="attn", Q=q, K=k, V=v, O=out, tiles=[t["name"] for t in tiles],
-           causal=causal, stages=stages, scale=1 / math.sqrt(d))
+           causal=causal, stages=stages, scale=1 / math.sqrt(d), **in_registers)
     return p
 
 

@@ -32,6 +32,7 @@ from ...passes.hide_from_thread_sync import hidden_from_thread_sync
 from ...passes.infer_layouts import InferLayouts, warn_unapplied_layouts
 from ...passes.insert_barriers import InsertBarriers
 from ...passes.keep_negations import KeepIntegerNegations
+from ...passes.keep_wgmma_operands import KeepWgmmaOperands
 from ...passes.lower_tile_ops_to_threads import LowerTileOpsToThreads
 from ...passes.packed_int4 import PackedInt4, has_packed
 from ...passes.pipeline_loops import PipelineLoops
@@ -149,6 +150,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.MakePackedAPI(),
         T.BF16StorageLegalize(),
         FreshVectorLoads,                          # no C temporary reused after a store
+        KeepWgmmaOperands,                         # ptxas 13.0: a loop's unchanging register A
     ]
 
 

@@ -96,6 +96,22 @@ __device__ __forceinline__ void wgmma_fence_registers(float* regs) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(regs[i])::"memory");
 }
 
+// A read of registers that a loop's wgmma takes as operand A and never writes, placed after
+// the loop (passes/keep_wgmma_operands.py): without a read after it, ptxas of CUDA 13.0 may
+// give those registers to another value inside the loop. The store runs on a GPU of zero
+// SMs only, that is never; ptxas cannot know that, so it keeps the registers.
+template <int Words>
+__device__ __forceinline__ void keep_registers(const void* regs) {
+  const uint32_t* words = static_cast<const uint32_t*>(regs);
+  uint32_t sms;
+  asm volatile("mov.u32 %0, %%nsmid;" : "=r"(sms));
+  if (sms == 0) {
+#pragma unroll
+    for (int i = 0; i < Words; ++i)
+      asm volatile("st.shared.b32 [%0], %1;" :: "r"(4 * i), "r"(words[i]) : "memory");
+  }
+}
+
 // The tensor cores apply a descriptor's swizzle to the address bits, so a swizzled operand
 // tile must start on a multiple of its swizzle pattern (8 rows of the swizzle width);
 // anything else would be read permuted. Stop the kernel rather than compute garbage.
