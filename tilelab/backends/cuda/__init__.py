@@ -22,6 +22,7 @@ from ...errors import RoleConflict, TileLabCompileError, TileLabError
 from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
 from ...ops._lowering import GRID_SYNC, calls_grid_sync
 from ...ops.copy import TENSOR_MAP
+from ...passes.aligned_tiles_once import AlignedTilesOnce
 from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.check_loop_bounds import CheckLoopBounds
 from ...passes.coarsen_blocks import CoarsenBlocks
@@ -151,6 +152,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.BF16StorageLegalize(),
         FreshVectorLoads,                          # no C temporary reused after a store
         KeepWgmmaOperands,                         # ptxas 13.0: a loop's unchanging register A
+        AlignedTilesOnce,                          # wgmma tiles' alignment: proven, checked once
     ]
 
 
