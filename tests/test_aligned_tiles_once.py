@@ -13,27 +13,44 @@ from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.passes.aligned_tiles_once import AlignedTilesOnce
 
 
-def _check(buffer, offset, bytes_=1024):
-    pointer = tirx.tvm_access_ptr("float16", buffer, offset, 8, 1)
+def _check(pointer_to, offset, bytes_=1024):
+    pointer = tirx.tvm_access_ptr("float16", pointer_to, offset, 8, 1)
     return tirx.Evaluate(tirx.call_extern("void", f"tl::wgmma_check_aligned<{bytes_}>",
                                           pointer))
 
 
-def test_a_proven_offset_loses_its_check_and_an_unknown_one_keeps_it():
-    shared = tirx.decl_buffer((65536,), "uint8", name="buf_dyn_shmem", scope="shared.dyn")
-    k, row = tirx.Var("k", "int32"), tirx.Var("row", "int32")
-    slot = tirx.bitwise_and(k, 1) * 16384 + 512  # halves: a slot of 32768 bytes, 1024 in
-    body = tirx.For(k, 0, 8, tirx.ForKind.SERIAL, tirx.SeqStmt([
-        _check(shared, slot), _check(shared, row * 8 + 512, 128)]))
-    func = tirx.PrimFunc([row], tirx.SeqStmt([tirx.AllocBuffer(shared), body]))
-    out = AlignedTilesOnce(tvm.IRModule({"main": func}))["main"].script()
+def _run(*stmts) -> str:
+    func = tirx.PrimFunc([], tirx.SeqStmt(list(stmts)))
+    return AlignedTilesOnce(tvm.IRModule({"main": func}))["main"].script()
+
+
+SHARED = tirx.decl_buffer((65536,), "uint8", name="buf_dyn_shmem", scope="shared.dyn")
+
+
+def test_a_proven_offset_loses_its_check_and_others_keep_theirs():
+    view = tirx.decl_buffer((32768,), "float16", name="k_tile", scope="shared.dyn")
+    shifted = tirx.decl_buffer((32768,), "float16", name="shifted", scope="shared.dyn")
+    k, slot, row = (tirx.Var(name, "int32") for name in ("k", "slot", "row"))
+    out = _run(tirx.AllocBuffer(SHARED), tirx.DeclBuffer(view, data=SHARED.data),
+               tirx.DeclBuffer(shifted, data=tirx.address_of(tirx.BufferLoad(SHARED, [512]))),
+               tirx.For(k, 0, 8, tirx.ForKind.SERIAL, tirx.SeqStmt([
+                   tirx.Bind(slot, tirx.bitwise_and(k, 1) * 16384),  # halves: 32768 bytes
+                   tirx.Bind(row, tirx.Var("loaded", "int32")),
+                   _check(view.data, slot + 512),       # a view from the first byte: proven
+                   _check(view.data, row * 8 + 512, 128),  # 16 * row bytes: unknown
+                   _check(shifted.data, slot)])))       # a view 512 bytes in: not the start
     before_loop, loop = out.split("for k in range(8):")
-    # the slot's check is gone from the loop; the start is checked once, for its 1024 bytes
-    assert "wgmma_check_aligned<1024>" not in loop
-    assert before_loop.count("wgmma_check_aligned<1024>") == 1
+    assert before_loop.count("wgmma_check_aligned<1024>") == 1  # the start, once
     assert "buf_dyn_shmem, 0, 8, 1" in before_loop
-    # `row * 16` bytes may be any multiple of 16: that check stays where it was
-    assert loop.count("wgmma_check_aligned<128>") == 1
+    kept = [line.strip() for line in loop.splitlines() if "wgmma_check_aligned" in line]
+    assert len(kept) == 2
+    assert "<128>" in kept[0] and "k_tile.data, row * 8 + 512" in kept[0]
+    assert "<1024>" in kept[1] and "shifted.data, slot, 8, 1" in kept[1]
+
+
+def test_an_allocation_with_nothing_after_it_keeps_every_check():
+    out = _run(tirx.AllocBuffer(SHARED), _check(SHARED, 512))
+    assert "buf_dyn_shmem, 512, 8, 1" in out and "buf_dyn_shmem, 0, 8, 1" not in out
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")

@@ -309,7 +309,6 @@ def test_the_attention_family_splits_with_turns(capsys):
     assert code == 0
 
 
-
 def test_the_attention_family_keeps_q_in_registers_now_and_then():
     """Some attention programs copy Q into a fragment once and multiply by it in every
     iteration (a loop-invariant register operand of wgmma: passes/keep_wgmma_operands.py)."""
@@ -321,6 +320,7 @@ def test_the_attention_family_keeps_q_in_registers_now_and_then():
     assert f"T.gemm({kept[0].steps[0]['q_frag']}, " in kept[0].source()
     source = tilelab.compile(_make(kept[0]), target="cuda:sm_90a").get_kernel_source()
     assert "tl::keep_registers<" in source
+
 
 def _make(p):
     import tempfile

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import tilelab
+import tilelab.language as T
 from examples.flash_attention import flash_attention_kernel, reference
 from tilelab.backends.cuda.nvcc import find_nvcc
 
@@ -48,11 +49,76 @@ def test_the_registers_of_q_are_read_after_the_key_loop():
     # Q's 64 halves a thread, as 32 words, read once the loop is over (the loop's own MMAs
     # take them from registers: the rs form)
     assert "wgmma_f16_rs" in body and re.search(r"half2 v_\w* = queries_ptr\[\d+\];", body)
-    loop_end = body.index("}", body.rindex("wgmma_wait_group"))
-    assert body.index("tl::keep_registers<32>((&(queries_ptr[0])))") > loop_end
+    assert body.index("tl::keep_registers<32>((&(queries_ptr[0])))") > \
+        _loop_end(body, "for (int key_block")
     # P, written in every iteration, needs nothing; nor does a kernel without Q in registers
     assert body.count("keep_registers") == 1
     assert "keep_registers" not in _source(q_in_registers=False).split("__global__")[-1]
+
+
+def _loop_end(body: str, header: str) -> int:
+    """Where the C loop that starts with `header` closes (its braces matched)."""
+    at, depth = body.index("{", body.index(header)), 0
+    for i in range(at, len(body)):
+        depth += {"{": 1, "}": -1}.get(body[i], 0)
+        if depth == 0:
+            return i
+    raise AssertionError(f"{header} never closes")
+
+
+def products_of_one_tile(rounds=3, tiles=4):
+    """C[r] = A @ (B[r, 0:64] + ... + B[r, 192:256])ᵀ: A copied into registers once, then
+    multiplied in a pipelined loop inside another loop, each round into C[r]."""
+
+    @T.prim_func
+    def kernel(A: T.Tensor((64, 64), "float16"), B: T.Tensor((rounds, 64 * tiles, 64), "float16"),
+               C: T.Tensor((rounds, 64, 64), "float32")):
+        with T.Kernel(1, threads=128):
+            a_shared = T.alloc_shared((64, 64), "float16")
+            b_shared = T.alloc_shared((64, 64), "float16")
+            a_regs = T.alloc_fragment((64, 64), "float16")
+            c_regs = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, a_shared)
+            T.copy(a_shared, a_regs)
+            for r in T.serial(rounds):
+                T.clear(c_regs)
+                for k in T.Pipelined(tiles, num_stages=2):
+                    T.copy(B[r, k * 64, 0], b_shared)
+                    T.gemm(a_regs, b_shared, c_regs, transpose_B=True)
+                T.copy(c_regs, C[r, 0, 0])
+
+    return kernel
+
+
+def _check_products(device):
+    torch.manual_seed(7)
+    a = torch.randn(64, 64, dtype=torch.float16, device=device)
+    b = torch.randn(3, 256, 64, dtype=torch.float16, device=device)
+    c = torch.zeros(3, 64, 64, device=device)
+    tilelab.compile(products_of_one_tile(), target="cpu" if device == "cpu" else "cuda")(a, b, c)
+    expected = torch.stack([a.float() @ b[r].float().view(4, 64, 64).sum(0).T for r in range(3)])
+    torch.testing.assert_close(c, expected, rtol=1e-2, atol=5e-2)
+
+
+def test_a_register_operand_unchanged_by_two_loops_is_right_on_the_cpu():
+    _check_products("cpu")
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+def test_each_loop_around_the_product_reads_the_registers_after_it():
+    body = tilelab.compile(products_of_one_tile(), target="cuda:sm_90a").get_kernel_source()
+    body = body[body.rindex("__global__"):]
+    keeps = [m.start() for m in re.finditer(r"tl::keep_registers<16>\(\(&\(a_regs", body)]
+    inner = body.index("for (int k = 0")
+    assert len(keeps) == 2
+    assert _loop_end(body, "for (int k = 0") < keeps[0] < _loop_end(body, "for (int r = 0") < \
+        keeps[1]
+    assert inner < keeps[0]
+
+
+@pytest.mark.gpu
+def test_a_register_operand_unchanged_by_two_loops_is_right_on_the_gpu():
+    _check_products("cuda")
 
 
 @pytest.mark.gpu

@@ -148,6 +148,15 @@ def is_access_ptr(value) -> bool:
         getattr(value.op, "name", "") == "tirx.tvm_access_ptr"
 
 
+def access_ptr_tile(call):
+    """The tile an access pointer points into (named as `X` or as `X.data`), and its element
+    type; (None, None) for other calls."""
+    if not is_access_ptr(call):
+        return None, None
+    tile = call.args[1] if is_buffer(call.args[1]) else data_of(call.args[1])
+    return tile, str(call.args[0].ty)
+
+
 def _const_int(expr) -> int | None:
     if isinstance(expr, int):
         return expr

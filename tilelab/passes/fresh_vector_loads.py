@@ -11,9 +11,9 @@ the program has written the memory since. A fragment copied to a bfloat16 tile, 
 and copied again (TileLang's gdn/example_chunk_delta_h with one pipeline stage) stored
 its old values the second time, on the GPU only.
 
-This pass, the last before the code generator, binds every vector load inside a stored
-value to a variable of its own just before the store (`v = A[ramp]`, a `Bind`): the
-expression printed is then `v`, different at every store, and each store reads memory
+This pass, among the last before the code generator, binds every vector load inside a
+stored value to a variable of its own just before the store (`v = A[ramp]`, a `Bind`):
+the expression printed is then `v`, different at every store, and each store reads memory
 afresh. A load under a `T.if_then_else` stays where it is (hoisted, it would be read
 where the program guards it off); a value that is a bare load is printed as one
 vector move and needs nothing.

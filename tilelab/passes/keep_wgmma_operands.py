@@ -17,7 +17,8 @@ This pass, after the tile ops are lowered, finds each loop whose body feeds regi
 it never writes to a `wgmma.mma_async` as operand A, and puts such a read after the
 loop: `tl::keep_registers` (tilelab.cuh) stores the registers to shared memory in a
 branch no launch takes (taken only on a GPU of zero SMs). It costs a few instructions
-after the loop and nothing inside it.
+after the loop and nothing inside it. A fragment the loop writes in part counts as
+written, and its unchanged part is not kept: no program known writes its A that way.
 """
 
 from __future__ import annotations
@@ -27,9 +28,14 @@ import re
 
 import tvm
 from tvm import tirx
+from tvm_ffi import WalkResult
 
-from ..ir.tile_ops import is_load
+from ..ir.dtypes import itemsize
+from ..ir.tile_ops import ADDRESS_CALLS, by_address, is_load
 from ..ir.visit import rewrite, walk
+from ..ops._lowering import address, extern
+
+KEEP = "tl::keep_registers"
 
 
 def _register_operands(loop) -> list:
@@ -51,34 +57,32 @@ def _register_operands(loop) -> list:
 
 
 def _written(loop, buffer) -> bool:
-    """Whether the loop stores to the buffer or hands out its address (a callee may write)."""
+    """Whether the loop stores to the buffer or hands out its address (a callee may write
+    through it); the reads this pass put after the loop's inner loops do not count."""
     hit = False
 
-    def on_store(store):
+    def visit(node):
         nonlocal hit
-        hit = hit or store.buffer.same_as(buffer)
+        if isinstance(node, tirx.BufferStore):
+            hit = hit or node.buffer.same_as(buffer)
+        elif isinstance(node, tvm.ir.Call):
+            if getattr(node.op, "name", "") == "tirx.call_extern" and \
+                    str(node.args[0].value).startswith(KEEP):
+                return WalkResult.SKIP
+            if getattr(node.op, "name", "") in ADDRESS_CALLS:
+                hit = hit or any(b.same_as(buffer) for b in by_address(node))
+        return None
 
-    def on_call(call):
-        nonlocal hit
-        if getattr(call.op, "name", "") == "tirx.address_of" and is_load(call.args[0]):
-            hit = hit or call.args[0].source.same_as(buffer)
-
-    walk(loop.body, tirx.BufferStore, on_store)
-    walk(loop.body, tvm.ir.Call, on_call)
+    walk(loop.body, object, visit)
     return hit
 
 
 def _keep(buffer):
-    dtype = buffer.dtype
-    words = math.prod(int(s) for s in buffer.shape) * dtype.bits * dtype.lanes // 32
-    first = tirx.BufferLoad(buffer, [tirx.const(0, "int32")] * len(buffer.shape))
-    return tirx.Evaluate(tirx.call_extern("void", f"tl::keep_registers<{words}>",
-                                          tirx.address_of(first)))
+    words = math.prod(int(s) for s in buffer.shape) * itemsize(str(buffer.dtype)) // 4
+    return extern(f"{KEEP}<{words}>", address(buffer, [0] * len(buffer.shape)))
 
 
 def _after_loop(loop):
-    if loop.kind != tirx.ForKind.SERIAL:
-        return loop
     kept = [b for b in _register_operands(loop) if not _written(loop, b)]
     if not kept:
         return loop

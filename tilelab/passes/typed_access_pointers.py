@@ -25,17 +25,8 @@ import tvm
 from tvm import tirx
 
 from ..ir.dtypes import itemsize
-from ..ir.tile_ops import data_of, is_access_ptr, is_buffer
+from ..ir.tile_ops import access_ptr_tile, is_buffer
 from ..ir.visit import rewrite, walk
-
-
-def _pointer(call):
-    """The tile an access pointer points into (named as `X` or as `X.data`), and its element
-    type; (None, None) for other calls."""
-    if not is_access_ptr(call):
-        return None, None
-    tile = call.args[1] if is_buffer(call.args[1]) else data_of(call.args[1])
-    return tile, str(call.args[0].ty)
 
 
 def _retyped(func) -> list:
@@ -46,7 +37,7 @@ def _retyped(func) -> list:
     found: list = []
 
     def visit(call):
-        tile, dtype = _pointer(call)
+        tile, dtype = access_ptr_tile(call)
         if tile is None or str(tile.dtype) == dtype or \
                 not any(tile.same_as(a) for a in allocated) or \
                 any(tile.same_as(t) and dtype == d for t, d, _ in found):
@@ -67,7 +58,7 @@ def TypedAccessPointers(func, mod, ctx):  # noqa: N802 - a pass, named like TVM'
         return func
 
     def on_call(call):
-        tile, dtype = _pointer(call)
+        tile, dtype = access_ptr_tile(call)
         new = next((new for t, d, new in retyped if tile is not None and t.same_as(tile) and
                     d == dtype), None)
         if new is None:
