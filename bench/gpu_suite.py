@@ -234,6 +234,11 @@ BENCH = [
                                                     "num_stages": 3, "threads": 256,
                                                     "panel": 8}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("gemm_fp16_128x256_t256_align_once", "gemm", {
+        "M": 8192, "N": 8192, "K": 8192,
+        "options": {"block_n": 256, "block_k": 64, "num_stages": 3, "threads": 256, "panel": 8,
+                    "pass_configs": {"tl.enable_alignment_check_once": True}}},
+     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     # four slots: with the MMAs of one iteration in flight, copies run two tiles ahead
     ("gemm_fp16_bk64_s4", "gemm", {"M": 8192, "N": 8192, "K": 8192,
                                    "options": {"block_k": 64, "num_stages": 4, "panel": 8}},
@@ -376,6 +381,16 @@ BENCH = [
        [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
        2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
       for causal in ("", "_causal")],
+    # the same, and causal 128x64 with 8 warps, their wgmma tiles' alignment checked once
+    # per kernel instead of before every T.gemm (`tl.enable_alignment_check_once`)
+    *[(f"flash_attention{causal}_bm128{bn}_w8{default}_align_once", "flash_attention",
+       {"shape": (4, 32, 4096, 128), "options": {
+           "causal": bool(causal), "block_m": 128, "block_n": 128 if bn else 64,
+           "threads": 256, "pass_configs": {"tl.enable_alignment_check_once": True}}},
+       [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
+       2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
+      for causal, bn, default in (("", "_bn128", "_default"), ("_causal", "_bn128", "_default"),
+                                  ("_causal", "", ""))],
     # wider key tiles at d128 (FlashAttention 3 takes 176 keys for this head size): fewer
     # turns of the loop, its last tile part-masked where 4096 is no multiple of the width
     *[(f"flash_attention_bm128_bn{bn}_w8_default", "flash_attention",

@@ -1,6 +1,6 @@
 """wgmma's operand tiles: their alignment proven from the offsets shared memory planning chose
 and checked once, at the kernel's start, instead of before every T.gemm of every iteration
-(passes/aligned_tiles_once.py)."""
+(passes/aligned_tiles_once.py, asked for with `tl.enable_alignment_check_once`)."""
 
 from __future__ import annotations
 
@@ -55,20 +55,28 @@ def test_an_allocation_with_nothing_after_it_keeps_every_check():
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("which", ["flash_attention", "gemm"])
-def test_the_course_kernels_check_alignment_once_before_their_loops(which):
-    if which == "gemm":
-        from examples.gemm import gemm_kernel
+def test_asked_for_the_course_kernels_check_alignment_once_before_their_loops(which):
+    def body(once: bool) -> str:
+        asked = {"tl.enable_alignment_check_once": True} if once else {}
+        if which == "gemm":
+            from examples.gemm import gemm_kernel
 
-        kernel = gemm_kernel.compile(M=1024, N=1024, K=1024, block_m=128, block_n=256,
-                                     block_k=64, threads=256, target="cuda:sm_90a")
-    else:
-        from examples.flash_attention import flash_attention_kernel as factory
+            gemm_kernel._kernels.clear()  # the factory's own memo of compiled kernels
+            kernel = gemm_kernel.compile(M=1024, N=1024, K=1024, block_m=128, block_n=256,
+                                         block_k=64, threads=256, target="cuda:sm_90a",
+                                         pass_configs=asked)
+        else:
+            from examples.flash_attention import flash_attention_kernel as factory
 
-        program = factory.fn(2, 2, 1000, 128, block_m=128, block_n=128, threads=256)
-        kernel = tilelab.compile(program, out_idx=factory.out_idx, target="cuda:sm_90a",
-                                 pass_configs=factory.pass_configs)
-    source = kernel.get_kernel_source()
-    body = source[source.rindex("__global__"):]
-    assert body.count("tl::wgmma_check_aligned<") == 1
-    assert body.index("tl::wgmma_check_aligned<1024>((&(buf_dyn_shmem_ptr[0])))") < \
-        body.index("for (")
+            program = factory.fn(2, 2, 1000, 128, block_m=128, block_n=128, threads=256)
+            kernel = tilelab.compile(program, out_idx=factory.out_idx, target="cuda:sm_90a",
+                                     pass_configs={**factory.pass_configs, **asked})
+        source = kernel.get_kernel_source()
+        return source[source.rindex("__global__"):]
+
+    once = body(once=True)
+    assert once.count("tl::wgmma_check_aligned<") == 1
+    assert once.index("tl::wgmma_check_aligned<1024>((&(buf_dyn_shmem_ptr[0])))") < \
+        once.index("for (")
+    every = body(once=False)  # the default, until measured across the suite (ir/keys.py)
+    assert every.count("tl::wgmma_check_aligned<") >= 2 and "buf_dyn_shmem_ptr[0]" not in every

@@ -71,7 +71,8 @@ def test_every_key_is_tested_here():
               "TL_FORCE_WARP_SPECIALIZED", "TL_DISABLE_HEAVY_FIRST", "TL_DISABLE_STAGE_STORES",
               "TL_DISABLE_SETMAXNREG", "TL_ENABLE_WARPGROUP_TURNS",
               "TL_DISABLE_UNIFORM_SELECTS", "TL_SAFE_GLOBAL_ACCESS",
-              "TL_ENABLE_INTRA_WARPGROUP_OVERLAP", "TL_DISABLE_THREAD_STORAGE_SYNC"}
+              "TL_ENABLE_INTRA_WARPGROUP_OVERLAP", "TL_DISABLE_THREAD_STORAGE_SYNC",
+              "TL_ENABLE_ALIGNMENT_CHECK_ONCE"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -91,6 +92,17 @@ def test_intra_warpgroup_overlap_rotates_the_split_attention_loop():
     assert "rotated" not in _attention().trace.pipelines[0]
     key = PassConfigKey.TL_ENABLE_INTRA_WARPGROUP_OVERLAP.value
     assert "wait_group_sync_aligned_1()" in _attention(configs={key: True}).get_kernel_source()
+
+
+@needs_nvcc
+def test_alignment_check_once_leaves_one_check_before_the_loop():
+    """More in tests/test_aligned_tiles_once.py."""
+    from tests.test_warpgroup_turns import _attention
+
+    every = _attention().get_kernel_source()
+    key = PassConfigKey.TL_ENABLE_ALIGNMENT_CHECK_ONCE.value
+    once = _attention(configs={key: True}).get_kernel_source()
+    assert every.count("tl::wgmma_check_aligned<") > once.count("tl::wgmma_check_aligned<") == 1
 
 
 @needs_nvcc

@@ -69,7 +69,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            specialize: str = "measured", heavy_first: bool = True,
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
            turns: bool | None = None, uniform_selects: bool = True,
-           safe_global: bool = False, rotate: bool = False, own_barriers: bool = False) -> list:
+           safe_global: bool = False, rotate: bool = False, own_barriers: bool = False,
+           align_once: bool = False) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -84,7 +85,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     decided once for the tile; `safe_global`: global tensors read as 0 and are not written
     outside their shapes (TileLang's rule); `rotate`: such a loop issues its next
     iteration's first T.gemm before this one's last (asked for); `own_barriers`: the
-    program places the barriers of its thread code and T.Parallel bodies itself."""
+    program places the barriers of its thread code and T.Parallel bodies itself;
+    `align_once`: wgmma tiles proven aligned are checked once per kernel (asked for)."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -152,7 +154,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         T.BF16StorageLegalize(),
         FreshVectorLoads,                          # no C temporary reused after a store
         KeepWgmmaOperands,                         # ptxas 13.0: a loop's unchanging register A
-        AlignedTilesOnce,                          # wgmma tiles' alignment: proven, checked once
+        *([AlignedTilesOnce] if align_once else []),  # wgmma tiles' alignment: checked once
     ]
 
 
@@ -617,11 +619,12 @@ class CUDABackend(Backend):
         safe_global = bool(configs.get(PassConfigKey.TL_SAFE_GLOBAL_ACCESS.value, False))
         own_barriers = bool(configs.get(PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC.value,
                                         False))
+        align_once = bool(configs.get(PassConfigKey.TL_ENABLE_ALIGNMENT_CHECK_ONCE.value, False))
         if calls_grid_sync(program.func.body):  # every thread of every block reaches it:
             specialize, coarsen = "off", False  # no producer warpgroup, no merged blocks
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
-                           turns, uniform, safe_global, rotate, own_barriers)
+                           turns, uniform, safe_global, rotate, own_barriers, align_once)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
