@@ -163,6 +163,14 @@ def extern(name: str, *args):
     return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
 
+def extern_name(stmt) -> str:
+    """The function an `extern(...)` statement calls; "" for any other statement."""
+    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
+    if isinstance(call, tvm.ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
+        return str(call.args[0].value)
+    return ""
+
+
 CHECK = "__tilelab_check"  # an op's own check, until passes/check_bounds.py reports it
 
 
@@ -180,9 +188,7 @@ def where_text(location) -> str:
 
 
 def is_check(stmt) -> bool:
-    value = getattr(stmt, "value", None) if isinstance(stmt, tirx.Evaluate) else None
-    return isinstance(value, tvm.ir.Call) and getattr(value.op, "name", "") == \
-        "tirx.call_extern" and value.args[0].value == CHECK
+    return extern_name(stmt) == CHECK
 
 
 def sync():
@@ -208,9 +214,7 @@ GRID_SYNC = "tl::sync_grid"  # T.sync_grid: a barrier of every block of the grid
 
 
 def is_grid_sync(stmt) -> bool:
-    call = getattr(stmt, "value", None) if isinstance(stmt, tirx.Evaluate) else None
-    return isinstance(call, tvm.ir.Call) and getattr(call.op, "name", "") == \
-        "tirx.call_extern" and str(call.args[0].value) == GRID_SYNC
+    return extern_name(stmt) == GRID_SYNC
 
 
 def calls_grid_sync(node) -> bool:

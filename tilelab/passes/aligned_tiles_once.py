@@ -33,18 +33,15 @@ from tvm import sym, tirx
 
 from ..ir.tile_ops import access_ptr_tile, data_of
 from ..ir.visit import rewrite, walk
-from ..ops._lowering import address, extern
+from ..ops._lowering import address, extern, extern_name
 
 _CHECK = re.compile(r"tl::wgmma_check_aligned<(\d+)>")
 
 
 def _check_of(stmt):
     """(B, pointer) of a `tl::wgmma_check_aligned<B>(pointer)` statement, or None."""
-    call = stmt.value
-    if not isinstance(call, tvm.ir.Call) or getattr(call.op, "name", "") != "tirx.call_extern":
-        return None
-    match = _CHECK.fullmatch(str(call.args[0].value))
-    return (int(match[1]), call.args[1]) if match else None
+    match = _CHECK.fullmatch(extern_name(stmt))
+    return (int(match[1]), stmt.value.args[1]) if match else None
 
 
 def _allocations(body) -> dict:

@@ -33,7 +33,7 @@ from tvm_ffi import WalkResult
 from ..ir.dtypes import itemsize
 from ..ir.tile_ops import ADDRESS_CALLS, by_address, is_load
 from ..ir.visit import rewrite, walk
-from ..ops._lowering import address, extern
+from ..ops._lowering import address, extern, extern_name
 
 KEEP = "tl::keep_registers"
 
@@ -63,14 +63,12 @@ def _written(loop, buffer) -> bool:
 
     def visit(node):
         nonlocal hit
+        if extern_name(node).startswith(KEEP):
+            return WalkResult.SKIP
         if isinstance(node, tirx.BufferStore):
             hit = hit or node.buffer.same_as(buffer)
-        elif isinstance(node, tvm.ir.Call):
-            if getattr(node.op, "name", "") == "tirx.call_extern" and \
-                    str(node.args[0].value).startswith(KEEP):
-                return WalkResult.SKIP
-            if getattr(node.op, "name", "") in ADDRESS_CALLS:
-                hit = hit or any(b.same_as(buffer) for b in by_address(node))
+        elif isinstance(node, tvm.ir.Call) and getattr(node.op, "name", "") in ADDRESS_CALLS:
+            hit = hit or any(b.same_as(buffer) for b in by_address(node))
         return None
 
     walk(loop.body, object, visit)

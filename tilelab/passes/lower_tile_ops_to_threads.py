@@ -57,7 +57,15 @@ from ..ir.layout import Fragment, kept_whole_alike, owner_table, thread_elements
 from ..ir.tile_ops import _const_int, data_of, is_buffer, is_load, touches_shared
 from ..ir.visit import keep_user_errors, rewrite, rewrite_pre, substitute, walk
 from ..ops import at_user_line, lookup
-from ..ops._lowering import address, is_fragment, seq, simplify, thread_index_range, unravel
+from ..ops._lowering import (
+    address,
+    extern_name,
+    is_fragment,
+    seq,
+    simplify,
+    thread_index_range,
+    unravel,
+)
 from .infer_layouts import (
     LayoutPlan,
     is_zero_offset,
@@ -555,11 +563,8 @@ def _first_copy_writes(stmt, rep):
         return tirx.IfThenElse(first, node, None)
 
     def atomic(node):
-        call = node.value
-        if isinstance(call, tvm.ir.Call) and call.op.name == "tirx.call_extern" and \
-                str(call.args[0].value).startswith("atomic"):
-            return tirx.IfThenElse(first, node, None)
-        return node
+        return tirx.IfThenElse(first, node, None) if extern_name(node).startswith("atomic") \
+            else node
 
     return rewrite(rewrite(stmt, tirx.BufferStore, store), tirx.Evaluate, atomic)
 

@@ -63,7 +63,7 @@ from ..ir.dtypes import buffer_bytes
 from ..ir.keys import OWN_BARRIERS, WARP_PRODUCER
 from ..ir.tile_ops import is_access_ptr, loaded
 from ..ir.visit import rewrite, statements, walk
-from ..ops._lowering import is_sync, sync
+from ..ops._lowering import extern_name, is_sync, sync
 
 MARKER = "__tilelab_lifetime_marker"
 
@@ -104,9 +104,7 @@ def _shared_buffers(stmt) -> list:
 
 
 def _is_marker(stmt) -> bool:
-    value = getattr(stmt, "value", None)
-    return (isinstance(stmt, tirx.Evaluate) and isinstance(value, tvm.ir.Call)
-            and value.op.name == "tirx.call_extern" and value.args[0].value == MARKER)
+    return extern_name(stmt) == MARKER
 
 
 def _mark(store):

@@ -57,7 +57,7 @@ from tvm import tirx
 from ..errors import TileLabCompileError
 from ..ir.keys import WARP_PRODUCER
 from ..ir.visit import rewrite, statements, substitute, walk
-from ..ops._lowering import extern, narrow_barriers
+from ..ops._lowering import extern, extern_name, narrow_barriers
 
 PRODUCER_THREADS = 128  # one warpgroup: setmaxnreg and warpgroup-wide rules act per warpgroup
 PRODUCER_REGISTERS = 24  # setmaxnreg's least: the producer holds a few indices
@@ -65,19 +65,12 @@ REGISTERS_PER_SM = 65536
 TURNS = ("tl::turn_first", "tl::turn_pass", "tl::turn_wait", "tl::turn_last", "tl::turn_start")
 
 
-def _extern_name(stmt) -> str:
-    call = stmt.value if isinstance(stmt, tirx.Evaluate) else None
-    if isinstance(call, tvm.ir.Call) and getattr(call.op, "name", "") == "tirx.call_extern":
-        return str(call.args[0].value)
-    return ""
-
-
 def _without_deadlocking_turns(body):
     """`body` without the turns of warpgroups (module doc), the hand-over after the loop
     included, where the loop that takes them also holds a barrier of all consumers."""
     def deadlocks(loop) -> bool:
         names = []
-        walk(loop.body, tirx.Evaluate, lambda e: names.append(_extern_name(e)))
+        walk(loop.body, tirx.Evaluate, lambda e: names.append(extern_name(e)))
         return "tl::turn_pass" in names and "tl::consumer_sync" in names
 
     loops = []
@@ -85,7 +78,7 @@ def _without_deadlocking_turns(body):
     if not loops:
         return body
     return rewrite(body, tirx.Evaluate,
-                   lambda e: tirx.Evaluate(0) if _extern_name(e) in TURNS else e)
+                   lambda e: tirx.Evaluate(0) if extern_name(e) in TURNS else e)
 
 
 def _registers(consumer_threads: int) -> int | None:
