@@ -4,6 +4,8 @@ Two halves, because the GPU machine has no TVM and no nvcc:
 
     python bench/gpu_suite.py build [--quick]   # here: compile and export every kernel
     python bench/gpu_suite.py run   [--json F]  # on the GPU: load, check, time
+    python bench/gpu_suite.py build --only R,... --variant _x:tl.key=true  # R and R_x
+    python bench/gpu_suite.py ab --pairs R:R_x,...  # on the GPU: two builds, alternated
 
 `build` compiles each course kernel for its shapes (shapes with tails for the
 checks, the issue's large shapes for the timings) and exports `.tilelab`
@@ -234,11 +236,6 @@ BENCH = [
                                                     "num_stages": 3, "threads": 256,
                                                     "panel": 8}},
      [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
-    ("gemm_fp16_128x256_t256_align_once", "gemm", {
-        "M": 8192, "N": 8192, "K": 8192,
-        "options": {"block_n": 256, "block_k": 64, "num_stages": 3, "threads": 256, "panel": 8,
-                    "pass_configs": {"tl.enable_alignment_check_once": True}}},
-     [("randn", (8192, 8192), "float16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
     # four slots: with the MMAs of one iteration in flight, copies run two tiles ahead
     ("gemm_fp16_bk64_s4", "gemm", {"M": 8192, "N": 8192, "K": 8192,
                                    "options": {"block_k": 64, "num_stages": 4, "panel": 8}},
@@ -381,16 +378,6 @@ BENCH = [
        [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
        2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
       for causal in ("", "_causal")],
-    # the same, and causal 128x64 with 8 warps, their wgmma tiles' alignment checked once
-    # per kernel instead of before every T.gemm (`tl.enable_alignment_check_once`)
-    *[(f"flash_attention{causal}_bm128{bn}_w8{default}_align_once", "flash_attention",
-       {"shape": (4, 32, 4096, 128), "options": {
-           "causal": bool(causal), "block_m": 128, "block_n": 128 if bn else 64,
-           "threads": 256, "pass_configs": {"tl.enable_alignment_check_once": True}}},
-       [("randn", (4, 32, 4096, 128), "float16")] * 3, "sdpa_causal" if causal else "sdpa",
-       2e-2, {"flops": (2 if causal else 4) * 4 * 32 * 4096 * 4096 * 128})
-      for causal, bn, default in (("", "_bn128", "_default"), ("_causal", "_bn128", "_default"),
-                                  ("_causal", "", ""))],
     # wider key tiles at d128 (FlashAttention 3 takes 176 keys for this head size): fewer
     # turns of the loop, its last tile part-masked where 4096 is no multiple of the width
     *[(f"flash_attention_bm128_bn{bn}_w8_default", "flash_attention",
@@ -650,7 +637,17 @@ def compile_kernel(kind: str, sizes: dict, options: dict):
     return k.compile(**sizes, target="cuda", **options)
 
 
-def build(quick: bool, only: set | None = None) -> None:
+def with_configs(sizes: dict, configs: dict) -> dict:
+    """A row's compile-time sizes with pass configs added to those it names."""
+    options = dict(sizes.get("options", {}))
+    options["pass_configs"] = {**options.get("pass_configs", {}), **configs}
+    return {**sizes, "options": options}
+
+
+def build(quick: bool, only: set | None = None, variant: tuple[str, dict] | None = None) -> None:
+    """Compile and export the checks and the timings (those in `only`, if given); with
+    `variant` (a suffix and pass configs), each timing also as a second build with those
+    configs added, named with the suffix, for `ab`."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     manifest = {"checks": [], "bench": []}
     for section, cases in (("checks", CHECKS), ("bench", [] if quick else BENCH)):
@@ -659,16 +656,21 @@ def build(quick: bool, only: set | None = None) -> None:
             if only and section == "bench" and name not in only:
                 continue
             work = case[6] if len(case) > 6 else {}
-            started = time.perf_counter()
-            kernel = compile_kernel(kind, sizes, {})
-            path = ARTIFACTS / f"{section}_{name}.tilelab"
-            kernel.export(path)
-            seconds = time.perf_counter() - started
-            print(f"{section:6} {name:22} compiled in {seconds:5.2f} s "
-                  f"({kernel.trace.resources.get('registers')} registers)")
-            manifest[section].append({"name": name, "artifact": path.name, "inputs": inputs,
-                                      "reference": ref, "tolerance": tol, "work": work,
-                                      "resources": kernel.trace.resources})
+            builds = [(name, sizes)]
+            if variant and section == "bench":
+                builds.append((name + variant[0], with_configs(sizes, variant[1])))
+            for built, built_sizes in builds:
+                started = time.perf_counter()
+                kernel = compile_kernel(kind, built_sizes, {})
+                path = ARTIFACTS / f"{section}_{built}.tilelab"
+                kernel.export(path)
+                seconds = time.perf_counter() - started
+                print(f"{section:6} {built:22} compiled in {seconds:5.2f} s "
+                      f"({kernel.trace.resources.get('registers')} registers)")
+                manifest[section].append({"name": built, "artifact": path.name,
+                                          "inputs": inputs, "reference": ref,
+                                          "tolerance": tol, "work": work,
+                                          "resources": kernel.trace.resources})
     (ARTIFACTS / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
 
@@ -795,15 +797,63 @@ def run(json_path: str | None) -> int:
     return 1 if failures else 0
 
 
+def ab(pairs: list[tuple[str, str]], rounds: int, json_path: str | None) -> int:
+    """Two builds of one kernel, A and B, timed alternately on the same inputs `rounds`
+    times: where a sequence of rows drifts with the card's clocks by a few percent, the
+    paired ratio of neighbouring timings does not."""
+    import statistics
+
+    import torch
+
+    import tilelab
+
+    manifest = {case["name"]: case for case in json.loads(
+        (ARTIFACTS / "manifest.json").read_text())["bench"]}
+    results = {"device": torch.cuda.get_device_name(), "rounds": rounds, "pairs": []}
+    print(f"device: {results['device']}")
+    for a, b in pairs:
+        kernels = [tilelab.load(ARTIFACTS / manifest[name]["artifact"]) for name in (a, b)]
+        torch.manual_seed(0)
+        inputs = make_inputs(manifest[a]["inputs"])
+        outputs = [kernel(*inputs) for kernel in kernels]
+        same = (outputs[0].float() - outputs[1].float()).abs().max().item()
+        times = [[], []]
+        for _ in range(rounds):
+            for i, kernel in enumerate(kernels):
+                times[i].append(time_ms(functools.partial(kernel, *inputs)))
+        ratios = [tb / ta for ta, tb in zip(*times)]
+        row = {"a": a, "b": b, "a_ms": statistics.median(times[0]),
+               "b_ms": statistics.median(times[1]), "b_over_a": statistics.median(ratios),
+               "ratios": ratios, "max_abs_difference": same}
+        results["pairs"].append(row)
+        print(f"ab {a} {row['a_ms']:.3f} ms | {b} {row['b_ms']:.3f} ms | B/A median "
+              f"{row['b_over_a']:.3f} (rounds {min(ratios):.3f}..{max(ratios):.3f})")
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=["build", "run"])
+    parser.add_argument("mode", choices=["build", "run", "ab"])
     parser.add_argument("--quick", action="store_true", help="build the checks only")
     parser.add_argument("--only", help="comma-separated timings to build (every check is)")
-    parser.add_argument("--json", help="write results here (run)")
+    parser.add_argument("--variant", help="build: SUFFIX:KEY=VALUE,... - each timing built "
+                        "again with these pass configs (VALUE in JSON), named with the suffix")
+    parser.add_argument("--json", help="write results here (run, ab)")
+    parser.add_argument("--pairs", help="ab: comma-separated A:B timings, each B timed beside its A")
+    parser.add_argument("--rounds", type=int, default=8, help="ab: alternations")
     args = parser.parse_args()
+    if args.mode == "ab":
+        return ab([tuple(pair.split(":")) for pair in args.pairs.split(",")], args.rounds,
+                  args.json)
     if args.mode == "build":
-        build(args.quick, set(args.only.split(",")) if args.only else None)
+        variant = None
+        if args.variant:
+            suffix, _, assignments = args.variant.partition(":")
+            variant = (suffix, {key: json.loads(value) for key, value in
+                                (item.split("=") for item in assignments.split(","))})
+        build(args.quick, set(args.only.split(",")) if args.only else None, variant)
         return 0
     return run(args.json)
 

@@ -156,8 +156,6 @@ VARIANTS = {
     "_turns": "; the consumer warpgroups taking turns at the tensor cores "
               "(`tl.enable_warpgroup_turns`)",
     "_before": "; built from the code before this run's change, for an A/B in one run",
-    "_align_once": "; the wgmma tiles' alignment checked once per kernel, not before every "
-                   "T.gemm (`tl.enable_alignment_check_once`)",
     "_select_per_element": "; the causal mask tested at every element of every key tile "
                            "(`tl.disable_uniform_selects`)",
 }

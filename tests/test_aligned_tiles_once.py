@@ -1,6 +1,6 @@
 """wgmma's operand tiles: their alignment proven from the offsets shared memory planning chose
 and checked once, at the kernel's start, instead of before every T.gemm of every iteration
-(passes/aligned_tiles_once.py, asked for with `tl.enable_alignment_check_once`)."""
+(passes/aligned_tiles_once.py; `tl.disable_alignment_check_once` keeps a check before each)."""
 
 from __future__ import annotations
 
@@ -55,9 +55,9 @@ def test_an_allocation_with_nothing_after_it_keeps_every_check():
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("which", ["flash_attention", "gemm"])
-def test_asked_for_the_course_kernels_check_alignment_once_before_their_loops(which):
+def test_the_course_kernels_check_alignment_once_before_their_loops(which):
     def body(once: bool) -> str:
-        asked = {"tl.enable_alignment_check_once": True} if once else {}
+        asked = {} if once else {"tl.disable_alignment_check_once": True}
         if which == "gemm":
             from examples.gemm import gemm_kernel
 
@@ -78,5 +78,5 @@ def test_asked_for_the_course_kernels_check_alignment_once_before_their_loops(wh
     assert once.count("tl::wgmma_check_aligned<") == 1
     assert once.index("tl::wgmma_check_aligned<1024>((&(buf_dyn_shmem_ptr[0])))") < \
         once.index("for (")
-    every = body(once=False)  # the default, until measured across the suite (ir/keys.py)
+    every = body(once=False)
     assert every.count("tl::wgmma_check_aligned<") >= 2 and "buf_dyn_shmem_ptr[0]" not in every

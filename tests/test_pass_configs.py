@@ -72,7 +72,7 @@ def test_every_key_is_tested_here():
               "TL_DISABLE_SETMAXNREG", "TL_ENABLE_WARPGROUP_TURNS",
               "TL_DISABLE_UNIFORM_SELECTS", "TL_SAFE_GLOBAL_ACCESS",
               "TL_ENABLE_INTRA_WARPGROUP_OVERLAP", "TL_DISABLE_THREAD_STORAGE_SYNC",
-              "TL_ENABLE_ALIGNMENT_CHECK_ONCE"}
+              "TL_DISABLE_ALIGNMENT_CHECK_ONCE"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -95,13 +95,13 @@ def test_intra_warpgroup_overlap_rotates_the_split_attention_loop():
 
 
 @needs_nvcc
-def test_alignment_check_once_leaves_one_check_before_the_loop():
+def test_disable_alignment_check_once_checks_before_every_gemm():
     """More in tests/test_aligned_tiles_once.py."""
     from tests.test_warpgroup_turns import _attention
 
-    every = _attention().get_kernel_source()
-    key = PassConfigKey.TL_ENABLE_ALIGNMENT_CHECK_ONCE.value
-    once = _attention(configs={key: True}).get_kernel_source()
+    once = _attention().get_kernel_source()
+    key = PassConfigKey.TL_DISABLE_ALIGNMENT_CHECK_ONCE.value
+    every = _attention(configs={key: True}).get_kernel_source()
     assert every.count("tl::wgmma_check_aligned<") > once.count("tl::wgmma_check_aligned<") == 1
 
 

@@ -169,13 +169,11 @@ class PassConfigKey(str, enum.Enum):
     # the last one's MMAs run (FlashAttention-3's intra-warpgroup overlap); measured to pay
     # only for head dimension 64 with 128x128 tiles (d128: x0.88 of SDPA, x0.95 without)
     TL_ENABLE_INTRA_WARPGROUP_OVERLAP = "tl.enable_intra_warpgroup_overlap"
-    # sm_90a: check that wgmma's operand tiles start on their swizzle period once, at the
-    # dynamic shared buffer's start, where their offsets are proven multiples of it
-    # (passes/aligned_tiles_once.py), instead of before every T.gemm of every iteration.
-    # Asked for until measured across the suite: without the traps ptxas allocates
-    # registers differently (FlashAttention d128 128x128 about 2% faster on an H100;
-    # causal 128x64 with 8 warps 140 -> 145 registers, out of reach of a second block)
-    TL_ENABLE_ALIGNMENT_CHECK_ONCE = "tl.enable_alignment_check_once"
+    # sm_90a: check that wgmma's operand tiles start on their swizzle period before every
+    # T.gemm of every iteration, as the wgmma lowering writes it, instead of once at the
+    # dynamic shared buffer's start where their offsets are proven multiples of it
+    # (passes/aligned_tiles_once.py, the default: FlashAttention 1-5% faster, GEMM level)
+    TL_DISABLE_ALIGNMENT_CHECK_ONCE = "tl.disable_alignment_check_once"
     # CUDA: the program places the barriers of its own per-thread code - code written for
     # one thread (`T.get_thread_binding`) and the bodies of T.Parallel loops: tilelab puts none
     # inside such code nor between two pieces of thread code; tile ops keep theirs

@@ -70,7 +70,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
            turns: bool | None = None, uniform_selects: bool = True,
            safe_global: bool = False, rotate: bool = False, own_barriers: bool = False,
-           align_once: bool = False) -> list:
+           align_once: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -86,7 +86,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     outside their shapes (TileLang's rule); `rotate`: such a loop issues its next
     iteration's first T.gemm before this one's last (asked for); `own_barriers`: the
     program places the barriers of its thread code and T.Parallel bodies itself;
-    `align_once`: wgmma tiles proven aligned are checked once per kernel (asked for)."""
+    `align_once`: wgmma tiles proven aligned are checked once per kernel."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -384,14 +384,15 @@ def blocks_per_sm(arch: str, threads: int, shared_bytes: int, registers: int) ->
 
 
 SMALL_SPILL = 64  # bytes a thread may spill for another block on the SM (fit_registers)
+SMALL_CUT = 0.15  # the share of a thread's registers fit_registers may ask ptxas to give up
 
 
 def fit_registers(source: str, compiled: dict, config: dict, arch: str, compile_again):
     """Occupancy repair: a block whose shared memory would let k blocks share an SM but
     whose registers, a few too many, let fewer, is compiled again with
     `__launch_bounds__(threads, k)`, asking ptxas for at most the registers k blocks
-    leave each thread. Kept only where the cut is small (at most 10%) and ptxas spills
-    at most SMALL_SPILL bytes a thread: FlashAttention d128 at 128x64 with 8 warps went
+    leave each thread. Tried only where the cut is small (at most SMALL_CUT) and kept
+    only where ptxas spills at most SMALL_SPILL bytes a thread: FlashAttention d128 at 128x64 with 8 warps went
     from 132 registers and one block per SM to 128 registers, 32 bytes spilled and two
     blocks, 443 -> 511 TFLOP/s on the H200 (the other block's MMAs run while one
     computes its softmax). Returns the source, the compile result and what was done
@@ -405,7 +406,7 @@ def fit_registers(source: str, compiled: dict, config: dict, arch: str, compile_
         return source, compiled, None
     cap = REGISTERS_PER_SM // (wanted * -(-threads // 32) * 32) // 8 * 8
     bounds = f"__launch_bounds__({threads})"
-    if fits["registers"] >= wanted or cap < 0.9 * registers or bounds not in source:
+    if fits["registers"] >= wanted or cap < (1 - SMALL_CUT) * registers or bounds not in source:
         return source, compiled, None
     # the kernel's definition and its declaration
     bounded = source.replace(bounds, f"__launch_bounds__({threads}, {wanted})")
@@ -619,7 +620,7 @@ class CUDABackend(Backend):
         safe_global = bool(configs.get(PassConfigKey.TL_SAFE_GLOBAL_ACCESS.value, False))
         own_barriers = bool(configs.get(PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC.value,
                                         False))
-        align_once = bool(configs.get(PassConfigKey.TL_ENABLE_ALIGNMENT_CHECK_ONCE.value, False))
+        align_once = not configs.get(PassConfigKey.TL_DISABLE_ALIGNMENT_CHECK_ONCE.value, False)
         if calls_grid_sync(program.func.body):  # every thread of every block reaches it:
             specialize, coarsen = "off", False  # no producer warpgroup, no merged blocks
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
