@@ -841,7 +841,7 @@ def main() -> int:
     parser.add_argument("--variant", help="build: SUFFIX:KEY=VALUE,... - each timing built "
                         "again with these pass configs (VALUE in JSON), named with the suffix")
     parser.add_argument("--json", help="write results here (run, ab)")
-    parser.add_argument("--pairs", help="ab: comma-separated A:B timings, each B timed beside its A")
+    parser.add_argument("--pairs", help="ab: comma-separated A:B, each B timed beside its A")
     parser.add_argument("--rounds", type=int, default=8, help="ab: alternations")
     args = parser.parse_args()
     if args.mode == "ab":

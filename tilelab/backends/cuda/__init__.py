@@ -392,11 +392,11 @@ def fit_registers(source: str, compiled: dict, config: dict, arch: str, compile_
     whose registers, a few too many, let fewer, is compiled again with
     `__launch_bounds__(threads, k)`, asking ptxas for at most the registers k blocks
     leave each thread. Tried only where the cut is small (at most SMALL_CUT) and kept
-    only where ptxas spills at most SMALL_SPILL bytes a thread: FlashAttention d128 at 128x64 with 8 warps went
-    from 132 registers and one block per SM to 128 registers, 32 bytes spilled and two
-    blocks, 443 -> 511 TFLOP/s on the H200 (the other block's MMAs run while one
-    computes its softmax). Returns the source, the compile result and what was done
-    (or None)."""
+    only where ptxas spills at most SMALL_SPILL bytes a thread: FlashAttention d128 at
+    128x64 with 8 warps went from 132 registers and one block per SM to 128 registers, 32
+    bytes spilled and two blocks, 443 -> 511 TFLOP/s on the H200 (the other block's MMAs
+    run while one computes its softmax). Returns the source, the compile result and what
+    was done (or None)."""
     threads = config["threads"]
     registers = compiled["resources"].get("registers", 0)
     fits = blocks_per_sm(arch, threads, config["dynamic_smem"] + config["static_smem"],
