@@ -1,17 +1,7 @@
 """bench/gpu_suite.py's second builds for A/B runs (`build --variant`, then `ab` on a GPU):
 a variant adds pass configs to those a row already names, never replaces them."""
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _suite_module():
-    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "bench" / "gpu_suite.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.test_gpu_suite import _suite_module
 
 
 def test_a_variant_keeps_the_rows_own_pass_configs():
