@@ -174,6 +174,9 @@ class PassConfigKey(str, enum.Enum):
     # dynamic shared buffer's start where their offsets are proven multiples of it
     # (passes/aligned_tiles_once.py, the default: FlashAttention 1-5% faster, GEMM level)
     TL_DISABLE_ALIGNMENT_CHECK_ONCE = "tl.disable_alignment_check_once"
+    # CUDA: a loop's row sum that only feeds a running total is combined across the threads
+    # of each row once, after the loop, not in every iteration (passes/deferred_row_sums.py)
+    TL_DISABLE_DEFERRED_ROW_SUMS = "tl.disable_deferred_row_sums"
     # CUDA: the program places the barriers of its own per-thread code - code written for
     # one thread (`T.get_thread_binding`) and the bodies of T.Parallel loops: tilelab puts none
     # inside such code nor between two pieces of thread code; tile ops keep theirs

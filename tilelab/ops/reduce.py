@@ -17,6 +17,13 @@ the thread that keeps the element; otherwise the elements are dealt round-robin)
 Where the result fragment's layout came from its other uses and does not keep each
 row on the threads holding its parts, the reduction runs into registers of its own
 layout and the results move over through a shared scratch tile (move_through_shared).
+
+Split across a loop (passes/deferred_row_sums.py): a sum whose result only feeds a
+running total in a loop is made in two calls, `split="own"` in the loop (each thread's
+registers only) and `split="across"` after it (the shuffles, on the running total). Both
+carry the source, the result and the running total, and decide from their layouts
+alike whether the split holds (`_splits`); where it does not, the first reduces whole
+and the second does nothing. The CPU, with no threads to combine, does the same.
 """
 
 from __future__ import annotations
@@ -69,7 +76,9 @@ reduce_absmax = _reduce("absmax")
 
 
 def effects(call) -> Effects:
-    src, dst = regions(call)
+    src, dst, *_ = regions(call)
+    if config(call).get("split") == "across":  # the running total's threads combine
+        return Effects(reads=(dst,), writes=(dst,))
     folded_in = () if config(call)["clear"] else (dst,)  # clear=False folds dst's old values in
     return Effects(reads=(src, *folded_in), writes=(dst,))
 
@@ -78,7 +87,7 @@ def effects(call) -> Effects:
 
 
 def propagate_layouts(call, ctx) -> bool:
-    src, dst = regions(call)
+    src, dst, *_ = regions(call)
     if src.buffer.name not in ctx.layouts or not is_fragment(dst.buffer) or \
             dst.buffer.name in ctx.layouts:
         return False
@@ -155,7 +164,10 @@ def reduce_loops(src: Region, dst: Region, kind, dim, clear):
 
 def lower_loops(call):
     cfg = config(call)
-    return reduce_loops(*regions(call), kind=cfg["kind"], dim=int(cfg["dim"]), clear=cfg["clear"])
+    if cfg.get("split") == "across":  # one thread holds the whole rows already
+        return tirx.Evaluate(0)
+    src, dst, *_ = regions(call)
+    return reduce_loops(src, dst, kind=cfg["kind"], dim=int(cfg["dim"]), clear=cfg["clear"])
 
 
 # ---------------------------------------------------------------- thread lowering (CUDA)
@@ -163,22 +175,22 @@ def lower_loops(call):
 
 def lower_threads(call, ctx):
     cfg = config(call)
-    return reduce_threads(ctx, *regions(call), kind=cfg["kind"], dim=int(cfg["dim"]),
-                          clear=bool(cfg["clear"]))
+    split = cfg.get("split")
+    src, dst, *total = regions(call)
+    if split is not None:
+        own, total = (dst, total[0]) if split == "own" else (total[0], dst)
+        if not _splits(ctx, src, own, total, int(cfg["dim"])):
+            return tirx.Evaluate(0) if split == "across" else reduce_threads(
+                ctx, src, own, cfg["kind"], int(cfg["dim"]), bool(cfg["clear"]))
+        if split == "across":
+            return _combine_total(ctx, src, total, int(cfg["dim"]))
+    return reduce_threads(ctx, src, dst, kind=cfg["kind"], dim=int(cfg["dim"]),
+                          clear=bool(cfg["clear"]), across_threads=split is None)
 
 
-def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bool):
-    if not is_fragment(src.buffer):  # memory every thread can read
-        return reduce_from_memory(ctx, src, dst, kind, dim, clear)
-    if not is_fragment(dst.buffer):  # (passes/stage_operands.py gives it one)
-        raise TileLabTypeError("on the GPU, T.reduce_* of a fragment writes a fragment; "
-                               "reduce into one, then T.copy it where it should go")
-    sf, df = ctx.layout_of(src.buffer), ctx.layout_of(dst.buffer)
-    s_local, d_local = ctx.local(src.buffer), ctx.local(dst.buffer)
-    dtype = str(d_local.dtype)
-
-    # the result element of a source element: its index without `dim` and without the
-    # source's unit dimensions, placed in the result's dimensions that are not units
+def _row_of(sf: Fragment, df: Fragment, dim: int):
+    """The result element of a source element: its index without `dim` and without the
+    source's unit dimensions, placed in the result's dimensions that are not units."""
     kept = [d for d, s in enumerate(sf.shape) if d != dim and s != 1]
     filled = [s != 1 for s in df.shape]
 
@@ -187,9 +199,49 @@ def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bo
         parts = iter([element[d] for d in kept])
         return tuple(next(parts) if fill else 0 for fill in filled)
 
+    return dst_element
+
+
+def _splits(ctx, src: Region, own: Region, total: Region, dim: int) -> bool:
+    """May a sum of `src` into `own` stop at each thread's registers, its threads combining
+    later in the running `total`? Where both keep each row on the threads holding its parts,
+    in the same registers, and those threads are in one warp (combining across warps goes
+    through shared memory and a barrier of the whole block)."""
+    if not all(is_fragment(r.buffer) for r in (src, own, total)):
+        return False
+    sf, of, tf = (ctx.layout_of(r.buffer) for r in (src, own, total))
+    if not of.same_as(tf):
+        return False
+    row = _row_of(sf, of, dim)
+    return _keeps_rows(sf, of, row) and all(m < 32 for m in _xor_masks(sf, row, of))
+
+
+def _combine_total(ctx, src: Region, total: Region, dim: int):
+    """The running total's registers summed across the threads of each row."""
+    sf, tf = ctx.layout_of(src.buffer), ctx.layout_of(total.buffer)
+    t_local = ctx.local(total.buffer)
+    held = _held(tf)
+    stmts = [_each_held(tf, held, lambda r, m=m: tirx.BufferStore(
+        t_local, tirx.BufferLoad(t_local, [r]) + tirx.call_extern(
+            str(t_local.dtype), "tl::shfl_xor", tirx.BufferLoad(t_local, [r]), m), [r]))
+        for m in _xor_masks(sf, _row_of(sf, tf, dim), tf)]
+    return seq(stmts)
+
+
+def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bool,
+                   across_threads: bool = True):
+    if not is_fragment(src.buffer):  # memory every thread can read
+        return reduce_from_memory(ctx, src, dst, kind, dim, clear)
+    if not is_fragment(dst.buffer):  # (passes/stage_operands.py gives it one)
+        raise TileLabTypeError("on the GPU, T.reduce_* of a fragment writes a fragment; "
+                               "reduce into one, then T.copy it where it should go")
+    sf, df = ctx.layout_of(src.buffer), ctx.layout_of(dst.buffer)
+    s_local, d_local = ctx.local(src.buffer), ctx.local(dst.buffer)
+    dtype = str(d_local.dtype)
+    dst_element = _row_of(sf, df, dim)
     if _keeps_rows(sf, df, dst_element):
         return seq(_reduce_registers(ctx, src, sf, s_local, dst.buffer.name, df, d_local,
-                                     dst_element, kind, clear))
+                                     dst_element, kind, clear, across_threads))
     # dst's layout, set by its other uses, does not keep each row where its parts are:
     # reduce into the layout the reduction would give it, then move the results over
     try:
@@ -256,21 +308,17 @@ def move_through_shared(ctx, rows: Fragment, tmp, df: Fragment, d_local, kind: s
 
 
 def _reduce_registers(ctx, src, sf, s_local, dst_name, df, d_local, dst_element, kind,
-                      clear) -> list:
+                      clear, across_threads=True) -> list:
     """The reduction of `src` (layout `sf`, registers `s_local`) into registers `d_local`
-    of layout `df`, which keeps each row's result on every thread holding part of it."""
+    of layout `df`, which keeps each row's result on every thread holding part of it
+    (without `across_threads`, each thread's own registers only)."""
     dtype = str(d_local.dtype)
     s_elems, d_owners = thread_elements(sf), owner_table(df)
-    d_elems = thread_elements(df)
     # 1. each thread folds its own registers into one partial per result register
     acc = tirx.decl_buffer((df.local_size,), dtype, name=f"{dst_name}_partial",
                            scope="local")
     stmts = [tirx.AllocBuffer(acc)]
-    reg = tirx.Var("reg", "int32")
-    # the registers some thread keeps a result in (a sparse layout, as a reduction of a
-    # T.reshape view has, leaves the others unused)
-    held = [slot for slot in range(df.local_size)
-            if any(d_elems[t][slot] is not None for t in range(df.threads))]
+    held = _held(df)
     terms: dict[int, list] = {slot: [] for slot in held}
     for ls in range(sf.local_size):
         slots = set()
@@ -291,13 +339,12 @@ def _reduce_registers(ctx, src, sf, s_local, dst_name, df, d_local, dst_element,
                                identity(kind, dtype), [slot])
               for slot, values in terms.items()]
     # 2. threads holding parts of the same row combine: shuffles, then shared memory
-    masks = _xor_masks(sf, dst_element, df)
+    masks = _xor_masks(sf, dst_element, df) if across_threads else []
     warp_masks = [m for m in masks if m < 32]
     block_masks = [m for m in masks if m >= 32]
-    def each_held(store):  # store(register) for every held register
-        if len(held) == df.local_size:
-            return tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED, store(reg))
-        return seq([store(tirx.const(slot, "int32")) for slot in held])
+
+    def each_held(store):
+        return _each_held(df, held, store)
 
     for m in warp_masks:
         stmts.append(each_held(lambda r, m=m: tirx.BufferStore(
@@ -315,6 +362,22 @@ def _reduce_registers(ctx, src, sf, s_local, dst_name, df, d_local, dst_element,
 
     stmts.append(each_held(final))
     return stmts
+
+
+def _held(df: Fragment) -> list[int]:
+    """The registers some thread keeps a result in (a sparse layout, as a reduction of a
+    T.reshape view has, leaves the others unused)."""
+    d_elems = thread_elements(df)
+    return [slot for slot in range(df.local_size)
+            if any(d_elems[t][slot] is not None for t in range(df.threads))]
+
+
+def _each_held(df: Fragment, held: list[int], store):
+    """store(register) for every held register of layout `df`."""
+    if len(held) == df.local_size:
+        reg = tirx.Var("reg", "int32")
+        return tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED, store(reg))
+    return seq([store(tirx.const(slot, "int32")) for slot in held])
 
 
 CHAINS = 2  # independent partials a thread folds its registers of one row into
@@ -461,7 +524,7 @@ def _xor_masks(sf: Fragment, dst_element, df: Fragment) -> list[int]:
 def gpu_operands(call) -> list:
     """A fragment's partial results combine in registers: its result is a fragment too
     (folded into the old values unless clear). A tile in memory is read as it is."""
-    src, _ = regions(call)
+    src, *_ = regions(call)
     return [(1, ("fragment",), not config(call)["clear"], True)] if is_fragment(src.buffer) \
         else []
 

@@ -42,7 +42,9 @@ def _op_label(op: dict, producer: bool) -> str:
     if name == "parallel":
         return "T.Parallel " + "×".join(str(e) for e in cfg.get("extents", []))
     if name == "reduce":
-        return f"reduce_{cfg.get('kind', '')} (dim {cfg.get('dim', '?')})"
+        split = {"own": ", each thread's registers", "across": ", across threads"}.get(
+            cfg.get("split"), "")
+        return f"reduce_{cfg.get('kind', '')} (dim {cfg.get('dim', '?')}{split})"
     if name == "gemm":
         flags = [f"transpose_{x}" for x in "AB" if cfg.get(f"transpose_{x}")]
         return "gemm" + (f" ({', '.join(flags)})" if flags else "")

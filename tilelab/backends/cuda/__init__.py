@@ -27,6 +27,7 @@ from ...passes.check_fragment_reads import CheckFragmentReads
 from ...passes.check_loop_bounds import CheckLoopBounds
 from ...passes.coarsen_blocks import CoarsenBlocks
 from ...passes.cuda_vectors import CudaVectors
+from ...passes.deferred_row_sums import DeferredRowSums
 from ...passes.fresh_vector_loads import FreshVectorLoads
 from ...passes.heavy_blocks_first import HeavyBlocksFirst
 from ...passes.hide_from_thread_sync import hidden_from_thread_sync
@@ -70,7 +71,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
            turns: bool | None = None, uniform_selects: bool = True,
            safe_global: bool = False, rotate: bool = False, own_barriers: bool = False,
-           align_once: bool = True) -> list:
+           align_once: bool = True, defer_sums: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -86,7 +87,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     outside their shapes (TileLang's rule); `rotate`: such a loop issues its next
     iteration's first T.gemm before this one's last (asked for); `own_barriers`: the
     program places the barriers of its thread code and T.Parallel bodies itself;
-    `align_once`: wgmma tiles proven aligned are checked once per kernel."""
+    `align_once`: wgmma tiles proven aligned are checked once per kernel; `defer_sums`: a
+    loop's row sums that only feed running totals combine across threads after it."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -104,6 +106,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         # fragments no register layout serves are kept in shared memory
         SpillFragments(program.layouts, wgmma_off, program.buffer_locations),
         StageOperands(),                       # operands where the ops' lowerings take them
+        *([DeferredRowSums] if defer_sums else []),  # running sums' shuffles after the loop
         # T.Pipelined: load ahead with cp.async (or TMA)
         PipelineLoops(wgmma_off, overlap_gemms=overlap_gemms, tma=tma,
                       annotated=program.layouts, specialize=specialize, turns=turns, rotate=rotate),
@@ -621,11 +624,13 @@ class CUDABackend(Backend):
         own_barriers = bool(configs.get(PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC.value,
                                         False))
         align_once = not configs.get(PassConfigKey.TL_DISABLE_ALIGNMENT_CHECK_ONCE.value, False)
+        defer_sums = not configs.get(PassConfigKey.TL_DISABLE_DEFERRED_ROW_SUMS.value, False)
         if calls_grid_sync(program.func.body):  # every thread of every block reaches it:
             specialize, coarsen = "off", False  # no producer warpgroup, no merged blocks
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
-                           turns, uniform, safe_global, rotate, own_barriers, align_once)
+                           turns, uniform, safe_global, rotate, own_barriers, align_once,
+                           defer_sums)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
