@@ -35,6 +35,10 @@ the tile sum and the running total appear nowhere else in the loop, the tile sum
 outside it; and the running total is filled with zeros before the loop with nothing in
 between touching it (each thread's share of a non-zero start would be counted once per
 thread). CUDA only: on the CPU one thread holds whole rows.
+
+Asked for (`tl.enable_deferred_row_sums`), not yet the default: the compiled path has not
+run on a GPU - the session that wrote it had no device time left - only the same CUDA
+made by the rewrite (correct there on sequences with tails, causal and not).
 """
 
 from __future__ import annotations
