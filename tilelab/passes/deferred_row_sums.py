@@ -81,8 +81,8 @@ def _whole(region: Region) -> bool:
 
 
 def _running_total(loop, part):
-    """The running total a T.Parallel loop accumulates `part` into, and the loop's variable;
-    None unless it is `total[i] = total[i] * x[i] + part[i]` (or `total[i] + part[i]`)."""
+    """The running total a T.Parallel loop accumulates `part` into; None unless the loop is
+    `total[i] = total[i] * x[i] + part[i]` (or `total[i] + part[i]`), x a fragment."""
     if not isinstance(loop, tirx.For) or loop.kind != tirx.ForKind.PARALLEL:
         return None
     store = loop.body
@@ -145,7 +145,7 @@ def _split(loop, stmts: list, index: int, func_body):
         others = inner[:k] + inner[k + 2:]
         if any(_uses(s, part.buffer) or _uses(s, total) for s in others):
             continue
-        if _uses(func_body, part.buffer) != _uses(loop, part.buffer):  # read after the loop
+        if _uses(func_body, part.buffer) != _uses(loop, part.buffer):  # used outside the loop
             continue
         if not _zeroed_before(stmts, index, total):
             continue
