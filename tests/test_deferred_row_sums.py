@@ -133,3 +133,23 @@ def test_flash_attention_with_its_row_sums_after_the_loop_matches_sdpa():
                        for _ in range(3))
             expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             torch.testing.assert_close(kernel(q, k, v), expected, rtol=2e-2, atol=2e-2)
+
+
+@needs_nvcc
+def test_the_testers_attention_programs_take_the_split():
+    """The differential tester's attention family writes its row sums this way: with the key,
+    its programs run the split (what `difftest --family attention --pass-configs` checks)."""
+    import tempfile
+    from pathlib import Path
+
+    from tilelab.testing import difftest
+    from tilelab.testing.generator import generate
+
+    split = 0
+    for index in range(4):
+        path = Path(tempfile.mkdtemp()) / f"attention_{index}.py"
+        path.write_text(generate(4201, index, family="attention").source())
+        kernel = tilelab.compile(difftest.load_module(path).make(), target="cuda:sm_90a",
+                                 pass_configs=ASKED)
+        split += 'split="across"' in kernel.trace.get_pass("tilelab.DeferredRowSums").ir
+    assert split >= 2
