@@ -14,7 +14,7 @@ Four programs of examples/flash_attention.py (b4 h32 s4096 d128 fp16: 128x128 ti
 128x64 with 8 warps, causal and not) are each compiled as generated and rewritten, checked
 against SDPA on two inputs with tails (sequences 1000 and 1037) and on the timed shape, then
 timed in pairs: the two builds alternated 12 times on the same inputs, SDPA beside them
-(tilelab.profiler.do_bench: CUDA events, L2 flushed); the median of the per-round ratios is
+(`gpu_suite.alternated`: CUDA events, L2 flushed); the median of the per-round ratios is
 kept, as `gpu_suite.py ab` does.
 """
 
@@ -34,8 +34,8 @@ import torch.nn.functional as F  # noqa: E402
 
 import tilelab  # noqa: E402
 import tilelab.backends.cuda.nvcc as nvcc  # noqa: E402
+from bench.gpu_suite import alternated  # noqa: E402
 from examples.flash_attention import flash_attention_kernel as fa  # noqa: E402
-from tilelab.profiler import do_bench  # noqa: E402
 
 _COMMENT = r"(?:/\*[^*]*\*/)?"
 _EXPONENT = re.compile(r"scores_ptr\[(\d+)\] = exp2f\(\(\(scores_ptr\[\1\] \* (0x[0-9a-fp.+-]+)"
@@ -121,12 +121,9 @@ def main() -> None:
         torch.manual_seed(0)
         q, k, v = (torch.randn(SHAPE, device="cuda", dtype=torch.float16) for _ in range(3))
         errors += [error(kernel, q, k, v, causal) for kernel in kernels]
-        times = [[], [], []]
         calls = [functools.partial(kernel, q, k, v) for kernel in kernels]
         calls.append(functools.partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal))
-        for _ in range(12):
-            for i, call in enumerate(calls):
-                times[i].append(do_bench(call, warmup=10, rep=50, backend="event"))
+        times = alternated(calls, 12)
         ratios = [b / a for a, b in zip(times[0], times[1])]
         row = {"name": name, "base_ms": statistics.median(times[0]),
                "rewritten_ms": statistics.median(times[1]),

@@ -797,6 +797,16 @@ def run(json_path: str | None) -> int:
     return 1 if failures else 0
 
 
+def alternated(calls: list, rounds: int) -> list[list[float]]:
+    """Each call timed `rounds` times, the calls taking turns: list i holds call i's times
+    (milliseconds)."""
+    times = [[] for _ in calls]
+    for _ in range(rounds):
+        for i, call in enumerate(calls):
+            times[i].append(time_ms(call))
+    return times
+
+
 def ab(pairs: list[tuple[str, str]], rounds: int, json_path: str | None) -> int:
     """Two builds of one kernel, A and B, timed alternately on the same inputs `rounds`
     times: where a sequence of rows drifts with the card's clocks by a few percent, the
@@ -818,10 +828,7 @@ def ab(pairs: list[tuple[str, str]], rounds: int, json_path: str | None) -> int:
         outputs = [kernel(*inputs) for kernel in kernels]
         same = None if any(out is None for out in outputs) else \
             (outputs[0].float() - outputs[1].float()).abs().max().item()
-        times = [[], []]
-        for _ in range(rounds):
-            for i, kernel in enumerate(kernels):
-                times[i].append(time_ms(functools.partial(kernel, *inputs)))
+        times = alternated([functools.partial(kernel, *inputs) for kernel in kernels], rounds)
         ratios = [tb / ta for ta, tb in zip(*times)]
         row = {"a": a, "b": b, "a_ms": statistics.median(times[0]),
                "b_ms": statistics.median(times[1]), "b_over_a": statistics.median(ratios),

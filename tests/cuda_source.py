@@ -12,6 +12,13 @@ def split_at_loop(source: str, var: str) -> tuple[str, str]:
     return before, rest.split(f"\n{indent}}}\n")[0]
 
 
+def loop_end(source: str, var: str) -> int:
+    """Where the text of the first loop over `var` ends in `source` (before its closing
+    brace's line)."""
+    before, loop = split_at_loop(source, var)
+    return len(before) + len(f"for (int {var} = ") + len(loop)
+
+
 def loop_text(source: str, var: str) -> str:
     """The text of the first loop over `var` (not `var_load`, a producer's)."""
     return split_at_loop(source, var)[1]

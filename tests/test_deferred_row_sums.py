@@ -11,6 +11,7 @@ import torch
 
 import tilelab
 import tilelab.language as T
+from tests.cuda_source import loop_end, loop_text
 from tilelab.backends.cuda.nvcc import find_nvcc
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
@@ -61,13 +62,7 @@ def _expected(x: torch.Tensor, start: float) -> torch.Tensor:
 
 def _loop_and_after(source: str) -> tuple[str, str]:
     body = source[source.rindex("__global__"):]
-    start = body.index("for (int t = 0")
-    depth, i = 0, body.index("{", start)
-    while True:
-        depth += {"{": 1, "}": -1}.get(body[i], 0)
-        if depth == 0:
-            return body[start:i], body[i:]
-        i += 1
+    return loop_text(body, "t"), body[loop_end(body, "t"):]
 
 
 def _shuffled(text: str) -> set[str]:

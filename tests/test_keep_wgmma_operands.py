@@ -12,6 +12,7 @@ import torch
 import tilelab
 import tilelab.language as T
 from examples.flash_attention import flash_attention_kernel, reference
+from tests.cuda_source import loop_end
 from tilelab.backends.cuda.nvcc import find_nvcc
 
 
@@ -50,20 +51,10 @@ def test_the_registers_of_q_are_read_after_the_key_loop():
     # take them from registers: the rs form)
     assert "wgmma_f16_rs" in body and re.search(r"half2 v_\w* = queries_ptr\[\d+\];", body)
     assert body.index("tl::keep_registers<32>((&(queries_ptr[0])))") > \
-        _loop_end(body, "for (int key_block")
+        loop_end(body, "key_block")
     # P, written in every iteration, needs nothing; nor does a kernel without Q in registers
     assert body.count("keep_registers") == 1
     assert "keep_registers" not in _source(q_in_registers=False).split("__global__")[-1]
-
-
-def _loop_end(body: str, header: str) -> int:
-    """Where the C loop that starts with `header` closes (its braces matched)."""
-    at, depth = body.index("{", body.index(header)), 0
-    for i in range(at, len(body)):
-        depth += {"{": 1, "}": -1}.get(body[i], 0)
-        if depth == 0:
-            return i
-    raise AssertionError(f"{header} never closes")
 
 
 def products_of_one_tile(rounds=3, tiles=4):
@@ -111,7 +102,7 @@ def test_each_loop_around_the_product_reads_the_registers_after_it():
     keeps = [m.start() for m in re.finditer(r"tl::keep_registers<16>\(\(&\(a_regs", body)]
     inner = body.index("for (int k = 0")
     assert len(keeps) == 2
-    assert _loop_end(body, "for (int k = 0") < keeps[0] < _loop_end(body, "for (int r = 0") < \
+    assert loop_end(body, "k") < keeps[0] < loop_end(body, "r") < \
         keeps[1]
     assert inner < keeps[0]
 

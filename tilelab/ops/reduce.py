@@ -219,13 +219,8 @@ def _splits(ctx, src: Region, own: Region, total: Region, dim: int) -> bool:
 def _combine_total(ctx, src: Region, total: Region, dim: int):
     """The running total's registers summed across the threads of each row."""
     sf, tf = ctx.layout_of(src.buffer), ctx.layout_of(total.buffer)
-    t_local = ctx.local(total.buffer)
-    held = _held(tf)
-    stmts = [_each_held(tf, held, lambda r, m=m: tirx.BufferStore(
-        t_local, tirx.BufferLoad(t_local, [r]) + tirx.call_extern(
-            str(t_local.dtype), "tl::shfl_xor", tirx.BufferLoad(t_local, [r]), m), [r]))
-        for m in _xor_masks(sf, _row_of(sf, tf, dim), tf)]
-    return seq(stmts)
+    return seq(_warp_shuffles(ctx.local(total.buffer), tf, _held(tf),
+                              _xor_masks(sf, _row_of(sf, tf, dim), tf), "sum"))
 
 
 def reduce_threads(ctx, src: Region, dst: Region, kind: str, dim: int, clear: bool,
@@ -340,16 +335,8 @@ def _reduce_registers(ctx, src, sf, s_local, dst_name, df, d_local, dst_element,
               for slot, values in terms.items()]
     # 2. threads holding parts of the same row combine: shuffles, then shared memory
     masks = _xor_masks(sf, dst_element, df) if across_threads else []
-    warp_masks = [m for m in masks if m < 32]
     block_masks = [m for m in masks if m >= 32]
-
-    def each_held(store):
-        return _each_held(df, held, store)
-
-    for m in warp_masks:
-        stmts.append(each_held(lambda r, m=m: tirx.BufferStore(
-            acc, combine(combine_kind, tirx.BufferLoad(acc, [r]), tirx.call_extern(
-                dtype, "tl::shfl_xor", tirx.BufferLoad(acc, [r]), m)), [r])))
+    stmts += _warp_shuffles(acc, df, held, [m for m in masks if m < 32], combine_kind)
     if block_masks:
         stmts.append(combine_across_warps(ctx, acc, df, held, block_masks, combine_kind))
     # 3. the result lands in the destination fragment
@@ -360,7 +347,7 @@ def _reduce_registers(ctx, src, sf, s_local, dst_name, df, d_local, dst_element,
             value = combine(combine_kind, tirx.BufferLoad(d_local, [r]), value)
         return tirx.BufferStore(d_local, value, [r])
 
-    stmts.append(each_held(final))
+    stmts.append(_each_held(df, held, final))
     return stmts
 
 
@@ -378,6 +365,15 @@ def _each_held(df: Fragment, held: list[int], store):
         reg = tirx.Var("reg", "int32")
         return tirx.For(reg, 0, df.local_size, tirx.ForKind.UNROLLED, store(reg))
     return seq([store(tirx.const(slot, "int32")) for slot in held])
+
+
+def _warp_shuffles(local, df: Fragment, held: list[int], masks: list[int], kind: str) -> list:
+    """Each held register of `local` (layout `df`) combined with `kind` with the same
+    register of the thread whose index differs by each mask in turn (`shfl.xor`)."""
+    dtype = str(local.dtype)
+    return [_each_held(df, held, lambda r, m=m: tirx.BufferStore(
+        local, combine(kind, tirx.BufferLoad(local, [r]), tirx.call_extern(
+            dtype, "tl::shfl_xor", tirx.BufferLoad(local, [r]), m)), [r])) for m in masks]
 
 
 CHAINS = 2  # independent partials a thread folds its registers of one row into

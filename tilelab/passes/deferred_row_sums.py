@@ -47,37 +47,25 @@ import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 
-from ..ir.tile_ops import Region, config, is_load, is_tile_call, regions, scalars, tile_call
+from ..ir.tile_ops import (
+    Region,
+    accessed_buffers,
+    config,
+    is_load,
+    is_tile_call,
+    regions,
+    scalars,
+    tile_call,
+)
 from ..ir.visit import rewrite, walk
-from ..ops._lowering import is_fragment
+from ..ops._lowering import is_fragment, is_whole
 
 
 def _uses(node, buffer) -> int:
     """How often `node` reads or writes `buffer`, in statements or as a tile op's region."""
-    found = []
-
-    def load(n):
-        if n.source.same_as(buffer):
-            found.append(n)
-
-    def store(n):
-        if n.buffer.same_as(buffer):
-            found.append(n)
-
-    def tile_op(call):
-        if any(r.buffer.same_as(buffer) for r in regions(call)):
-            found.append(call)
-
-    walk(node, tvm.ir.TensorLoad, load)
-    walk(node, tirx.BufferStore, store)
-    walk(node, TilePrimitiveCall, tile_op)
-    return len(found)
-
-
-def _whole(region: Region) -> bool:
-    return all(isinstance(s, tirx.IntImm) and s.value == 0 for s in region.starts) and all(
-        isinstance(e, tirx.IntImm) and e.value == int(d)
-        for e, d in zip(region.extents, region.buffer.shape))
+    found = accessed_buffers(node)
+    walk(node, TilePrimitiveCall, lambda call: found.extend(r.buffer for r in regions(call)))
+    return sum(1 for b in found if b.same_as(buffer))
 
 
 def _running_total(loop, part):
@@ -116,7 +104,7 @@ def _zeroed_before(stmts: list, index: int, total) -> bool:
     for stmt in reversed(stmts[:index]):
         if is_tile_call(stmt, "fill") and regions(stmt)[0].buffer.same_as(total):
             value = scalars(stmt)[0]
-            return _whole(regions(stmt)[0]) and isinstance(value, tirx.FloatImm) and \
+            return is_whole(regions(stmt)[0]) and isinstance(value, tirx.FloatImm) and \
                 value.value == 0
         if _uses(stmt, total):
             return False
@@ -137,7 +125,7 @@ def _split(loop, stmts: list, index: int, func_body):
         src, part = regions(stmt)[:2]
         if cfg["kind"] != "sum" or not cfg["clear"] or "split" in cfg or \
                 not is_fragment(src.buffer) or not is_fragment(part.buffer) or \
-                not _whole(src) or not _whole(part):
+                not is_whole(src) or not is_whole(part):
             continue
         total = _running_total(inner[k + 1], part.buffer)
         if total is None or tuple(total.shape) != tuple(part.buffer.shape):
