@@ -1,6 +1,6 @@
 """A loop's row sum that only feeds a running total is combined across the threads of each
-row once, after the loop (passes/deferred_row_sums.py, asked for with
-`tl.enable_deferred_row_sums`): the program's result unchanged."""
+row once, after the loop (passes/deferred_row_sums.py, the default; `tl.disable_deferred_row_sums`
+keeps the shuffles in the loop): the program's result unchanged."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tilelab.backends.cuda.nvcc import find_nvcc
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
 ROWS, COLS, TILES = 64, 32, 5
-ASKED = {"tl.enable_deferred_row_sums": True}
+KEPT = {"tl.disable_deferred_row_sums": True}
 
 
 def running_sums(start: float = 0.0, part_read_after: bool = False,
@@ -72,11 +72,10 @@ def _shuffled(text: str) -> set[str]:
 @needs_nvcc
 def test_the_running_total_is_combined_once_after_the_loop():
     program = running_sums()
-    loop, after = _loop_and_after(tilelab.compile(program, target="cuda:sm_80",
-                                                  pass_configs=ASKED).get_kernel_source())
+    loop, after = _loop_and_after(tilelab.compile(program, target="cuda:sm_80").get_kernel_source())
     assert not _shuffled(loop) and "tl::shfl_xor" not in loop
     assert _shuffled(after) == {"total"}
-    every = tilelab.compile(program, target="cuda:sm_80")  # the default, until run on a GPU
+    every = tilelab.compile(program, target="cuda:sm_80", pass_configs=KEPT)
     loop, after = _loop_and_after(every.get_kernel_source())
     assert "part_partial" in _shuffled(loop) and "tl::shfl_xor" not in after
 
@@ -87,8 +86,8 @@ def test_the_running_total_is_combined_once_after_the_loop():
 def test_where_the_threads_partial_sums_would_show_the_loop_keeps_its_shuffles(variant):
     """A running total that starts at 1 (each thread's share would count it once per
     thread), a tile sum read after the loop, a running total read inside it."""
-    loop, after = _loop_and_after(tilelab.compile(running_sums(**variant), target="cuda:sm_80",
-                                                  pass_configs=ASKED).get_kernel_source())
+    loop, after = _loop_and_after(tilelab.compile(running_sums(**variant),
+                                                  target="cuda:sm_80").get_kernel_source())
     assert "part_partial" in _shuffled(loop) and "tl::shfl_xor" not in after
 
 
@@ -97,8 +96,7 @@ def test_where_the_threads_partial_sums_would_show_the_loop_keeps_its_shuffles(v
 def test_running_sums_match_torch(device, start):
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    kernel = tilelab.compile(running_sums(start=start), target=device,
-                             pass_configs=ASKED if device == "cuda" else {})
+    kernel = tilelab.compile(running_sums(start=start), target=device)
     torch.manual_seed(3)
     x = torch.randn(TILES, ROWS, COLS, device=device)
     y, z = (torch.zeros(ROWS, device=device) for _ in range(2))
@@ -121,7 +119,7 @@ def test_flash_attention_with_its_row_sums_after_the_loop_matches_sdpa():
             program = fa.fn(2, 4, sequence, 128, block_m=128, block_n=128, threads=256,
                             causal=causal)
             kernel = tilelab.compile(program, out_idx=fa.out_idx, target="cuda",
-                                     pass_configs={**fa.pass_configs, **ASKED})
+                                     pass_configs=fa.pass_configs)
             assert "shfl_xor(running_sum" in kernel.get_kernel_source()
             torch.manual_seed(sequence)
             q, k, v = (torch.randn(2, 4, sequence, 128, device="cuda", dtype=torch.float16)
@@ -133,7 +131,7 @@ def test_flash_attention_with_its_row_sums_after_the_loop_matches_sdpa():
 @needs_nvcc
 def test_the_testers_attention_programs_take_the_split():
     """The differential tester's attention family writes its row sums this way: with the key,
-    its programs run the split (what `difftest --family attention --pass-configs` checks)."""
+    its programs run the split (what `difftest --family attention` checks on a GPU)."""
     import tempfile
     from pathlib import Path
 
@@ -144,7 +142,6 @@ def test_the_testers_attention_programs_take_the_split():
     for index in range(4):
         path = Path(tempfile.mkdtemp()) / f"attention_{index}.py"
         path.write_text(generate(4201, index, family="attention").source())
-        kernel = tilelab.compile(difftest.load_module(path).make(), target="cuda:sm_90a",
-                                 pass_configs=ASKED)
+        kernel = tilelab.compile(difftest.load_module(path).make(), target="cuda:sm_90a")
         split += 'split="across"' in kernel.trace.get_pass("tilelab.DeferredRowSums").ir
     assert split >= 2

@@ -71,7 +71,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
            turns: bool | None = None, uniform_selects: bool = True,
            safe_global: bool = False, rotate: bool = False, own_barriers: bool = False,
-           align_once: bool = True, defer_sums: bool = False) -> list:
+           align_once: bool = True, defer_sums: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -88,8 +88,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     iteration's first T.gemm before this one's last (asked for); `own_barriers`: the
     program places the barriers of its thread code and T.Parallel bodies itself;
     `align_once`: wgmma tiles proven aligned are checked once per kernel; `defer_sums`: a
-    loop's row sums that only feed running totals combine across threads after it (asked
-    for)."""
+    loop's row sums that only feed running totals combine across threads after it."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -625,7 +624,7 @@ class CUDABackend(Backend):
         own_barriers = bool(configs.get(PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC.value,
                                         False))
         align_once = not configs.get(PassConfigKey.TL_DISABLE_ALIGNMENT_CHECK_ONCE.value, False)
-        defer_sums = bool(configs.get(PassConfigKey.TL_ENABLE_DEFERRED_ROW_SUMS.value, False))
+        defer_sums = not configs.get(PassConfigKey.TL_DISABLE_DEFERRED_ROW_SUMS.value, False)
         if calls_grid_sync(program.func.body):  # every thread of every block reaches it:
             specialize, coarsen = "off", False  # no producer warpgroup, no merged blocks
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
