@@ -6,6 +6,7 @@ Two halves, because the GPU machine has no TVM and no nvcc:
     python bench/gpu_suite.py run   [--json F]  # on the GPU: load, check, time
     python bench/gpu_suite.py build --only R,... --variant _x:tl.key=true  # R and R_x
     python bench/gpu_suite.py ab --pairs R:R_x,...  # on the GPU: two builds, alternated
+    python bench/gpu_suite.py ab --pairs R:torch,...  # a build against its PyTorch baseline
 
 `build` compiles each course kernel for its shapes (shapes with tails for the
 checks, the issue's large shapes for the timings) and exports `.tilelab`
@@ -299,6 +300,11 @@ BENCH = [
                                                             "num_stages": 4, "threads": 256,
                                                             "panel": 8}},
      [("randn", (8192, 8192), "bfloat16")] * 2, "matmul", 5e-2, {"flops": 2 * 8192 ** 3}),
+    ("gemm_bf16_4096_128x256_t256_s4", "gemm_bf16", {"M": 4096, "N": 4096, "K": 4096,
+                                                     "options": {"block_n": 256, "block_k": 64,
+                                                                 "num_stages": 4,
+                                                                 "threads": 256, "panel": 8}},
+     [("randn", (4096, 4096), "bfloat16")] * 2, "matmul", 5e-2, {"flops": 2 * 4096 ** 3}),
     # C stored straight from the accumulator's registers (`tl.disable_stage_stores`)
     *[(f"{name}_direct", kind, {**sizes, "options": {**sizes.get("options", {}),
                                                       "pass_configs": {
@@ -810,7 +816,8 @@ def alternated(calls: list, rounds: int) -> list[list[float]]:
 def ab(pairs: list[tuple[str, str]], rounds: int, json_path: str | None) -> int:
     """Two builds of one kernel, A and B, timed alternately on the same inputs `rounds`
     times: where a sequence of rows drifts with the card's clocks by a few percent, the
-    paired ratio of neighbouring timings does not."""
+    paired ratio of neighbouring timings does not. B named `torch` is A's PyTorch baseline,
+    so that B/A is A's speedup over it."""
     import statistics
 
     import torch
@@ -819,10 +826,12 @@ def ab(pairs: list[tuple[str, str]], rounds: int, json_path: str | None) -> int:
 
     manifest = {case["name"]: case for case in json.loads(
         (ARTIFACTS / "manifest.json").read_text())["bench"]}
+    refs = references()
     results = {"device": torch.cuda.get_device_name(), "rounds": rounds, "pairs": []}
     print(f"device: {results['device']}")
     for a, b in pairs:
-        kernels = [tilelab.load(ARTIFACTS / manifest[name]["artifact"]) for name in (a, b)]
+        kernels = [refs[manifest[a]["reference"]] if name == "torch" else
+                   tilelab.load(ARTIFACTS / manifest[name]["artifact"]) for name in (a, b)]
         torch.manual_seed(0)
         inputs = make_inputs(manifest[a]["inputs"])
         outputs = [kernel(*inputs) for kernel in kernels]

@@ -94,6 +94,8 @@ SHAPES = {
     "gemm_fp16_4096_128x256x32_t256_s6": "4096³ fp16; 128×256×32 tiles, 8 warps, 6 stages, "
                                          "panels of 8",
     "gemm_bf16_128x256_t256_s4": "8192³ bf16; 128×256×64 tiles, 8 warps, 4 stages, panels of 8",
+    "gemm_bf16_4096_128x256_t256_s4": "4096³ bf16; 128×256×64 tiles, 8 warps, 4 stages, "
+                                      "panels of 8",
     "persistent_gemm_fp16": "8192³ fp16; persistent (examples/persistent_gemm.py): 132 blocks "
                             "walk the tiles in groups of 8 columns, 128×256×64 tiles, 8 warps "
                             "and a producer warpgroup, 4 stages, C through a shared tile in "
@@ -195,6 +197,7 @@ BASELINES = {
     "gemm_fp16_4096_128x256_t256_s3": "`torch.matmul`",
     "gemm_fp16_4096_128x256x32_t256_s6": "`torch.matmul`",
     "gemm_bf16_128x256_t256_s4": "`torch.matmul`",
+    "gemm_bf16_4096_128x256_t256_s4": "`torch.matmul`",
     "ws_gemm_s2": "`torch.matmul`", "ws_gemm_s4": "`torch.matmul`",
     **{name: "`torch.matmul`" for name in (
         "persistent_gemm_fp16", "persistent_gemm_fp16_4096", "persistent_gemm_bf16",
