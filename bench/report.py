@@ -211,6 +211,18 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h100_fortysecond_full.json",
+     "Every suite row, built at 96d3d01 (a loop's row sums combined across threads once, "
+     "after the loop - passes/deferred_row_sums.py, the new default), on an H100 SXM (an "
+     "H200 was asked for and none came): GEMM fp16 8192³ with 128×256 tiles ×1.03 of "
+     "cuBLAS, bf16 ×1.01, fp16 4096³ ×0.97, bf16 4096³ ×1.02, the persistent kernel "
+     "×0.98-1.00; FlashAttention d128 with 128×128 tiles as compiled by default ×1.04 of "
+     "SDPA, causal ×0.96, causal 128×64 ×0.97, d64 ×1.10; vector add ×1.00 of `a + b`, "
+     "SwiGLU ×1.68; all 49 checks ok. One run, kernel and baseline alternated three times; "
+     "SDPA moved 1.88-2.00 ms between rows of this run, so the paired figures in the notes "
+     "(16 rounds each, bench/results/goals_paired_h100.json) are the ones to quote "
+     "(2026-12-06, forty-second session)",
+     "`python bench/gpu_suite.py build`"),
     ("gpu_suite_h100_fortyfirst_full.json",
      "Every suite row, built at 0d8054a (wgmma tiles' alignment checked once per kernel, "
      "the new default), on an H100 SXM (no H200 could be had): GEMM fp16 8192³ with 128×256 "
