@@ -188,6 +188,27 @@ def test_keys_differ_for_different_parts():
     assert len(cache_key("x")) == 64
 
 
+def test_editing_the_compiler_changes_every_key(tmp_path, monkeypatch):
+    """An editable install whose passes change under the same version number compiles
+    afresh: the key carries a digest of tilelab's sources and headers."""
+    fingerprint = tl_cache._compiler_fingerprint.__wrapped__  # uncached, for a fake tree
+    (tmp_path / "passes").mkdir()
+    (tmp_path / "passes" / "a.py").write_text("x = 1\n")
+    (tmp_path / "include.cuh").write_text("// header\n")
+    before = fingerprint(str(tmp_path))
+    (tmp_path / "notes.txt").write_text("not code")  # other files do not count
+    assert fingerprint(str(tmp_path)) == before
+    (tmp_path / "passes" / "a.py").write_text("x = 2\n")
+    after = fingerprint(str(tmp_path))
+    assert after != before
+    (tmp_path / "include.cuh").write_text("// header, edited\n")
+    assert fingerprint(str(tmp_path)) not in (before, after)
+
+    key = cache_key("gemm", 128)
+    monkeypatch.setattr(tl_cache, "_compiler_fingerprint", lambda root: "edited")
+    assert cache_key("gemm", 128) != key
+
+
 def test_key_rejects_non_plain_data():
     with pytest.raises(TypeError):
         cache_key(object())

@@ -2,8 +2,10 @@
 
 Compiling a kernel takes far longer than loading one, so every compilation is
 stored under a *key* that names everything the result depends on: the kernel
-source, its compile-time arguments, the target, and the versions of tilelab,
-apache-tvm and Python. `cache_key(...)` hashes those parts into a hex string.
+source, its compile-time arguments, the target, the versions of tilelab,
+apache-tvm and Python, and a digest of the compiler's own code (an editable
+install changes its passes without changing its version; a kernel the old passes
+compiled must not come back). `cache_key(...)` hashes those parts into a hex string.
 
 An entry is a small set of named files, for example ``kernel.so`` (or
 ``kernel.cubin``) and ``meta.json``. It lives in two places:
@@ -120,6 +122,21 @@ def _package_version(name: str) -> str:
         return "none"
 
 
+@functools.cache
+def _compiler_fingerprint(root: str) -> str:
+    """A sha256 of the compiler's own code below `root`: tilelab's Python sources and the
+    CUDA headers it puts into kernels, each with its path. Read once per process (about
+    1.7 MB)."""
+    base = Path(root)
+    digest = hashlib.sha256()
+    for path in sorted(base.rglob("*")):
+        if path.suffix in (".py", ".h", ".cuh") and "__pycache__" not in path.parts and \
+                path.is_file():
+            digest.update(path.relative_to(base).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def _canonical(value: Any) -> Any:
     """Check that `value` is plain data and return it with tuples as lists.
 
@@ -145,13 +162,14 @@ def cache_key(*parts: Any) -> str:
     """A sha256 hex digest naming a compilation.
 
     `parts` are plain data (str, int, float, bool, None, and lists, tuples and
-    str-keyed dicts of them). The versions of tilelab, apache-tvm and Python are
-    mixed in, so upgrading any of them starts from a cold cache. The encoding is
-    canonical JSON (sorted keys, no whitespace), so the same parts give the same
-    key in every process.
+    str-keyed dicts of them). The versions of tilelab, apache-tvm and Python and
+    the digest of tilelab's code are mixed in, so upgrading any of them, or editing
+    the compiler, starts from a cold cache. The encoding is canonical JSON (sorted
+    keys, no whitespace), so the same parts give the same key in every process.
     """
     payload = {
         "parts": _canonical(list(parts)),
+        "compiler": _compiler_fingerprint(str(Path(__file__).resolve().parent)),
         "tilelab": _package_version("tilelab"),
         "tvm": _package_version("apache-tvm"),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
