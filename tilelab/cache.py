@@ -126,7 +126,7 @@ def _package_version(name: str) -> str:
 def _compiler_fingerprint(root: str) -> str:
     """A sha256 of the compiler's own code below `root`: tilelab's Python sources and the
     CUDA headers it puts into kernels, each with its path. Read once per process (about
-    1.7 MB)."""
+    1.4 MB)."""
     base = Path(root)
     digest = hashlib.sha256()
     for path in sorted(base.rglob("*")):

@@ -176,7 +176,7 @@ class PassConfigKey(str, enum.Enum):
     TL_DISABLE_ALIGNMENT_CHECK_ONCE = "tl.disable_alignment_check_once"
     # CUDA: a loop's row sum that only feeds a running total is combined across the threads
     # of each row once, after the loop, not in every iteration (passes/deferred_row_sums.py,
-    # the default: FlashAttention 0.5-1.2% faster, paired on an H100); this key keeps the
+    # the default: FlashAttention 0.3-1.2% faster, paired on an H100); this key keeps the
     # warp shuffles in every iteration
     TL_DISABLE_DEFERRED_ROW_SUMS = "tl.disable_deferred_row_sums"
     # CUDA: the program places the barriers of its own per-thread code - code written for

@@ -37,7 +37,7 @@ between touching it (each thread's share of a non-zero start would be counted on
 thread). CUDA only: on the CPU one thread holds whole rows.
 
 The default; `tl.disable_deferred_row_sums` keeps the shuffles in every iteration. On an
-H100 FlashAttention's key loop runs 0.5-1.2% faster without them (paired A/B,
+H100 FlashAttention's key loop runs 0.3-1.2% faster without them (paired A/B,
 bench/results/deferred_row_sums_ab_h100.json), and the differential tester's attention
 programs, which write their row sums this way, match their reference with it.
 """
