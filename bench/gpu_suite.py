@@ -803,6 +803,12 @@ def run(json_path: str | None) -> int:
     return 1 if failures else 0
 
 
+def bench_cases() -> dict:
+    """The built timings of the manifest, by name."""
+    return {case["name"]: case for case in
+            json.loads((ARTIFACTS / "manifest.json").read_text())["bench"]}
+
+
 def alternated(calls: list, rounds: int) -> list[list[float]]:
     """Each call timed `rounds` times, the calls taking turns: list i holds call i's times
     (milliseconds)."""
@@ -824,8 +830,7 @@ def ab(pairs: list[tuple[str, str]], rounds: int, json_path: str | None) -> int:
 
     import tilelab
 
-    manifest = {case["name"]: case for case in json.loads(
-        (ARTIFACTS / "manifest.json").read_text())["bench"]}
+    manifest = bench_cases()
     refs = references()
     results = {"device": torch.cuda.get_device_name(), "rounds": rounds, "pairs": []}
     print(f"device: {results['device']}")

@@ -12,7 +12,6 @@ cycles at the profiler's fixed clocks.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -23,10 +22,9 @@ def main(rows: list[str]) -> None:
     import torch
 
     import tilelab
-    from bench.gpu_suite import ARTIFACTS, make_inputs, references
+    from bench.gpu_suite import ARTIFACTS, bench_cases, make_inputs, references
 
-    manifest = {case["name"]: case for case in
-                json.loads((ARTIFACTS / "manifest.json").read_text())["bench"]}
+    manifest = bench_cases()
     refs = references()
     for row in rows:
         case = manifest[row]
