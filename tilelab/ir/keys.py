@@ -156,6 +156,10 @@ class PassConfigKey(str, enum.Enum):
     # CUDA: store T.gemm sums straight from registers to global memory instead of through
     # a shared tile where one costs no block on the multiprocessor (passes/stage_stores.py)
     TL_DISABLE_STAGE_STORES = "tl.disable_stage_stores"
+    # sm_90a: copies of whole shared tiles into global tensors stay the threads' loads and
+    # stores instead of TMA's (passes/tma_stores.py); tl.disable_tma_lower turns these off
+    # with the TMA loads
+    TL_DISABLE_TMA_STORES = "tl.disable_tma_stores"
     # sm_90a: a warp-specialized block keeps the registers its launch gives each thread
     # instead of moving them from the producer warpgroup to the consumers (setmaxnreg)
     TL_DISABLE_SETMAXNREG = "tl.disable_setmaxnreg"

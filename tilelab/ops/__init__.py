@@ -40,6 +40,9 @@ class Effects:
 
     reads: tuple = ()
     writes: tuple = ()
+    # its lowering starts with a barrier of the block (a TMA store: every thread's proxy
+    # fence, then the barrier): the barrier pass puts none before it
+    synchronizes: bool = False
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from ._lowering import (
     region_map,
     seq,
     simplify,
+    sync,
     unravel,
     vector_width,
 )
@@ -124,7 +125,12 @@ def tma_copy(src, dst, *, barrier=None, eviction_policy=None, **_ignored):
 
 def effects(call) -> Effects:
     src, dst = regions(call)
-    return Effects(reads=(src,), writes=(dst,))
+    return Effects(reads=(src,), writes=(dst,), synchronizes=is_tma_store(call))
+
+
+def is_tma_store(call) -> bool:
+    """A copy from a shared tile that TMA stores (passes/tma_stores.py gave it its map)."""
+    return "tma" in config(call) and regions(call)[1].scope == "global"
 
 
 # ---------------------------------------------------------------- layout rule
@@ -132,6 +138,12 @@ def effects(call) -> Effects:
 
 def fix_layouts(call, ctx) -> None:
     src, dst = regions(call)
+    if is_tma_store(call):  # TMA reads the tile in the panels its descriptor's swizzle says
+        shape = tuple(int(s) for s in src.buffer.shape)
+        spec = json.loads(config(call)["tma_spec"])
+        ctx.plan.shared_layouts[src.buffer.name] = Layout.wgmma_panels(
+            shape, as_dtype(src.dtype).bits, int(spec["swizzle"]))
+        return
     if is_fragment(src.buffer) and dst.buffer.scope().startswith("shared") and \
             as_dtype(str(dst.buffer.dtype)).bits == 16 and dst.buffer.name not in \
             ctx.plan.shared_layouts and len(dst.buffer.shape) >= 2:
@@ -184,7 +196,7 @@ def lower_threads(call, ctx):
     if fs or fd:
         return fragment_memory(ctx, src, dst, _widest(call))
     if "tma" in config(call):
-        return tma_load(ctx, call)
+        return tma_store(ctx, call) if dst.scope == "global" else tma_load(ctx, call)
     if config(call).get("by_barrier"):  # T.tma_copy: the readers may be warpgroup MMAs, which
         # read through the async proxy; each writer orders its stores before its arrival
         from ._gemm_wgmma import proxy_fence
@@ -227,6 +239,34 @@ def tma_load(ctx, call):
                             *outer))
     issue = tirx.IfThenElse(tirx.EQ(ctx.tx, 0), seq(stmts), None)
     return tirx.AttrStmt(cfg["tma"], TENSOR_MAP, tvm.ir.StringImm(cfg["tma_spec"]), issue)
+
+
+def tma_store(ctx, call):
+    """Every thread fences its stores to the tile for the async proxy, the block waits
+    for all of them, and thread 0 asks TMA to store each panel of the tile as a box of the
+    global tensor: after its earlier stores' writes (two stores of one place stay in
+    order), before the tile may be written again (TMA has read it: the next barrier waits
+    for thread 0). The spec rides on the statement (`TENSOR_MAP`), as a load's does."""
+    from ._gemm_wgmma import proxy_fence
+
+    src, dst = regions(call)
+    cfg = config(call)
+    spec = json.loads(cfg["tma_spec"])
+    width = spec["box"][0]
+    outer = [tirx.Cast("int32", s) if not isinstance(s, int) else s
+             for s in reversed(dst.starts[:-2])]
+    stmts = [extern("tl::tma_store_wait")]
+    for panel in range(spec["panels"]):
+        at = list(src.starts[:-1]) + [src.starts[-1] + panel * width]
+        column = simplify(dst.starts[-1] + panel * width)
+        stmts.append(extern("tl::tma_store", cfg["tma"], ctx.address(src.buffer, at),
+                            tirx.Cast("int32", column), tirx.Cast("int32", dst.starts[-2]),
+                            *outer))
+    stmts += [extern("tl::tma_store_commit"), extern("tl::tma_store_wait_read")]
+    issue = tirx.IfThenElse(tirx.EQ(ctx.tx, 0), seq(stmts), None)
+    return seq([proxy_fence(), sync(),
+                tirx.AttrStmt(cfg["tma"], TENSOR_MAP, tvm.ir.StringImm(cfg["tma_spec"]),
+                              issue)])
 
 
 def fragment_to_fragment(ctx, src: Region, dst: Region):
@@ -319,6 +359,16 @@ def describe(call, ctx) -> None:
     if fs and fd:
         return  # through a scratch tile of the lowering's own
     asynchronous = bool(config(call).get("asynchronous"))
+    if is_tma_store(call):
+        spec = json.loads(config(call)["tma_spec"])
+        _record(ctx, call, "tma", 0,
+                f"TMA store: thread 0, {spec['panels']} box(es) of {spec['box'][0]}x"
+                f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle",
+                "a whole tile into a tensor the kernel touches in no other way: every "
+                "thread fences its stores for the async proxy, the block synchronizes, and "
+                "one thread asks the Tensor Memory Accelerator to store the tile's panels "
+                "(passes/tma_stores.py)")
+        return
     if "tma" in config(call):
         spec = json.loads(config(call)["tma_spec"])
         _record(ctx, call, "tma", 0,
@@ -352,7 +402,9 @@ def describe(call, ctx) -> None:
                ("" if asynchronous else
                 ", then arrives at the program's mbarrier (a T.tma_copy without TMA: "
                 f"{config(call).get('not_tma', 'tl.disable_tma_lower')})"
-                if config(call).get("by_barrier") else ", then the block synchronizes"))
+                if config(call).get("by_barrier") else ", then the block synchronizes" +
+                (f"; not a TMA store: {config(call)['not_tma']}"
+                 if config(call).get("not_tma") else "")))
     _record(ctx, call, kind, v, instruction, why)
 
 

@@ -13,6 +13,8 @@ thread takes it alike) is walked into, each branch a statement list of its own.
 (TVM's own ThreadSync pass runs later too, on the code tile ops lower to, but it
 cannot see the accesses that tensor-core instructions make through pointers, and
 it sees each T.Parallel loop as one statement: passes/hide_from_thread_sync.py.)
+A TMA store (passes/tma_stores.py) brings its own barrier, after every thread's proxy
+fence, so none is put before it.
 
 A program may place the barriers of its own thread code itself
 (`tl.disable_thread_storage_sync`; code written for one thread is marked by
@@ -109,6 +111,11 @@ class _State:
         return copied
 
 
+def _synchronizes(stmt) -> bool:
+    """Does the tile op `stmt` lower to a barrier of the block before its accesses?"""
+    return isinstance(stmt, TilePrimitiveCall) and effects(stmt).synchronizes
+
+
 def _is_loop_body_container(stmt) -> bool:
     return isinstance(stmt, tirx.While) or isinstance(stmt, tirx.For) and stmt.kind in (
         tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED)
@@ -175,6 +182,8 @@ class _Barriers:
                 state.clear()
                 out.append(stmt)
                 continue
+            if _synchronizes(stmt):
+                state.clear()  # a TMA store: its lowering has a barrier before it reads
             touched = self.touched(stmt)
             if state.conflicts(*touched):
                 out.append(sync())
@@ -197,7 +206,7 @@ class _Barriers:
         # the next iteration starts with the accesses before the body's first barrier
         head = _State()
         for stmt in body:
-            if is_sync(stmt):
+            if is_sync(stmt) or _synchronizes(stmt):
                 break
             head.add(*self.touched(stmt))
         if inner.conflicts(head.block, head.own):

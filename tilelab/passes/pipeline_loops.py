@@ -191,6 +191,16 @@ def tensor_map_type():
     return T.handle("tensormap").ty
 
 
+def bind_tensor_maps(body, maps: list):
+    """`body` with its descriptor variables defined. A descriptor is a kernel parameter, so
+    the host code that TVM splits off must define it: storage on the host's stack.
+    tilelab's launcher (runtime/cuda.py) is what encodes and passes it; TVM's host function
+    is never run."""
+    if not maps:
+        return body
+    return seq([tirx.Bind(m, tirx.tvm_stack_alloca("tensormap", 1)) for m in maps] + [body])
+
+
 def tma_spec(producer, layouts: dict, views: dict | None = None) -> dict | str:
     """How TMA copies this producer's tile, or why it cannot: the global tensor's shape,
     the box of one copy (innermost dimension first) and the swizzle, taken from the wgmma
@@ -201,36 +211,44 @@ def tma_spec(producer, layouts: dict, views: dict | None = None) -> dict | str:
     layout = layouts.get(dst.buffer.name)
     if producer.config.get("disable_tma"):
         return "T.copy(..., disable_tma=True)"
-    if src.buffer.name in (views or {}) and views[src.buffer.name] is None:
-        return f"{src.buffer.name} is made from an address in the kernel (T.make_tensor); " \
-               "a TMA descriptor is made on the host, for a tensor of the launch"
     if layout is None or layout.recipe.get("kind") != "wgmma_panels":
         return f"{dst.buffer.name} is not a warpgroup MMA operand tile"
-    if src.dtype != dst.dtype or len(dst.buffer.shape) < 2 or \
-            [int(e) for e in dst.extents[-2:]] != [int(e) for e in dst.buffer.shape[-2:]] or \
-            any(int(e) != 1 for e in dst.extents[:-2]):
-        return "the copy converts its dtype or fills less than one whole 2-D tile"
-    if not all(isinstance(s, (int, tirx.IntImm)) for s in src.buffer.shape):
-        return f"{src.buffer.name} has a symbolic shape (descriptors are encoded for one shape)"
-    shape = [int(s) for s in src.buffer.shape]
-    rows, cols = (int(s) for s in dst.buffer.shape[-2:])
-    extents = src.static_extents()
+    return tma_box(dst, src, int(layout.recipe["swizzle_bytes"]), views)
+
+
+def tma_box(tile: Region, tensor: Region, swizzle: int, views: dict | None = None) -> dict | str:
+    """The descriptor's spec for TMA to move the whole shared `tile` from or to the box
+    `tensor` of a global tensor, the tile laid out in panels of `swizzle`-byte rows
+    (`Layout.wgmma_panels`), or why TMA cannot: the tensor's shape, the box of one copy
+    (innermost dimension first: one panel's columns, the tile's rows), the panels and the
+    bytes they hold. Loads (tma_spec) and stores (passes/tma_stores.py) ask alike."""
+    name = str(tensor.buffer.name)
+    if name in (views or {}) and views[name] is None:
+        return f"{name} is made from an address in the kernel (T.make_tensor); a TMA " \
+            "descriptor is made on the host, for a tensor of the launch"
+    if tensor.dtype != tile.dtype or len(tile.buffer.shape) < 2 or \
+            [int(e) for e in tile.extents[-2:]] != [int(e) for e in tile.buffer.shape[-2:]] or \
+            any(int(e) != 1 for e in tile.extents[:-2]):
+        return "the copy converts its dtype or moves less than one whole 2-D tile"
+    if not all(isinstance(s, (int, tirx.IntImm)) for s in tensor.buffer.shape):
+        return f"{name} has a symbolic shape (descriptors are encoded for one shape)"
+    shape = [int(s) for s in tensor.buffer.shape]
+    rows, cols = (int(s) for s in tile.buffer.shape[-2:])
+    extents = tensor.static_extents()
     if not 2 <= len(shape) <= 4 or extents is None or \
             list(extents[-2:]) != [rows, cols] or any(e != 1 for e in extents[:-2]):
-        return f"the region of {src.buffer.name} is not one 2-D box of a 2- to 4-D tensor"
-    nbytes = itemsize(src.dtype)
+        return f"the region of {name} is not one 2-D box of a 2- to 4-D tensor"
+    nbytes = itemsize(tensor.dtype)
     strides = [math.prod(shape[d + 1:]) * nbytes for d in range(len(shape) - 1)]
     if any(st % 16 or st >= 1 << 40 for st in strides):
-        return f"rows of {src.buffer.name} are {strides[-1]} bytes apart: TMA strides are " \
+        return f"rows of {name} are {strides[-1]} bytes apart: TMA strides are " \
                "multiples of 16"
     if rows > 256:
         return f"{rows} rows: a TMA box has at most 256"
-    swizzle = int(layout.recipe["swizzle_bytes"])
     width = swizzle // nbytes  # elements of one panel's row
-    name = str(src.buffer.name)
     view = {"view": name} if name in (views or {}) else {}  # (names the descriptor)
-    return {"tensor": (views or {}).get(name, name), **view, "dtype": src.dtype, "shape": shape,
-            "box": [width, rows] + [1] * (len(shape) - 2), "swizzle": swizzle,
+    return {"tensor": (views or {}).get(name, name), **view, "dtype": tensor.dtype,
+            "shape": shape, "box": [width, rows] + [1] * (len(shape) - 2), "swizzle": swizzle,
             "panels": cols // width, "bytes": rows * cols * nbytes}
 
 
@@ -1129,14 +1147,8 @@ def PipelineLoops(wgmma_off: str | None = "no sm_90a target",  # noqa: N802
                 return alloc
 
             body = rewrite(body, tirx.AllocBuffer, on_alloc)
-        # A descriptor is a kernel parameter, so the host code that TVM splits off must
-        # define it: storage on the host's stack. tilelab's launcher (runtime/cuda.py) is
-        # what encodes and passes it; TVM's host function is never run.
-        maps = [m for staging in stagings for m in staging.tensor_maps]
-        if maps:
-            body = seq([tirx.Bind(m, tirx.tvm_stack_alloca("tensormap", 1)) for m in maps] +
-                       [body])
-        return func.with_body(body)
+        return func.with_body(bind_tensor_maps(
+            body, [m for staging in stagings for m in staging.tensor_maps]))
 
     return _pass
 

@@ -55,6 +55,7 @@ from ...passes.stage_operands import StageOperands
 from ...passes.stage_stores import StageStores
 from ...passes.tensor_views import DropTensorViews
 from ...passes.thread_code import MarkThreadCode, takes_thread_index
+from ...passes.tma_stores import TmaStores
 from ...passes.typed_access_pointers import TypedAccessPointers
 from ...passes.uniform_branches import HideUniformBranches, RestoreUniformBranches
 from ...passes.uniform_selects import UniformSelects
@@ -71,7 +72,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
            turns: bool | None = None, uniform_selects: bool = True,
            safe_global: bool = False, rotate: bool = False, own_barriers: bool = False,
-           align_once: bool = True, defer_sums: bool = True) -> list:
+           align_once: bool = True, defer_sums: bool = True, tma_stores: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -88,7 +89,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     iteration's first T.gemm before this one's last (asked for); `own_barriers`: the
     program places the barriers of its thread code and T.Parallel bodies itself;
     `align_once`: wgmma tiles proven aligned are checked once per kernel; `defer_sums`: a
-    loop's row sums that only feed running totals combine across threads after it."""
+    loop's row sums that only feed running totals combine across threads after it;
+    `tma_stores`: whole shared tiles go to global tensors by TMA (sm_90a)."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -113,6 +115,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         *([SlotsFit(program, arch)] if arch else []),  # refused now, not after the lowering
         # T.gemm sums leave in rows of 16 bytes a thread
         *([StageStores(shared_memory_limit(arch))] if arch and stage_stores else []),
+        # shared tiles go to global memory by TMA (sm_90a)
+        *([TmaStores(program.layouts)] if tma_stores and arch == "sm_90a" else []),
         InsertBarriers(own_barriers),          # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
         LowerTileOpsToThreads(own_barriers),   # tile ops -> per-thread code
@@ -615,6 +619,7 @@ class CUDABackend(Backend):
             else "measured"
         heavy_first = not configs.get(PassConfigKey.TL_DISABLE_HEAVY_FIRST.value, False)
         stage = not configs.get(PassConfigKey.TL_DISABLE_STAGE_STORES.value, False)
+        tma_stores = tma and not configs.get(PassConfigKey.TL_DISABLE_TMA_STORES.value, False)
         reallocate = not configs.get(PassConfigKey.TL_DISABLE_SETMAXNREG.value, False)
         turns = configs.get(PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value)  # None: measured
         turns = None if turns is None else bool(turns)
@@ -630,7 +635,7 @@ class CUDABackend(Backend):
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
                            turns, uniform, safe_global, rotate, own_barriers, align_once,
-                           defer_sums)
+                           defer_sums, tma_stores)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 

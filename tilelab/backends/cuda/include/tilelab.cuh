@@ -247,6 +247,37 @@ __device__ __forceinline__ void tma_load(void* smem, const CUtensorMap& map, uin
          "r"(c3) : "memory");
 }
 
+// The other way (passes/tma_stores.py): TMA reads a box from shared memory, as the map's
+// swizzle lays it out, and writes it to the tensor, dropping what lies outside. One thread
+// issues; the copies since the last commit form a bulk group, whose reads of shared memory
+// `tma_store_wait_read` waits for (the tile may then be written again) and whose writes
+// `tma_store_wait` waits for (a later store of the same place stays after them).
+__device__ __forceinline__ void tma_store(const CUtensorMap& map, void* smem, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+               :: "l"(&map), "r"(smem_addr(smem)), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void tma_store(const CUtensorMap& map, void* smem, int c0, int c1,
+                                          int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+      :: "l"(&map), "r"(smem_addr(smem)), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+__device__ __forceinline__ void tma_store(const CUtensorMap& map, void* smem, int c0, int c1,
+                                          int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+      :: "l"(&map), "r"(smem_addr(smem)), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void tma_store_wait() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+
 // ---- integer negation that ptxas keeps (passes/keep_negations.py): ptxas of CUDA
 // 12.9 to 13.3 folds a negation into sm_90's three-input min/max and drops it for
 // the second operand; the identity byte permute after the negation stops the fold

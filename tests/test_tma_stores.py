@@ -1,0 +1,195 @@
+"""Shared tiles leave for global memory by TMA on sm_90a (passes/tma_stores.py).
+
+The compile tests read the generated CUDA and the launch: which stores TMA makes (a
+descriptor for the tensor, the tile in panels of its swizzle, one barrier before the
+store, the wait for TMA's reads before the tile is written again) and which it leaves to
+the threads, with the reason the source view shows. The GPU tests compare the results
+with PyTorch's and with the threads' stores, edge tiles included.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tilelab
+import tilelab.language as T
+from tests.kernels.transpose_shared import transpose_through_shared
+from tests.test_wgmma import CONFIGS, _inputs, _reference, matmul
+from tilelab.backends.cuda.nvcc import find_nvcc
+
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
+THREADS = {"tl.disable_tma_stores": True}
+
+
+def _meta(*shape, dtype=torch.float16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def _gemm(target="cuda:sm_90a", pass_configs=None, **cfg):
+    return matmul.compile(_meta(1000, 520), _meta(520, 776), target=target,
+                          pass_configs=pass_configs, **cfg)
+
+
+def _stores(kernel) -> list[dict]:
+    return [m for m in kernel.launch.get("tensor_maps", []) if m.get("store")]
+
+
+@tilelab.jit
+def scale_rows(X, block: int = 64):
+    """Reads X's tile and writes it back doubled: TMA's asynchronous writes could land
+    after another block's reads of X, so the store stays the threads'."""
+    M, N = T.const("M, N")
+    X: T.Tensor((M, N), T.float16)
+    with T.Kernel(T.ceildiv(M, block), threads=128) as bx:
+        tile = T.alloc_shared((block, N), T.float16)
+        T.copy(X[bx * block, 0], tile)
+        for i, j in T.Parallel(block, N):
+            tile[i, j] = tile[i, j] * 2
+        T.copy(tile, X[bx * block, 0])
+
+
+@tilelab.jit
+def copy_out(X, block: int = 64, disable_tma: bool = False):
+    """A tile through shared memory, possibly told to keep the threads' copy."""
+    M, N = T.const("M, N")
+    X: T.Tensor((M, N), T.float32)
+    Y = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=128) as (bx, by):
+        tile = T.alloc_shared((block, block), T.float32)
+        T.copy(X[by * block, bx * block], tile)
+        T.copy(tile, Y[by * block, bx * block], disable_tma=disable_tma)
+    return Y
+
+
+@needs_nvcc
+def test_the_staged_gemm_sums_leave_by_tma():
+    kernel = _gemm()
+    source = kernel.get_kernel_source()
+    (spec,) = _stores(kernel)
+    # C (tensor 2) is described, not passed: 128x128 half tiles in two parts of 64 columns,
+    # each one 128-byte panel
+    assert spec["tensor"] == 2 and spec["shape"] == [1000, 776]
+    assert spec["box"] == [64, 128] and spec["swizzle"] == 128 and spec["panels"] == 1
+    assert "C_ptr" not in source and "C_store_tma" in source
+    assert kernel.trace.layouts["acc_staged"]["kind"] == "wgmma_panels"
+    # every thread fences and the block synchronizes once, after the last st.shared; thread
+    # 0 waits for its earlier stores' writes, stores, commits, and waits until TMA has read
+    # the tile
+    first = source.index("tl::tma_store_wait();")
+    issue = source[source.rindex("fence_proxy", 0, first):]
+    assert issue.index("__syncthreads()") < issue.index("tl::tma_store(") < \
+        issue.index("tl::tma_store_commit()") < issue.index("tl::tma_store_wait_read()")
+    assert source[source.rindex("= __", 0, first):first].count("__syncthreads()") == 1
+
+
+@needs_nvcc
+def test_the_next_part_waits_for_tma_to_have_read_the_tile():
+    """Two parts through one tile: a barrier stands before the second part's writes, which
+    thread 0 reaches only after TMA has read the first."""
+    source = _gemm().get_kernel_source()
+    assert source.count("tl::tma_store(") == 2
+    read = source.index("tl::tma_store_wait_read()")
+    again = source.index("*(half2*)(((half*)buf_dyn_shmem_ptr)", read)
+    assert "__syncthreads()" in source[read:again]
+
+
+@needs_nvcc
+def test_a_persistent_walk_stores_by_tma_among_its_consumers():
+    """The walk's consumers synchronize among themselves (the producer warpgroup is not
+    there): the store's barrier is theirs."""
+    from examples.persistent_gemm import persistent_gemm_kernel
+
+    kernel = persistent_gemm_kernel.compile(_meta(1000, 520), _meta(520, 776),
+                                            target="cuda:sm_90a")
+    source = kernel.get_kernel_source()
+    issue = source[:source.index("tl::tma_store(")]
+    assert issue.rstrip().endswith("tl::tma_store_wait();")
+    assert issue[issue.rindex("fence_proxy"):].count("tl::consumer_sync(256)") == 1
+    assert [m["tensor"] for m in _stores(kernel)] == [2]
+
+
+@needs_nvcc
+def test_other_stores_stay_with_the_threads_and_say_why():
+    from tilelab.notebook.views import source_views
+
+    def why(kernel) -> str:
+        (row,) = [r for r in source_views(kernel)[0].ops if r["op"].endswith("-> X)")
+                  or r["op"].endswith("-> Y)")]
+        return row["why"]
+
+    kept = scale_rows.compile(_meta(1000, 256), target="cuda:sm_90a")
+    assert not _stores(kept) and "also reads or writes X" in why(kept)
+    told = copy_out.compile(_meta(1000, 776, dtype=torch.float32), disable_tma=True,
+                            target="cuda:sm_90a")
+    assert not _stores(told) and "disable_tma=True" in why(told)
+    assert _stores(copy_out.compile(_meta(1000, 776, dtype=torch.float32),
+                                    target="cuda:sm_90a"))
+    # Ampere has no TMA; the key keeps the threads' stores (and the TMA loads)
+    assert "tma_store" not in _gemm(target="cuda:sm_80").get_kernel_source()
+    threads = _gemm(pass_configs=THREADS).get_kernel_source()
+    assert "tl::tma_store(" not in threads and "tl::tma_load(" in threads
+    assert "tma_store" not in _gemm(pass_configs={"tl.disable_tma_lower": True}) \
+        .get_kernel_source()
+
+
+@needs_nvcc
+def test_a_transposed_tile_and_attention_output_leave_by_tma():
+    """A tile T.Parallel writes, and FlashAttention's O tile into a 4-D tensor (a box of
+    one batch and head)."""
+    from examples.flash_attention import flash_attention_kernel as fa
+
+    flipped = transpose_through_shared.compile(M=100, N=77, target="cuda:sm_90a")
+    (spec,) = _stores(flipped)
+    assert spec["box"] == [32, 32] and spec["shape"] == [77, 100]  # float32: 32 a panel
+    attention = tilelab.compile(fa.fn(2, 4, 1000, 128), out_idx=fa.out_idx,
+                                target="cuda:sm_90a")
+    (out,) = _stores(attention)
+    assert out["shape"] == [2, 4, 1000, 128] and out["box"][2:] == [1, 1]
+    assert out["panels"] == 2  # 128 columns of half: two 128-byte panels
+
+
+def test_cpu_programs_are_unchanged():
+    x = torch.randn(100, 77)
+    torch.testing.assert_close(transpose_through_shared(x), x.T.contiguous())
+    kernel = copy_out.compile(x)
+    assert all(p.name != "tilelab.TmaStores" for p in kernel.trace.passes)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["course", "two_groups_cols", "bf16", "trans_a"])
+def test_gemm_results_stored_by_tma(name):
+    """Edge tiles (1000 x 776) clipped by TMA's bounds, against PyTorch and the threads."""
+    cfg = CONFIGS[name]
+    a, b = _inputs(cfg, 1000, 776, 520, device="cuda")
+    kernel = matmul.compile(a, b, **cfg)
+    assert _stores(kernel)
+    out = kernel(a, b)
+    torch.testing.assert_close(out.float(), _reference(cfg, a, b).float(), rtol=2e-2,
+                               atol=2e-2)
+    threads = matmul.compile(a, b, pass_configs=THREADS, **cfg)
+    assert not _stores(threads)
+    torch.testing.assert_close(out, threads(a, b), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_persistent_transposed_and_attention_results_stored_by_tma():
+    from examples.flash_attention import flash_attention_kernel as fa
+    from examples.persistent_gemm import persistent_gemm_kernel
+
+    a = torch.randn(1000, 520, dtype=torch.float16, device="cuda")
+    b = torch.randn(520, 776, dtype=torch.float16, device="cuda")
+    walk = persistent_gemm_kernel.compile(a, b, blocks=7)
+    assert _stores(walk)
+    torch.testing.assert_close(walk(a, b), (a.float() @ b.float()).half(), rtol=2e-2,
+                               atol=2e-2)
+    x = torch.randn(100, 77, device="cuda")
+    torch.testing.assert_close(transpose_through_shared(x), x.T.contiguous(), rtol=0, atol=0)
+    y = torch.randn(1000, 776, device="cuda")
+    torch.testing.assert_close(copy_out(y), y, rtol=0, atol=0)
+    q, k, v = (torch.randn(2, 4, 1000, 128, dtype=torch.float16, device="cuda")
+               for _ in range(3))
+    attention = tilelab.compile(fa.fn(2, 4, 1000, 128), out_idx=fa.out_idx)
+    assert _stores(attention)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(attention(q, k, v), expected, rtol=1e-2, atol=1e-2)
