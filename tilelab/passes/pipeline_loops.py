@@ -222,7 +222,12 @@ def tma_box(tile: Region, tensor: Region, swizzle: int, views: dict | None = Non
     (`Layout.wgmma_panels`), or why TMA cannot: the tensor's shape, the box of one copy
     (innermost dimension first: one panel's columns, the tile's rows), the panels and the
     bytes they hold. Loads (tma_spec) and stores (passes/tma_stores.py) ask alike."""
+    from ..runtime.cuda import TENSOR_MAP_DTYPES
+
     name = str(tensor.buffer.name)
+    if tensor.dtype not in TENSOR_MAP_DTYPES:
+        return f"{name} is {tensor.dtype}: the launcher encodes descriptors of " \
+            f"{', '.join(TENSOR_MAP_DTYPES)}"
     if name in (views or {}) and views[name] is None:
         return f"{name} is made from an address in the kernel (T.make_tensor); a TMA " \
             "descriptor is made on the host, for a tensor of the launch"

@@ -529,13 +529,16 @@ class KernelSequence:
                         "tilelab.runtime.save_artifact instead")
 
 
+# the element types a descriptor is encoded for: the driver's name, bytes an element
+TENSOR_MAP_DTYPES = {"float16": ("FLOAT16", 2), "bfloat16": ("BFLOAT16", 2),
+                     "float32": ("FLOAT32", 4), "uint8": ("UINT8", 1), "int32": ("INT32", 4),
+                     "uint16": ("UINT16", 2)}
+
+
 class _TensorMap:
     """One TMA descriptor parameter: its spec and its 128 bytes, re-encoded when the
     tensor it describes moves. The spec (from backends/cuda) gives the tensor's shape
     (outermost first), the box one copy moves (innermost first) and the swizzle width."""
-
-    DTYPES = {"float16": ("FLOAT16", 2), "bfloat16": ("BFLOAT16", 2), "float32": ("FLOAT32", 4),
-              "uint8": ("UINT8", 1), "int32": ("INT32", 4), "uint16": ("UINT16", 2)}
 
     def __init__(self, spec: dict):
         self.param, self.tensor = int(spec["param"]), int(spec["tensor"])
@@ -556,7 +559,7 @@ class _TensorMap:
         drv = driver()
         spec = self.spec
         shape = [int(s) for s in spec["shape"]]
-        name, nbytes = self.DTYPES[spec["dtype"]]
+        name, nbytes = TENSOR_MAP_DTYPES[spec["dtype"]]
         dims = [drv.cuuint64_t(s) for s in reversed(shape)]
         strides = [drv.cuuint64_t(math.prod(shape[d:]) * nbytes)
                    for d in range(len(shape) - 1, 0, -1)]
