@@ -73,7 +73,7 @@ def test_every_key_is_tested_here():
               "TL_DISABLE_UNIFORM_SELECTS", "TL_SAFE_GLOBAL_ACCESS",
               "TL_ENABLE_INTRA_WARPGROUP_OVERLAP", "TL_DISABLE_THREAD_STORAGE_SYNC",
               "TL_DISABLE_ALIGNMENT_CHECK_ONCE", "TL_DISABLE_DEFERRED_ROW_SUMS",
-              "TL_DISABLE_TMA_STORES"}
+              "TL_ENABLE_TMA_STORES"}
     assert {k.name for k in PassConfigKey} == tested
 
 

@@ -90,9 +90,7 @@ def test_the_staged_tile_reuses_the_dead_slots(name, shape):
     assert _staged_tiles(staged) == [shape]
     assert _smem(staged) == _smem(direct)
     source = staged.get_kernel_source()
-    # whole rows leave: 16 bytes a thread, or (sm_90a) TMA boxes of the tile
-    rows = source.count("uint4") + source.count("tl::tma_store(")
-    assert rows > direct.get_kernel_source().count("uint4")
+    assert source.count("uint4") > direct.get_kernel_source().count("uint4")  # 16-byte rows
 
 
 @needs_nvcc

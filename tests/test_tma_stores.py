@@ -1,4 +1,5 @@
-"""Shared tiles leave for global memory by TMA on sm_90a (passes/tma_stores.py).
+"""Shared tiles leave for global memory by TMA on sm_90a where asked for
+(`tl.enable_tma_stores`, passes/tma_stores.py).
 
 The compile tests read the generated CUDA and the launch: which stores TMA makes (a
 descriptor for the tensor, the tile in panels of its swizzle, one barrier before the
@@ -19,14 +20,14 @@ from tests.test_wgmma import CONFIGS, _inputs, _reference, matmul
 from tilelab.backends.cuda.nvcc import find_nvcc
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="compiling for CUDA needs nvcc")
-THREADS = {"tl.disable_tma_stores": True}
+ON = {"tl.enable_tma_stores": True}
 
 
 def _meta(*shape, dtype=torch.float16):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
 
-def _gemm(target="cuda:sm_90a", pass_configs=None, **cfg):
+def _gemm(target="cuda:sm_90a", pass_configs=ON, **cfg):
     return matmul.compile(_meta(1000, 520), _meta(520, 776), target=target,
                           pass_configs=pass_configs, **cfg)
 
@@ -101,7 +102,7 @@ def test_a_persistent_walk_stores_by_tma_among_its_consumers():
     from examples.persistent_gemm import persistent_gemm_kernel
 
     kernel = persistent_gemm_kernel.compile(_meta(1000, 520), _meta(520, 776),
-                                            target="cuda:sm_90a")
+                                            target="cuda:sm_90a", pass_configs=ON)
     source = kernel.get_kernel_source()
     issue = source[:source.index("tl::tma_store(")]
     assert issue.rstrip().endswith("tl::tma_store_wait();")
@@ -118,18 +119,18 @@ def test_other_stores_stay_with_the_threads_and_say_why():
                   or r["op"].endswith("-> Y)")]
         return row["why"]
 
-    kept = scale_rows.compile(_meta(1000, 256), target="cuda:sm_90a")
+    kept = scale_rows.compile(_meta(1000, 256), target="cuda:sm_90a", pass_configs=ON)
     assert not _stores(kept) and "also reads or writes X" in why(kept)
     told = copy_out.compile(_meta(1000, 776, dtype=torch.float32), disable_tma=True,
-                            target="cuda:sm_90a")
+                            target="cuda:sm_90a", pass_configs=ON)
     assert not _stores(told) and "disable_tma=True" in why(told)
     assert _stores(copy_out.compile(_meta(1000, 776, dtype=torch.float32),
-                                    target="cuda:sm_90a"))
-    # Ampere has no TMA; the key keeps the threads' stores (and the TMA loads)
-    assert "tma_store" not in _gemm(target="cuda:sm_80").get_kernel_source()
-    threads = _gemm(pass_configs=THREADS).get_kernel_source()
+                                    target="cuda:sm_90a", pass_configs=ON))
+    # not asked for (the default), Ampere, or TMA turned off: the threads store
+    threads = _gemm(pass_configs=None).get_kernel_source()
     assert "tl::tma_store(" not in threads and "tl::tma_load(" in threads
-    assert "tma_store" not in _gemm(pass_configs={"tl.disable_tma_lower": True}) \
+    assert "tma_store" not in _gemm(target="cuda:sm_80").get_kernel_source()
+    assert "tma_store" not in _gemm(pass_configs={**ON, "tl.disable_tma_lower": True}) \
         .get_kernel_source()
 
 
@@ -139,11 +140,12 @@ def test_a_transposed_tile_and_attention_output_leave_by_tma():
     one batch and head)."""
     from examples.flash_attention import flash_attention_kernel as fa
 
-    flipped = transpose_through_shared.compile(M=100, N=77, target="cuda:sm_90a")
+    flipped = transpose_through_shared.compile(M=100, N=77, target="cuda:sm_90a",
+                                               pass_configs=ON)
     (spec,) = _stores(flipped)
     assert spec["box"] == [32, 32] and spec["shape"] == [77, 100]  # float32: 32 a panel
     attention = tilelab.compile(fa.fn(2, 4, 1000, 128), out_idx=fa.out_idx,
-                                target="cuda:sm_90a")
+                                target="cuda:sm_90a", pass_configs=ON)
     (out,) = _stores(attention)
     assert out["shape"] == [2, 4, 1000, 128] and out["box"][2:] == [1, 1]
     assert out["panels"] == 2  # 128 columns of half: two 128-byte panels
@@ -152,7 +154,7 @@ def test_a_transposed_tile_and_attention_output_leave_by_tma():
 def test_cpu_programs_are_unchanged():
     x = torch.randn(100, 77)
     torch.testing.assert_close(transpose_through_shared(x), x.T.contiguous())
-    kernel = copy_out.compile(x)
+    kernel = copy_out.compile(x, pass_configs=ON)
     assert all(p.name != "tilelab.TmaStores" for p in kernel.trace.passes)
 
 
@@ -162,12 +164,12 @@ def test_gemm_results_stored_by_tma(name):
     """Edge tiles (1000 x 776) clipped by TMA's bounds, against PyTorch and the threads."""
     cfg = CONFIGS[name]
     a, b = _inputs(cfg, 1000, 776, 520, device="cuda")
-    kernel = matmul.compile(a, b, **cfg)
+    kernel = matmul.compile(a, b, pass_configs=ON, **cfg)
     assert _stores(kernel)
     out = kernel(a, b)
     torch.testing.assert_close(out.float(), _reference(cfg, a, b).float(), rtol=2e-2,
                                atol=2e-2)
-    threads = matmul.compile(a, b, pass_configs=THREADS, **cfg)
+    threads = matmul.compile(a, b, **cfg)
     assert not _stores(threads)
     torch.testing.assert_close(out, threads(a, b), rtol=0, atol=0)
 
@@ -179,17 +181,19 @@ def test_persistent_transposed_and_attention_results_stored_by_tma():
 
     a = torch.randn(1000, 520, dtype=torch.float16, device="cuda")
     b = torch.randn(520, 776, dtype=torch.float16, device="cuda")
-    walk = persistent_gemm_kernel.compile(a, b, blocks=7)
+    walk = persistent_gemm_kernel.compile(a, b, blocks=7, pass_configs=ON)
     assert _stores(walk)
     torch.testing.assert_close(walk(a, b), (a.float() @ b.float()).half(), rtol=2e-2,
                                atol=2e-2)
     x = torch.randn(100, 77, device="cuda")
-    torch.testing.assert_close(transpose_through_shared(x), x.T.contiguous(), rtol=0, atol=0)
+    flip = transpose_through_shared.compile(x, pass_configs=ON)
+    assert _stores(flip)
+    torch.testing.assert_close(flip(x), x.T.contiguous(), rtol=0, atol=0)
     y = torch.randn(1000, 776, device="cuda")
-    torch.testing.assert_close(copy_out(y), y, rtol=0, atol=0)
+    torch.testing.assert_close(copy_out.compile(y, pass_configs=ON)(y), y, rtol=0, atol=0)
     q, k, v = (torch.randn(2, 4, 1000, 128, dtype=torch.float16, device="cuda")
                for _ in range(3))
-    attention = tilelab.compile(fa.fn(2, 4, 1000, 128), out_idx=fa.out_idx)
+    attention = tilelab.compile(fa.fn(2, 4, 1000, 128), out_idx=fa.out_idx, pass_configs=ON)
     assert _stores(attention)
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v)
     torch.testing.assert_close(attention(q, k, v), expected, rtol=1e-2, atol=1e-2)

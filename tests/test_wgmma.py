@@ -227,9 +227,8 @@ def test_sm90a_gemm_is_wgmma(name):
     assert "wgmma.mma_async.sync.aligned.m64n" in ptx and "mma.sync" not in ptx
     assert "wgmma.wait_group.sync.aligned 0" in ptx
     # tiles written by ordinary stores need a proxy fence before the tensor cores read them;
-    # tiles TMA wrote do not (a TMA store of C has one fence of its own, one commit)
-    fences = ptx.count("fence.proxy.async") - ptx.count("cp.async.bulk.commit_group")
-    assert (fences > 0) == (not kernel.trace.pipelines[0]["tma"])
+    # tiles TMA wrote do not
+    assert ("fence.proxy.async" in ptx) == (not kernel.trace.pipelines[0]["tma"])
     assert kernel.trace.resources["spill_stores_bytes"] == 0
     [record] = _gemms(kernel.trace)
     assert record["instruction"] == "wgmma.mma_async" and record["loc"]

@@ -156,10 +156,11 @@ class PassConfigKey(str, enum.Enum):
     # CUDA: store T.gemm sums straight from registers to global memory instead of through
     # a shared tile where one costs no block on the multiprocessor (passes/stage_stores.py)
     TL_DISABLE_STAGE_STORES = "tl.disable_stage_stores"
-    # sm_90a: copies of whole shared tiles into global tensors stay the threads' loads and
-    # stores instead of TMA's (passes/tma_stores.py); tl.disable_tma_lower turns these off
-    # with the TMA loads
-    TL_DISABLE_TMA_STORES = "tl.disable_tma_stores"
+    # sm_90a: a copy of a whole shared tile into a global tensor goes by TMA, one thread's
+    # request, instead of every thread's loads and stores (passes/tma_stores.py). Measured
+    # not to pay (H100, paired with the threads' stores: GEMMs 0.994-1.006, causal
+    # FlashAttention 1.04 slower), so it is asked for; tl.disable_tma_lower overrides it
+    TL_ENABLE_TMA_STORES = "tl.enable_tma_stores"
     # sm_90a: a warp-specialized block keeps the registers its launch gives each thread
     # instead of moving them from the producer warpgroup to the consumers (setmaxnreg)
     TL_DISABLE_SETMAXNREG = "tl.disable_setmaxnreg"

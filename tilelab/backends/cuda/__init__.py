@@ -72,7 +72,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
            turns: bool | None = None, uniform_selects: bool = True,
            safe_global: bool = False, rotate: bool = False, own_barriers: bool = False,
-           align_once: bool = True, defer_sums: bool = True, tma_stores: bool = True) -> list:
+           align_once: bool = True, defer_sums: bool = True, tma_stores: bool = False) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -90,7 +90,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     program places the barriers of its thread code and T.Parallel bodies itself;
     `align_once`: wgmma tiles proven aligned are checked once per kernel; `defer_sums`: a
     loop's row sums that only feed running totals combine across threads after it;
-    `tma_stores`: whole shared tiles go to global tensors by TMA (sm_90a)."""
+    `tma_stores`: whole shared tiles go to global tensors by TMA (sm_90a; asked for)."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -619,7 +619,7 @@ class CUDABackend(Backend):
             else "measured"
         heavy_first = not configs.get(PassConfigKey.TL_DISABLE_HEAVY_FIRST.value, False)
         stage = not configs.get(PassConfigKey.TL_DISABLE_STAGE_STORES.value, False)
-        tma_stores = tma and not configs.get(PassConfigKey.TL_DISABLE_TMA_STORES.value, False)
+        tma_stores = tma and bool(configs.get(PassConfigKey.TL_ENABLE_TMA_STORES.value, False))
         reallocate = not configs.get(PassConfigKey.TL_DISABLE_SETMAXNREG.value, False)
         turns = configs.get(PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value)  # None: measured
         turns = None if turns is None else bool(turns)
