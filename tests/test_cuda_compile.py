@@ -455,6 +455,25 @@ def test_shared_tiles_that_meet_in_one_statement_get_their_own_bytes():
     torch.testing.assert_close(transpose_through_shared(a), a.T.contiguous())  # the CPU too
 
 
+def test_swizzled_columns_of_the_first_chunks_flatten():
+    """Differential tester, seeds 4311 #140 and 4301 #118: TVM's FlattenBuffer divided by
+    zero on a swizzled column written as `chunk - chunk % 8` (c * 8 - c % 8 * 8, c < 8); both
+    layouts now write the chunk's group as `chunk // 8 * 8`. On the CPU, against torch."""
+    from tests.kernels import small_swizzle_groups as k
+
+    transposed = k.transposed_through_a_register.compile(
+        torch.empty(64, 64, dtype=torch.float16, device="meta"), target="cuda:sm_90a")
+    assert transposed.trace.layouts["s0"]["kind"] == "swizzled"
+    panels = k.part_of_a_float32_tile.compile(
+        torch.empty(64, 8, device="meta"), target="cuda:sm_90a",
+        pass_configs={"tl.enable_tma_stores": True})
+    assert panels.trace.layouts["s2"]["kind"] == "wgmma_panels"
+    x = torch.randn(64, 64).half()
+    torch.testing.assert_close(k.transposed_through_a_register(x), k.expected_transposed(x))
+    x = torch.randn(64, 8)
+    torch.testing.assert_close(k.part_of_a_float32_tile(x), k.expected_part(x))
+
+
 def test_copies_to_and_from_part_of_a_fragment_compile_and_run_on_the_cpu():
     """The CUDA lowering copies only the region (it once copied the whole fragment,
     writing past the shared tile); the CPU backend agrees with torch."""

@@ -199,11 +199,14 @@ class Layout:
         key_range = min(chunks, 8)
 
         def column(row, col):
-            """The swizzle permutes 16-byte chunks within a row: where column `col` goes."""
+            """The swizzle permutes 16-byte chunks within a row: where column `col` goes.
+            (The chunk's group is `chunk // key_range * key_range`, not `chunk - low`: TVM
+            0.27's FlattenBuffer divides by zero on `c * 8 - c % 8 * 8` when c < 8.)"""
             chunk = fdiv(col, per_chunk)
             key = fmod(fdiv(row, rows_per_line), key_range)
             low = fmod(chunk, key_range)
-            return (chunk - low + xor(low, key)) * per_chunk + fmod(col, per_chunk)
+            group = fdiv(chunk, key_range) * key_range
+            return (group + xor(low, key)) * per_chunk + fmod(col, per_chunk)
 
         def forward(*idx):
             row = 0
@@ -245,9 +248,12 @@ class Layout:
             return fdiv(col, width) * (rows * width) + row * width + fmod(col, width)
 
         def offset2(row, col):
+            """`linear`, the row's chunk moved by the XOR. (Written without `- chunk`: TVM
+            0.27's FlattenBuffer divides by zero on `c * 8 - c % 8 * 8` when c < 8.)"""
             chunk = fmod(fdiv(col, per_chunk), width // per_chunk)
             key = fmod(fdiv(row, 1 << row_shift), key_mask + 1)
-            return linear(row, col) + (xor(chunk, key) - chunk) * per_chunk
+            return fdiv(col, width) * (rows * width) + row * width + \
+                xor(chunk, key) * per_chunk + fmod(col, per_chunk)
 
         def forward(*idx):
             row = 0
