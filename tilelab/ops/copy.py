@@ -359,28 +359,27 @@ def describe(call, ctx) -> None:
     if fs and fd:
         return  # through a scratch tile of the lowering's own
     asynchronous = bool(config(call).get("asynchronous"))
-    if is_tma_store(call):
-        spec = json.loads(config(call)["tma_spec"])
-        _record(ctx, call, "tma", 0,
-                f"TMA store: thread 0, {spec['panels']} box(es) of {spec['box'][0]}x"
-                f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle",
-                "a whole tile into a tensor the kernel touches in no other way: every "
-                "thread fences its stores for the async proxy, the block synchronizes, and "
-                "one thread asks the Tensor Memory Accelerator to store the tile's panels "
-                "(passes/tma_stores.py)")
-        return
     if "tma" in config(call):
         spec = json.loads(config(call)["tma_spec"])
-        _record(ctx, call, "tma", 0,
-                f"TMA: thread 0, {spec['panels']} box(es) of {spec['box'][0]}x"
-                f"{spec['box'][1]}, {spec['swizzle']}-byte swizzle, mbarrier",
-                "a T.tma_copy into a tile that warpgroup MMA reads: the role's first "
-                "thread announces its bytes to the program's mbarrier and asks the Tensor "
-                "Memory Accelerator for it, already swizzled"
-                if config(call).get("by_barrier") else
-                "a pipelined tile that warpgroup MMA reads: one thread asks the Tensor "
-                "Memory Accelerator for it, already swizzled; the threads wait on the "
-                "slot's mbarrier")
+        boxes = f"{spec['panels']} box(es) of {spec['box'][0]}x{spec['box'][1]}, " \
+            f"{spec['swizzle']}-byte swizzle"
+        if is_tma_store(call):
+            instruction = f"TMA store: thread 0, {boxes}"
+            why = ("a whole tile into a tensor the kernel touches in no other way: every "
+                   "thread fences its stores for the async proxy, the block synchronizes, and "
+                   "one thread asks the Tensor Memory Accelerator to store the tile's panels "
+                   "(passes/tma_stores.py)")
+        elif config(call).get("by_barrier"):
+            instruction = f"TMA: thread 0, {boxes}, mbarrier"
+            why = ("a T.tma_copy into a tile that warpgroup MMA reads: the role's first "
+                   "thread announces its bytes to the program's mbarrier and asks the Tensor "
+                   "Memory Accelerator for it, already swizzled")
+        else:
+            instruction = f"TMA: thread 0, {boxes}, mbarrier"
+            why = ("a pipelined tile that warpgroup MMA reads: one thread asks the Tensor "
+                   "Memory Accelerator for it, already swizzled; the threads wait on the "
+                   "slot's mbarrier")
+        _record(ctx, call, "tma", 0, instruction, why)
         return
     if fs or fd:
         v, kind = fragment_width(ctx.layouts[(src if fs else dst).buffer.name], src, dst,

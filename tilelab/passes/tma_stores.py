@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 
+import tvm
 from tvm import tirx
 from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
@@ -48,6 +49,7 @@ from tvm_ffi import WalkResult
 from ..ir.dtypes import itemsize
 from ..ir.keys import KERNEL, PER_THREAD
 from ..ir.tile_ops import (
+    by_address,
     is_buffer,
     is_load,
     is_tile_call,
@@ -80,24 +82,24 @@ def _block_copies(kernel) -> list:
 
 
 def _touches(kernel) -> dict:
-    """How many statements or expressions of the kernel touch each buffer."""
+    """How many statements or expressions of the kernel touch each buffer (tile ops, loads,
+    stores, and calls that take an address: atomics, the program's own externs)."""
     counts: dict = {}
 
-    def visit(node):
-        if isinstance(node, TilePrimitiveCall):
-            names = {str(r.buffer.name) for r in regions(node)}
-        elif isinstance(node, tirx.BufferStore):
-            names = {str(node.buffer.name)}
-        elif is_load(node) and is_buffer(node.source):
-            names = {str(node.source.name)}
-        else:
-            return
+    def count(names):
         for name in names:
             counts[name] = counts.get(name, 0) + 1
 
-    import tvm
+    def visit(node):
+        if isinstance(node, TilePrimitiveCall):
+            count({str(r.buffer.name) for r in regions(node)})
+        elif isinstance(node, tirx.BufferStore):
+            count({str(node.buffer.name)})
+        elif is_load(node) and is_buffer(node.source):
+            count({str(node.source.name)})
 
     walk(kernel, (TilePrimitiveCall, tirx.BufferStore, tvm.ir.TensorLoad), visit)
+    count(str(b.name) for b in by_address(kernel))
     return counts
 
 
