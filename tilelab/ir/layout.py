@@ -243,17 +243,21 @@ class Layout:
             raise ValueError(f"a {rows}x{cols} tile does not split into {swizzle_bytes}-byte "
                              "swizzle atoms")
 
+        def row_start(row, col):
+            """Where the row of `col`'s panel starts: panel by panel, rows of `width`."""
+            return fdiv(col, width) * (rows * width) + row * width
+
         def linear(row, col):
-            """Offset before the swizzle: panel by panel, rows of `width` elements."""
-            return fdiv(col, width) * (rows * width) + row * width + fmod(col, width)
+            """Offset before the swizzle."""
+            return row_start(row, col) + fmod(col, width)
 
         def offset2(row, col):
-            """`linear`, the row's chunk moved by the XOR. (Written without `- chunk`: TVM
-            0.27's FlattenBuffer divides by zero on `c * 8 - c % 8 * 8` when c < 8.)"""
+            """`linear`, the row's chunk moved by the XOR. (Written as the row's start plus
+            the moved chunk, not `linear + moved - chunk`: TVM 0.27's FlattenBuffer divides
+            by zero on `c * 8 - c % 8 * 8` when c < 8.)"""
             chunk = fmod(fdiv(col, per_chunk), width // per_chunk)
             key = fmod(fdiv(row, 1 << row_shift), key_mask + 1)
-            return fdiv(col, width) * (rows * width) + row * width + \
-                xor(chunk, key) * per_chunk + fmod(col, per_chunk)
+            return row_start(row, col) + xor(chunk, key) * per_chunk + fmod(col, per_chunk)
 
         def forward(*idx):
             row = 0

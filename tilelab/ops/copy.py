@@ -208,6 +208,28 @@ def lower_threads(call, ctx):
 TENSOR_MAP = "tilelab.tensor_map"  # AttrStmt: a TMA descriptor's spec, for the launcher
 
 
+def _panel_boxes(ctx, tile: Region, tensor: Region, spec: dict, rw_mask: int):
+    """For each wgmma panel of the shared `tile`: its address and the coordinates of its
+    box in `tensor` (innermost first), as TMA's load and store take them. The tile must
+    have the panels the descriptor's swizzle describes."""
+    layout = ctx.plan.shared_layouts.get(tile.buffer.name)
+    if layout is None or layout.recipe.get("kind") != "wgmma_panels" or \
+            int(layout.recipe["swizzle_bytes"]) != spec["swizzle"]:
+        raise TileLabCompileError(
+            f"internal: a TMA copy of {tile.buffer.name} was planned with a "
+            f"{spec['swizzle']}-byte swizzle, but layout inference gave it "
+            f"{layout.recipe.get('kind') if layout else 'no layout'}",
+            hint="compile with pass_configs={'tl.disable_tma_lower': True} meanwhile")
+    width = spec["box"][0]
+    outer = [tirx.Cast("int32", s) if not isinstance(s, int) else s
+             for s in reversed(tensor.starts[:-2])]
+    for panel in range(spec["panels"]):
+        at = list(tile.starts[:-1]) + [tile.starts[-1] + panel * width]
+        column = simplify(tensor.starts[-1] + panel * width)
+        yield ctx.address(tile.buffer, at, rw_mask=rw_mask), \
+            [tirx.Cast("int32", column), tirx.Cast("int32", tensor.starts[-2]), *outer]
+
+
 def tma_load(ctx, call):
     """Thread 0 announces the tile's bytes to the slot's mbarrier and asks TMA for each
     wgmma panel of the tile: a box `panel width x rows` of the global tensor, written
@@ -216,27 +238,13 @@ def tma_load(ctx, call):
     src, dst = regions(call)
     cfg = config(call)
     spec = json.loads(cfg["tma_spec"])
-    layout = ctx.plan.shared_layouts.get(dst.buffer.name)
-    if layout is None or layout.recipe.get("kind") != "wgmma_panels" or \
-            int(layout.recipe["swizzle_bytes"]) != spec["swizzle"]:
-        raise TileLabCompileError(
-            f"internal: the pipeline planned a TMA copy into {dst.buffer.name} with a "
-            f"{spec['swizzle']}-byte swizzle, but layout inference gave it "
-            f"{layout.recipe.get('kind') if layout else 'no layout'}",
-            hint="compile with pass_configs={'tl.disable_tma_lower': True} meanwhile")
-    width, bar = spec["box"][0], cfg["barrier"]
-    outer = [tirx.Cast("int32", s) if not isinstance(s, int) else s
-             for s in reversed(src.starts[:-2])]
+    bar = cfg["barrier"]
     # a pipeline's own barrier counts the issuing thread's arrival; a T.tma_copy's
     # barrier counts the arrivals the program makes itself: only the bytes are announced
     announce = "tl::mbar_expect_tx" if cfg.get("by_barrier") else "tl::mbar_arrive_expect_tx"
     stmts = [extern(announce, bar, tirx.const(spec["bytes"], "uint32"))]
-    for panel in range(spec["panels"]):
-        at = list(dst.starts[:-1]) + [dst.starts[-1] + panel * width]
-        column = simplify(src.starts[-1] + panel * width)
-        stmts.append(extern("tl::tma_load", ctx.address(dst.buffer, at, rw_mask=2), cfg["tma"],
-                            bar, tirx.Cast("int32", column), tirx.Cast("int32", src.starts[-2]),
-                            *outer))
+    for at, box in _panel_boxes(ctx, dst, src, spec, rw_mask=2):
+        stmts.append(extern("tl::tma_load", at, cfg["tma"], bar, *box))
     issue = tirx.IfThenElse(tirx.EQ(ctx.tx, 0), seq(stmts), None)
     return tirx.AttrStmt(cfg["tma"], TENSOR_MAP, tvm.ir.StringImm(cfg["tma_spec"]), issue)
 
@@ -252,16 +260,9 @@ def tma_store(ctx, call):
     src, dst = regions(call)
     cfg = config(call)
     spec = json.loads(cfg["tma_spec"])
-    width = spec["box"][0]
-    outer = [tirx.Cast("int32", s) if not isinstance(s, int) else s
-             for s in reversed(dst.starts[:-2])]
     stmts = [extern("tl::tma_store_wait")]
-    for panel in range(spec["panels"]):
-        at = list(src.starts[:-1]) + [src.starts[-1] + panel * width]
-        column = simplify(dst.starts[-1] + panel * width)
-        stmts.append(extern("tl::tma_store", cfg["tma"], ctx.address(src.buffer, at),
-                            tirx.Cast("int32", column), tirx.Cast("int32", dst.starts[-2]),
-                            *outer))
+    for at, box in _panel_boxes(ctx, src, dst, spec, rw_mask=1):
+        stmts.append(extern("tl::tma_store", cfg["tma"], at, *box))
     stmts += [extern("tl::tma_store_commit"), extern("tl::tma_store_wait_read")]
     issue = tirx.IfThenElse(tirx.EQ(ctx.tx, 0), seq(stmts), None)
     return seq([proxy_fence(), sync(),

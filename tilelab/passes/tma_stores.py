@@ -119,7 +119,12 @@ class _Store:
         walk(kernel, TilePrimitiveCall, lambda c: self.operands.update(
             str(r.buffer.name) for r in regions(c)[:2]) if op_name(c) == "gemm" else None)
         self.annotated = set(annotated)
-        self.viewed = set(shared_views(kernel)) | set(shared_views(kernel).values())
+        viewed = shared_views(kernel)
+        self.viewed = set(viewed) | set(viewed.values())
+
+    def base(self, tensor: str) -> str:
+        """The tensor whose memory `tensor` is (itself, or the one it is a view of)."""
+        return self.views.get(tensor) or tensor
 
     def spec(self, call, copies: dict) -> dict | str:
         tile, out = regions(call)
@@ -132,9 +137,9 @@ class _Store:
             return f"{name} has a layout of the program's (T.annotate_layout) or a view"
         if len(tile.buffer.shape) != 2:
             return f"{name} is not a 2-D tile"
-        base = self.views.get(tensor) or tensor
+        base = self.base(tensor)
         others = sum(n for t, n in self.touches.items()
-                     if (self.views.get(t) or t) == base) - copies.get(base, 0)
+                     if self.base(t) == base) - copies.get(base, 0)
         if others:
             return f"the kernel also reads or writes {base} otherwise: TMA's writes land " \
                 "asynchronously, after the threads' accesses"
@@ -155,13 +160,12 @@ def tma_stores(kernel, annotated: dict, views: dict, maps: dict):
                   and not c.config.get("by_barrier")]
     if not candidates or has_roles(kernel):
         return kernel
-    copies: dict = {}  # tensor -> candidate copies that store into it
     store = _Store(kernel, annotated, views)
+    copies: dict = {}  # tensor -> candidate copies that store into it
     for call in candidates:
-        tensor = str(regions(call)[1].buffer.name)
-        base = views.get(tensor) or tensor
+        base = store.base(str(regions(call)[1].buffer.name))
         copies[base] = copies.get(base, 0) + 1
-    decided = {}
+    decided = []  # (copy, what its config gains)
     for call in candidates:
         spec = store.spec(call, copies)
         if isinstance(spec, dict):
@@ -172,12 +176,12 @@ def tma_stores(kernel, annotated: dict, views: dict, maps: dict):
                 while name in taken:
                     name += "_"
                 maps[key] = tirx.Var(name, tensor_map_type())
-            decided[call] = {"tma": maps[key], "tma_spec": key}
+            decided.append((call, {"tma": maps[key], "tma_spec": key}))
         else:
-            decided[call] = {"not_tma": spec}
+            decided.append((call, {"not_tma": spec}))
 
     def on_copy(call):
-        for candidate, extra in decided.items():
+        for candidate, extra in decided:
             if call.same_as(candidate):
                 return call.replace(config={**call.config, **extra})
         return call
