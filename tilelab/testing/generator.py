@@ -1532,10 +1532,9 @@ def _gemm_program(rng, seed, index, hopper: bool = False) -> Program:
         step["a_frag"] = g.buffer("fragment", "mk", dtype)["name"]
     g.step(**step)
     g.exact.discard(step["dst"])
+    vec = None
     if rng.random() < 0.4:  # an epilogue: bias and scale, in a second buffer
         bias = g.tensor("vn", dtype)
-        # in shared memory: a fragment vector cannot follow the accumulator's layout along
-        # columns (reported as a limitation, TileLabTypeError, see docs/RELIABILITY.md)
         vec = g.buffer("shared", "n", dtype)
         g.step(op="load", dst=vec["name"], src=bias, shift=[0])
         dst = g.buffer(g.scope(), "mn", rng.choice(("float32", dtype)))
@@ -1549,6 +1548,11 @@ def _gemm_program(rng, seed, index, hopper: bool = False) -> Program:
         if _shared_bytes(p, {step["a"]: step["stages"], step["b"]: step["stages"]}) <= \
                 WALK_SHARED_BYTES:
             p.walk = walk
+    if vec is not None and rng.random() < 0.5:
+        # the bias in registers instead, as TileLang's epilogues keep it: a column vector
+        # laid out as the accumulator's columns, each thread holding the ones it adds
+        # (drawn last, so that a seed's other choices stay what they were before)
+        vec["scope"] = "fragment"
     return p
 
 
