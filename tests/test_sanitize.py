@@ -79,7 +79,7 @@ def test_parse_memcheck_charges_each_record_to_its_kernel():
     assert run.count == 3 and run.summary_total == 3
     assert run.by_kernel() == {"gemm": 2, "softmax": 1}
     assert run.reports[0].title == "Invalid __global__ write of size 4 bytes"
-    assert run.reports[0].where == "at unaligned_kernel()+0x20 in memcheck_demo.cu:6"
+    assert run.reports[0].details[0] == "at unaligned_kernel()+0x20 in memcheck_demo.cu:6"
     assert run.reports[2].title.startswith("Program hit cudaErrorLaunchFailure")
     assert run.started == ["vector_add", "gemm", "softmax"]
     assert run.failed == {"gemm": "CudaError: an illegal memory access was encountered"}
@@ -92,9 +92,27 @@ def test_parse_racecheck_initcheck_and_a_clean_run():
     assert "[790528 hazards]" in race.reports[0].text[1]
     init = sanitize.parse(INITCHECK, "initcheck")
     assert init.count == 1 and init.by_kernel() == {"0_3": 1}
-    assert init.reports[0].where == "at 0x70 in /tmp/k.cu:12:kernel"
+    assert init.reports[0].details[0] == "at 0x70 in /tmp/k.cu:12:kernel"
     clean = sanitize.parse(CLEAN, "synccheck")
     assert clean.count == 0 and clean.finished and clean.started == ["layer_norm", "rms_norm"]
+
+
+def test_a_hazard_record_keeps_both_accesses():
+    """`--racecheck-report all` prints each hazard with the two threads and instructions;
+    the summary shows them (an offset in the kernel, to find in `nvdisasm` of the cubin)."""
+    text = ("@@tilelab-sanitize kernel fa\n"
+            "========= Error: Potential RAW hazard detected at __shared__ 0x16a20 in block "
+            "(1,0,0) :\n"
+            "=========     Write Thread (193,0,0) at kernel_kernel+0x3a40\n"
+            "=========     Read Thread (70,0,0) at kernel_kernel+0x4240\n"
+            "=========     Current Value : 0, Incoming Value : 0\n=========\n"
+            "@@tilelab-sanitize done\n"
+            "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n")
+    run = sanitize.parse(text, "racecheck")
+    assert run.count == 1 and run.by_kernel() == {"fa": 1}
+    assert run.reports[0].title.startswith("Error: Potential RAW hazard")
+    assert run.reports[0].details[:2] == ["Write Thread (193,0,0) at kernel_kernel+0x3a40",
+                                          "Read Thread (70,0,0) at kernel_kernel+0x4240"]
 
 
 def test_parse_counts_records_past_the_print_limit_from_the_summary():

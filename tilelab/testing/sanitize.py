@@ -116,12 +116,11 @@ class Report:
         return self.text[0] if self.text else ""
 
     @property
-    def where(self) -> str:
-        """The first `at ... in file:line` frame, if the record has one."""
-        for line in self.text[1:]:
-            if line.strip().startswith("at "):
-                return line.strip()
-        return ""
+    def details(self) -> list[str]:
+        """The record's lines after its title: memcheck's `at ... in file:line` frame and
+        the thread that made the access, racecheck's two accesses (each thread and the
+        instruction's offset in the kernel, for `nvdisasm` of the cubin)."""
+        return [line.strip() for line in self.text[1:]]
 
 
 @dataclass
@@ -383,7 +382,9 @@ def main(argv=None) -> int:
         counts[tool] = run.count
         for kernel, n in sorted(run.by_kernel().items()):
             first = next(r for r in run.reports if r.kernel == kernel)
-            print(f"    {kernel}: {n} report(s); first: {first.title} {first.where}")
+            print(f"    {kernel}: {n} report(s); first: {first.title}")
+            for line in first.details[:4]:
+                print(f"        {line}")
         for kernel, message in run.failed.items():
             print(f"    {kernel}: did not finish: {message}")
         if run.probes:
