@@ -219,3 +219,23 @@ def test_list_mode_prints_every_command(capsys):
 def test_missing_sanitizer_is_reported(capsys):
     assert sanitize.main(["--tools", "memcheck", "--sanitizer", "/nonexistent/cs"]) == 2
     assert "compute-sanitizer not found" in capsys.readouterr().out
+
+
+def test_artifacts_mode_runs_the_exported_checks(tmp_path, monkeypatch, capsys):
+    """`--artifacts`: the suite's checks from bench/artifacts/suite, one child group, and
+    a clear error where none were exported."""
+    monkeypatch.syspath_prepend(str(sanitize.ROOT))
+    from bench import gpu_suite
+
+    monkeypatch.setattr(gpu_suite, "ARTIFACTS", tmp_path)
+    with pytest.raises(SystemExit):
+        sanitize.main(["--artifacts", "--list"])
+    assert "gpu_suite.py build" in capsys.readouterr().err
+    (tmp_path / "manifest.json").write_text(
+        '{"checks": [{"name": "softmax"}, {"name": "gemm_fp16"}], "bench": []}')
+    assert sanitize.main(["--artifacts", "--list", "--tools", "racecheck",
+                          "--sanitizer", "/cs"]) == 0
+    out = capsys.readouterr().out
+    assert "artifacts: softmax, gemm_fp16" in out
+    assert out.count("/cs --tool racecheck") == 1
+    assert "--child artifacts --names softmax,gemm_fp16" in out

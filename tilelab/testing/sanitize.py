@@ -2,6 +2,7 @@
 
     python -m tilelab.testing.sanitize [--tools memcheck,racecheck,synccheck,initcheck]
                                        [--programs 20] [--seed 0] [--only NAME,...] [--list]
+                                       [--artifacts]
 
 For each tool, one child process per group of kernels runs under
 `compute-sanitizer --tool TOOL`: the course examples (each example's own
@@ -10,6 +11,8 @@ with tails), the GPU suite's checks (`bench/gpu_suite.py`, each kernel once on
 fresh inputs, its PyTorch reference computed on the CPU so that no library kernel
 runs in its window) and `--programs` generated programs
 (`tilelab.testing.generator`, compared with the CPU backend as difftest does).
+With `--artifacts` only the suite's checks run, loaded as `bench/gpu_suite.py
+build` exported them, so a GPU machine without TVM can be checked too.
 The child prints a marker
 line before each kernel and synchronizes after it, so every report the
 sanitizer prints is charged to the kernel that was running; after a kernel that
@@ -41,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SANITIZER = "/usr/local/cuda/bin/compute-sanitizer"
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 MARKER = "@@tilelab-sanitize"
-GROUPS = ("examples", "suite", "generated")
+GROUPS = ("examples", "suite", "generated", "artifacts")
 
 
 # ---------------------------------------------------------------- the kernels
@@ -66,6 +69,21 @@ def suite_names() -> list[str]:
     finally:
         sys.path.remove(str(ROOT))
     return [case[0] for case in gpu_suite.CHECKS]
+
+
+def artifact_names() -> list[str] | None:
+    """The suite's checks that `bench/gpu_suite.py build` exported (None: none built)."""
+    import json
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench import gpu_suite
+    finally:
+        sys.path.remove(str(ROOT))
+    manifest = gpu_suite.ARTIFACTS / "manifest.json"
+    if not manifest.exists():
+        return None
+    return [case["name"] for case in json.loads(manifest.read_text())["checks"]]
 
 
 def generated_names(seed: int, count: int) -> list[str]:
@@ -220,7 +238,33 @@ def _run_suite(name: str):
     _, kind, sizes, inputs, reference, tolerance = case[:6]
     kernel = gpu_suite.compile_kernel(kind, sizes, {})
     torch.manual_seed(0)
-    tensors = gpu_suite.make_inputs(inputs)
+    _check_against_pytorch(kernel, gpu_suite.make_inputs(inputs), reference, tolerance)
+
+
+def _run_artifact(name: str):
+    """A suite check as `bench/gpu_suite.py build` exported it: no compiler needed."""
+    import json
+
+    import torch
+
+    import tilelab
+
+    sys.path.insert(0, str(ROOT))
+    from bench import gpu_suite
+
+    manifest = json.loads((gpu_suite.ARTIFACTS / "manifest.json").read_text())
+    case = next(c for c in manifest["checks"] if c["name"] == name)
+    kernel = tilelab.load(gpu_suite.ARTIFACTS / case["artifact"])
+    torch.manual_seed(0)
+    _check_against_pytorch(kernel, gpu_suite.make_inputs(case["inputs"]), case["reference"],
+                           case["tolerance"])
+
+
+def _check_against_pytorch(kernel, tensors, reference: str, tolerance: float):
+    import torch
+
+    from bench import gpu_suite
+
     out = kernel(*tensors)
     out = tensors[-1] if out is None else out
     torch.cuda.synchronize()
@@ -245,7 +289,8 @@ def _run_generated(name: str):
         raise AssertionError(f"{outcome.status} on {outcome.where}: {outcome.message}")
 
 
-_RUNNERS = {"examples": _run_example, "suite": _run_suite, "generated": _run_generated}
+_RUNNERS = {"examples": _run_example, "suite": _run_suite, "generated": _run_generated,
+            "artifacts": _run_artifact}
 
 
 def child(group: str, names: list[str]) -> int:
@@ -348,6 +393,9 @@ def main(argv=None) -> int:
     parser.add_argument("--only", help="comma-separated kernel names to run (any group)")
     parser.add_argument("--sanitizer", default=SANITIZER)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per child run")
+    parser.add_argument("--artifacts", action="store_true",
+                        help="only the suite's checks, as `bench/gpu_suite.py build` exported "
+                             "them (bench/artifacts/suite): no compiler needed here")
     parser.add_argument("--list", action="store_true", help="list the kernels and commands")
     parser.add_argument("--child", choices=GROUPS, help=argparse.SUPPRESS)
     parser.add_argument("--names", default="", help=argparse.SUPPRESS)
@@ -359,7 +407,14 @@ def main(argv=None) -> int:
     for tool in tools:
         if tool not in TOOLS:
             parser.error(f"unknown tool {tool!r}; choose from {', '.join(TOOLS)}")
-    kernels = list_kernels(args.seed, args.programs)
+    if args.artifacts:
+        names = artifact_names()
+        if names is None:
+            parser.error("no exported suite kernels: run `python bench/gpu_suite.py build` "
+                         "(where TVM is) and bring bench/artifacts/suite here")
+        kernels = {"artifacts": names}
+    else:
+        kernels = list_kernels(args.seed, args.programs)
     if args.only:
         wanted = set(args.only.split(","))
         kernels = {g: [n for n in names if n in wanted] for g, names in kernels.items()}
