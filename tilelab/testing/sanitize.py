@@ -61,29 +61,36 @@ def example_names() -> list[str]:
     return names
 
 
-def suite_names() -> list[str]:
-    """The GPU suite's checks (bench/gpu_suite.py CHECKS), by name."""
+def _gpu_suite():
+    """bench/gpu_suite.py, imported from the repository's root (bench is no package of
+    tilelab's)."""
     sys.path.insert(0, str(ROOT))
     try:
         from bench import gpu_suite
     finally:
         sys.path.remove(str(ROOT))
-    return [case[0] for case in gpu_suite.CHECKS]
+    return gpu_suite
+
+
+def suite_names() -> list[str]:
+    """The GPU suite's checks (bench/gpu_suite.py CHECKS), by name."""
+    return [case[0] for case in _gpu_suite().CHECKS]
+
+
+def _exported_checks() -> dict | None:
+    """The suite's checks that `bench/gpu_suite.py build` exported, name -> its manifest
+    entry (None: none built)."""
+    import json
+
+    manifest = _gpu_suite().ARTIFACTS / "manifest.json"
+    if not manifest.exists():
+        return None
+    return {case["name"]: case for case in json.loads(manifest.read_text())["checks"]}
 
 
 def artifact_names() -> list[str] | None:
-    """The suite's checks that `bench/gpu_suite.py build` exported (None: none built)."""
-    import json
-
-    sys.path.insert(0, str(ROOT))
-    try:
-        from bench import gpu_suite
-    finally:
-        sys.path.remove(str(ROOT))
-    manifest = gpu_suite.ARTIFACTS / "manifest.json"
-    if not manifest.exists():
-        return None
-    return [case["name"] for case in json.loads(manifest.read_text())["checks"]]
+    checks = _exported_checks()
+    return None if checks is None else list(checks)
 
 
 def generated_names(seed: int, count: int) -> list[str]:
@@ -231,9 +238,7 @@ def _run_example(name: str):
 def _run_suite(name: str):
     import torch
 
-    sys.path.insert(0, str(ROOT))
-    from bench import gpu_suite
-
+    gpu_suite = _gpu_suite()
     case = next(c for c in gpu_suite.CHECKS if c[0] == name)
     _, kind, sizes, inputs, reference, tolerance = case[:6]
     kernel = gpu_suite.compile_kernel(kind, sizes, {})
@@ -243,17 +248,12 @@ def _run_suite(name: str):
 
 def _run_artifact(name: str):
     """A suite check as `bench/gpu_suite.py build` exported it: no compiler needed."""
-    import json
-
     import torch
 
     import tilelab
 
-    sys.path.insert(0, str(ROOT))
-    from bench import gpu_suite
-
-    manifest = json.loads((gpu_suite.ARTIFACTS / "manifest.json").read_text())
-    case = next(c for c in manifest["checks"] if c["name"] == name)
+    gpu_suite = _gpu_suite()
+    case = _exported_checks()[name]
     kernel = tilelab.load(gpu_suite.ARTIFACTS / case["artifact"])
     torch.manual_seed(0)
     _check_against_pytorch(kernel, gpu_suite.make_inputs(case["inputs"]), case["reference"],
@@ -263,8 +263,7 @@ def _run_artifact(name: str):
 def _check_against_pytorch(kernel, tensors, reference: str, tolerance: float):
     import torch
 
-    from bench import gpu_suite
-
+    gpu_suite = _gpu_suite()
     out = kernel(*tensors)
     out = tensors[-1] if out is None else out
     torch.cuda.synchronize()
