@@ -211,6 +211,17 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h200_fortyfifth_full.json",
+     "Every suite row, built at 979f9da (the compiler as the forty-third session left it), "
+     "on the H200 - the first since the thirty-eighth session: GEMM fp16 8192³ with 128×256 "
+     "tiles ×1.00 of cuBLAS, bf16 ×1.03, fp16 and bf16 4096³ ×0.97, the persistent kernel "
+     "×1.02-1.03 at 8192³ and ×0.99-1.00 at 4096³; FlashAttention d128 with 128×128 tiles "
+     "as compiled by default ×1.00 of SDPA, causal ×0.94, causal 128×64 ×0.98, d64 ×1.09; "
+     "vector add ×1.00 of `a + b`, SwiGLU ×1.69; all 49 checks ok. One run, kernel and "
+     "baseline alternated three times; the paired figures (16 rounds each, "
+     "bench/results/goals_paired_h200.json, in the notes) are the ones to quote "
+     "(2026-12-06, forty-fifth session)",
+     "`python bench/gpu_suite.py build`"),
     ("gpu_suite_h100_fortysecond_full.json",
      "Every suite row, built at 96d3d01 (a loop's row sums combined across threads once, "
      "after the loop - passes/deferred_row_sums.py, the new default), on an H100 SXM (an "
@@ -669,7 +680,7 @@ def main() -> None:
         gpu = RESULTS / results
         if gpu.exists():
             lines += gpu_section(json.loads(gpu.read_text()), what, build, results)
-    for peer in ("peer_tilelang_h100.json", "peer_tilelang_h200.json"):  # the latest first
+    for peer in ("peer_tilelang_h200.json", "peer_tilelang_h100.json"):  # the latest first
         if (RESULTS / peer).exists():
             lines += peer_section(json.loads((RESULTS / peer).read_text()))
     tuned = RESULTS / "autotune_h200.json"
