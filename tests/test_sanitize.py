@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from tilelab.backends.cuda.nvcc import find_nvcc
 from tilelab.testing import sanitize
 
 MEMCHECK = """\
@@ -120,6 +121,50 @@ def test_parse_counts_records_past_the_print_limit_from_the_summary():
             "=========     at k+0x10 in k.cu:3\n=========\n========= ERROR SUMMARY: 500 errors\n"
     run = sanitize.parse(shown, "memcheck")
     assert len(run.reports) == 1 and run.count == 500
+
+
+def test_racecheck_summary_counts_hazards_past_the_print_limit():
+    """racecheck's summary says how many it displayed and, in brackets, how many it found."""
+    text = ("@@tilelab-sanitize kernel fa\n"
+            "========= Error: Potential RAW hazard detected at __shared__ 0x10 in block (0,0,0) :\n"
+            "=========     Write Thread (128,0,0) at kernel_kernel+0x36b0\n=========\n"
+            "@@tilelab-sanitize done\n"
+            "========= RACECHECK SUMMARY: 30 hazards displayed (2049 errors, 3 warnings)\n")
+    run = sanitize.parse(text, "racecheck")
+    assert len(run.reports) == 1 and run.count == 2052
+
+
+HAZARD = ("========= Error: Potential RAW hazard detected at __shared__ 0x14800 in block "
+          "(4,3,0) :\n=========     Write Thread (128,0,0) at kernel_kernel+0x36b0\n"
+          "=========     Read Thread (0,0,0) at kernel_kernel+0x3f70\n=========\n")
+
+
+@pytest.mark.parametrize("tool, hazards_in, code, summary", [
+    ("racecheck", "fa_turns", 0, "racecheck 0 (+2 in kernels handing turns over with bar.arrive)"),
+    ("racecheck", "softmax", 1, "racecheck 2 reports"),
+    ("memcheck", "fa_turns", 1, "memcheck 2 reports"),
+])
+def test_racecheck_reports_in_kernels_handing_turns_over_are_counted_apart(
+        monkeypatch, capsys, tool, hazards_in, code, summary):
+    """racecheck loses a barrier's order after bar.arrive (scripts/racecheck_bar_arrive.cu):
+    its reports in a kernel the child marks `hands-over` are counted apart and pass; the
+    same records in another kernel, or from another tool, fail the run."""
+    import subprocess
+
+    def fake_run(command, **_):
+        out = ""
+        for name in command[command.index("--names") + 1].split(","):
+            out += f"@@tilelab-sanitize kernel {name}\n"
+            out += HAZARD * 2 if name == hazards_in else ""
+            out += "@@tilelab-sanitize hands-over fa_turns\n" if name == "fa_turns" else ""
+        return subprocess.CompletedProcess(command, 0, out + "@@tilelab-sanitize done\n", "")
+
+    monkeypatch.setattr(sanitize.subprocess, "run", fake_run)
+    monkeypatch.setattr(sanitize, "list_kernels", lambda *_: {"suite": ["fa_turns", "softmax"]})
+    assert sanitize.main(["--tools", tool, "--sanitizer", sys.executable]) == code
+    out = capsys.readouterr().out
+    assert summary in out.splitlines()[-1], out
+    assert ("counted apart" in out) == (code == 0), out
 
 
 def test_driver_entry_point_probes_are_not_kernel_errors():
@@ -239,3 +284,17 @@ def test_artifacts_mode_runs_the_exported_checks(tmp_path, monkeypatch, capsys):
     assert "artifacts: softmax, gemm_fp16" in out
     assert out.count("/cs --tool racecheck") == 1
     assert "--child artifacts --names softmax,gemm_fp16" in out
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")
+def test_the_bar_arrive_probe_compiles(tmp_path):
+    """scripts/racecheck_bar_arrive.cu, the evidence for counting apart, builds for sm_90a
+    (it runs on a GPU: `compute-sanitizer --tool racecheck` over its four variants)."""
+    import subprocess
+
+    probe = sanitize.ROOT / "scripts" / "racecheck_bar_arrive.cu"
+    done = subprocess.run([find_nvcc(), "-arch=sm_90a", "-cubin", "-o",
+                           str(tmp_path / "probe.cubin"), str(probe)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "probe.cubin").stat().st_size > 0
