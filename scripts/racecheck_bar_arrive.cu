@@ -21,11 +21,11 @@
 //   nvcc -arch=sm_90a -lineinfo -o /tmp/racecheck_bar_arrive scripts/racecheck_bar_arrive.cu
 //   compute-sanitizer --tool racecheck --racecheck-report all /tmp/racecheck_bar_arrive 1
 //
-// On an H200 (CUDA 13.0's compute-sanitizer, 2026-12-06) variants 0 and 1 report RAW hazards
-// between the tile's stores and loads (thousands a launch), 2 and 3 none; all four give the
-// same results. So racecheck loses the order of barrier 1 once a thread has used bar.arrive:
-// that is why `python -m tilelab.testing.sanitize` counts racecheck's reports apart in
-// kernels that hand turns over (docs/RELIABILITY.md).
+// On an H200 (CUDA 13.0's compute-sanitizer, 2026-12-06; this program before it compared
+// results) variants 0 and 1 reported RAW hazards between the tile's stores and loads
+// (thousands a launch), 2 and 3 none. So racecheck loses the order of barrier 1 once a thread
+// has used bar.arrive: that is why `python -m tilelab.testing.sanitize` counts racecheck's
+// reports apart in kernels that hand turns over (docs/RELIABILITY.md).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
