@@ -332,6 +332,7 @@ def child(group: str, names: list[str]) -> int:
         try:
             kernel = _RUNNERS[group](name)  # the suite's runners return theirs
             torch.cuda.synchronize()
+            # tilelab.cuh's turn_pass is the one bar.arrive tilelab emits
             if kernel is not None and "tl::turn_pass" in kernel.get_kernel_source():
                 _say("hands-over", name)
         except Exception as err:  # noqa: BLE001 - the parent reports it; go on
@@ -467,11 +468,12 @@ def main(argv=None) -> int:
     for tool in tools:
         print(f"{tool}:", flush=True)
         run = run_tool(tool, kernels, args.sanitizer, args.timeout)
-        apart[tool] = len(run.apart())
+        set_apart = run.apart()
+        apart[tool] = len(set_apart)
         counts[tool] = run.count - apart[tool]
         for kernel, n in sorted(run.by_kernel().items()):
             first = next(r for r in run.reports if r.kernel == kernel)
-            aside = " (bar.arrive hand-overs: counted apart)" if first in run.apart() else ""
+            aside = " (bar.arrive hand-overs: counted apart)" if first in set_apart else ""
             print(f"    {kernel}: {n} report(s){aside}; first: {first.title}")
             for line in first.details[:4]:
                 print(f"        {line}")
