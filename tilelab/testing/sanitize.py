@@ -472,9 +472,10 @@ def main(argv=None) -> int:
         set_apart = run.apart()
         apart[tool] = len(set_apart)
         counts[tool] = run.count - apart[tool]
+        kernels_apart = {r.kernel for r in set_apart}
         for kernel, n in sorted(run.by_kernel().items()):
             first = next(r for r in run.reports if r.kernel == kernel)
-            aside = " (bar.arrive hand-overs: counted apart)" if first in set_apart else ""
+            aside = " (bar.arrive hand-overs: counted apart)" if kernel in kernels_apart else ""
             print(f"    {kernel}: {n} report(s){aside}; first: {first.title}")
             for line in first.details[:4]:
                 print(f"        {line}")
