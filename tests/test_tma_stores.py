@@ -3,8 +3,8 @@
 
 The compile tests read the generated CUDA and the launch: which stores TMA makes (a
 descriptor for the tensor, the tile in panels of its swizzle, one barrier before the
-store, the wait for TMA's reads before the tile is written again) and which it leaves to
-the threads, with the reason the source view shows. The GPU tests compare the results
+store, the wait for TMA's reads just before the tile is written again, and at the
+kernel's end) and which it leaves to the threads, with the reason the source view shows. The GPU tests compare the results
 with PyTorch's and with the threads' stores, edge tiles included.
 """
 
@@ -75,24 +75,31 @@ def test_the_staged_gemm_sums_leave_by_tma():
     assert "C_ptr" not in source and "C_store_tma" in source
     assert kernel.trace.layouts["acc_staged"]["kind"] == "wgmma_panels"
     # every thread fences and the block synchronizes once, after the last st.shared; thread
-    # 0 waits for its earlier stores' writes, stores, commits, and waits until TMA has read
-    # the tile
+    # 0 waits for its earlier stores' writes, stores and commits - and goes on, without
+    # waiting for TMA to have read the tile
     first = source.index("tl::tma_store_wait();")
     issue = source[source.rindex("fence_proxy", 0, first):]
     assert issue.index("__syncthreads()") < issue.index("tl::tma_store(") < \
-        issue.index("tl::tma_store_commit()") < issue.index("tl::tma_store_wait_read()")
+        issue.index("tl::tma_store_commit()")
+    thread_0 = issue[:issue.index("}")]
+    assert "tma_store_wait_read" not in thread_0
     assert source[source.rindex("= __", 0, first):first].count("__syncthreads()") == 1
 
 
 @needs_nvcc
 def test_the_next_part_waits_for_tma_to_have_read_the_tile():
-    """Two parts through one tile: a barrier stands before the second part's writes, which
-    thread 0 reaches only after TMA has read the first."""
+    """Two parts through one tile: between the first part's store and the second part's
+    writes, every thread waits for TMA's reads of the tile (the wait names it), then the
+    block synchronizes; the kernel ends with the wait for the second part's."""
     source = _gemm().get_kernel_source()
     assert source.count("tl::tma_store(") == 2
-    read = source.index("tl::tma_store_wait_read()")
+    committed = source.index("tl::tma_store_commit()")
+    read = source.index("tl::tma_store_wait_read((&(((half*)buf_dyn_shmem_ptr)", committed)
     again = source.index("*(half2*)(((half*)buf_dyn_shmem_ptr)", read)
-    assert "__syncthreads()" in source[read:again]
+    assert source[committed:read].count("__syncthreads()") == 0
+    assert source[read:again].count("__syncthreads()") == 1
+    last = source.rindex("tl::tma_store_commit()")
+    assert "tl::tma_store_wait_read((&" in source[last:]
 
 
 @needs_nvcc
@@ -108,6 +115,49 @@ def test_a_persistent_walk_stores_by_tma_among_its_consumers():
     assert issue.rstrip().endswith("tl::tma_store_wait();")
     assert issue[issue.rindex("fence_proxy"):].count("tl::consumer_sync(256)") == 1
     assert [m["tensor"] for m in _stores(kernel)] == [2]
+    # the wait for TMA's reads of the last part comes in the next tile, after its K loop:
+    # the tensor cores start on the next tile while TMA reads this one
+    loop = source.index("for (int k = 0;")
+    first_wait = source.index("tl::tma_store_wait_read(")
+    first_write = source.index("*(half2*)(((half*)buf_dyn_shmem_ptr)")
+    assert loop < first_wait < first_write
+
+
+@tilelab.jit
+def two_tiles_out(X, block: int = 64):
+    """Two shared tiles, each stored by TMA, the second written after the first's store."""
+    M, N = T.const("M, N")
+    X: T.Tensor((M, N), T.float32)
+    Y = T.empty((M, N), T.float32)
+    Z = T.empty((M, N), T.float32)
+    with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=128) as (bx, by):
+        first = T.alloc_shared((block, block), T.float32)
+        T.copy(X[by * block, bx * block], first)
+        T.copy(first, Y[by * block, bx * block])
+        second = T.alloc_shared((block, block), T.float32)
+        T.copy(X[by * block, bx * block], second)
+        for i, j in T.Parallel(block, block):
+            second[i, j] = second[i, j] * 2
+        T.copy(second, Z[by * block, bx * block])
+    return Y, Z
+
+
+@needs_nvcc
+def test_a_tile_tma_still_reads_keeps_its_bytes():
+    """The first tile's last statement is its store, but TMA reads it after: the wait at
+    the kernel's end names it, so the shared-memory merge does not give its bytes to the
+    second tile (which, with the wait right after the store, it did)."""
+    kernel = two_tiles_out.compile(_meta(1000, 776, dtype=torch.float32),
+                                   target="cuda:sm_90a", pass_configs=ON)
+    source = kernel.get_kernel_source()
+    assert len(_stores(kernel)) == 2
+    places = {tensor: set() for tensor in ("Y", "Z")}  # each tile's panels' offsets
+    for line in source.splitlines():
+        if "tl::tma_store(" in line:
+            tensor = line.split("tl::tma_store(")[1].split("_store_tma")[0]
+            places[tensor].add(int(line.split("buf_dyn_shmem_ptr)[")[1].split("]")[0]))
+    assert places["Y"] and places["Z"] and not places["Y"] & places["Z"], places
+    assert "tl::tma_store_wait_read((&" in source[source.rindex("tl::tma_store_commit()"):]
 
 
 @needs_nvcc
@@ -191,6 +241,11 @@ def test_persistent_transposed_and_attention_results_stored_by_tma():
     torch.testing.assert_close(flip(x), x.T.contiguous(), rtol=0, atol=0)
     y = torch.randn(1000, 776, device="cuda")
     torch.testing.assert_close(copy_out.compile(y, pass_configs=ON)(y), y, rtol=0, atol=0)
+    twice = two_tiles_out.compile(y, pass_configs=ON)
+    assert len(_stores(twice)) == 2
+    same, doubled = twice(y)
+    torch.testing.assert_close(same, y, rtol=0, atol=0)
+    torch.testing.assert_close(doubled, y * 2, rtol=0, atol=0)
     q, k, v = (torch.randn(2, 4, 1000, 128, dtype=torch.float16, device="cuda")
                for _ in range(3))
     attention = tilelab.compile(fa.fn(2, 4, 1000, 128), out_idx=fa.out_idx, pass_configs=ON)

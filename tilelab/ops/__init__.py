@@ -43,6 +43,10 @@ class Effects:
     # its lowering starts with a barrier of the block (a TMA store: every thread's proxy
     # fence, then the barrier): the barrier pass puts none before it
     synchronizes: bool = False
+    # its reads go on after it, asynchronously (a TMA store reads its tile while the block
+    # goes on): the barrier pass has the block wait for them before the next write of
+    # the tiles read
+    reads_late: bool = False
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,8 @@ def tma_copy(src, dst, *, barrier=None, eviction_policy=None, **_ignored):
 
 def effects(call) -> Effects:
     src, dst = regions(call)
-    return Effects(reads=(src,), writes=(dst,), synchronizes=is_tma_store(call))
+    tma = is_tma_store(call)
+    return Effects(reads=(src,), writes=(dst,), synchronizes=tma, reads_late=tma)
 
 
 def is_tma_store(call) -> bool:
@@ -252,9 +253,11 @@ def tma_load(ctx, call):
 def tma_store(ctx, call):
     """Every thread fences its stores to the tile for the async proxy, the block waits
     for all of them, and thread 0 asks TMA to store each panel of the tile as a box of the
-    global tensor: after its earlier stores' writes (two stores of one place stay in
-    order), before the tile may be written again (TMA has read it: the next barrier waits
-    for thread 0). The spec rides on the statement (`TENSOR_MAP`), as a load's does."""
+    global tensor, after its earlier stores' writes (two stores of one place stay in
+    order). Nobody waits for TMA to have read the tile here: the block goes on, and the
+    wait stands before the barrier ahead of the tile's next write, or at the kernel's end
+    (passes/insert_barriers.py). The spec rides on the statement (`TENSOR_MAP`), as a
+    load's does."""
     from ._gemm_wgmma import proxy_fence
 
     src, dst = regions(call)
@@ -263,7 +266,9 @@ def tma_store(ctx, call):
     stmts = [extern("tl::tma_store_wait")]
     for at, box in _panel_boxes(ctx, src, dst, spec, rw_mask=1):
         stmts.append(extern("tl::tma_store", cfg["tma"], at, *box))
-    stmts += [extern("tl::tma_store_commit"), extern("tl::tma_store_wait_read")]
+    stmts.append(extern("tl::tma_store_commit"))
+    if not cfg.get("read_waited_later"):  # (the barrier pass waits later where it can)
+        stmts.append(extern("tl::tma_store_wait_read"))
     issue = tirx.IfThenElse(tirx.EQ(ctx.tx, 0), seq(stmts), None)
     return seq([proxy_fence(), sync(),
                 tirx.AttrStmt(cfg["tma"], TENSOR_MAP, tvm.ir.StringImm(cfg["tma_spec"]),
@@ -369,7 +374,10 @@ def describe(call, ctx) -> None:
             why = ("a whole tile into a tensor the kernel touches in no other way: every "
                    "thread fences its stores for the async proxy, the block synchronizes, and "
                    "one thread asks the Tensor Memory Accelerator to store the tile's panels "
-                   "(passes/tma_stores.py)")
+                   "(passes/tma_stores.py)" +
+                   ("; the block goes on while TMA reads the tile, and waits for it before "
+                    "the tile's next write (passes/insert_barriers.py)"
+                    if config(call).get("read_waited_later") else ""))
         elif config(call).get("by_barrier"):
             instruction = f"TMA: thread 0, {boxes}, mbarrier"
             why = ("a T.tma_copy into a tile that warpgroup MMA reads: the role's first "

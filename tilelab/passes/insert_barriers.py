@@ -14,7 +14,15 @@ thread takes it alike) is walked into, each branch a statement list of its own.
 cannot see the accesses that tensor-core instructions make through pointers, and
 it sees each T.Parallel loop as one statement: passes/hide_from_thread_sync.py.)
 A TMA store (passes/tma_stores.py) brings its own barrier, after every thread's proxy
-fence, so none is put before it.
+fence, so none is put before it. TMA then reads the tile while the block goes on, so the
+tile is not free again at the next barrier: the pass keeps it among the tiles read *late*
+until a statement writes it, and there every thread first waits for TMA's reads
+(`tl::tma_store_wait_read`: only the thread that issued the store has any to wait for),
+then the block synchronizes. (The wait names the tiles, so that the shared-memory merge
+gives their bytes to no other tile before it; what is still read at the kernel's end is
+waited for there.) A loop's body is walked twice: what TMA still reads at the end of one
+iteration is waited for where the next iteration writes it. In a persistent GEMM that is
+the next tile's store, so the tensor cores start on the next tile while TMA reads this one.
 
 A program may place the barriers of its own thread code itself
 (`tl.disable_thread_storage_sync`; code written for one thread is marked by
@@ -35,7 +43,7 @@ from ..ir.keys import KERNEL, PER_THREAD, WARP_ROLE
 from ..ir.tile_ops import config, is_buffer, is_load, loaded, shared_views
 from ..ir.visit import rewrite, rewrite_pre, walk, with_block_body
 from ..ops import effects
-from ..ops._lowering import is_sync, seq, sync
+from ..ops._lowering import address, extern, is_sync, seq, sync
 from .thread_code import exchange_tiles, hands_over
 
 
@@ -90,10 +98,13 @@ class _Touched:
 
 class _State:
     """What was touched since the last barrier: by tile ops and the block's own statements
-    (`block`), and by thread code where the program orders that itself (`own`)."""
+    (`block`), and by thread code where the program orders that itself (`own`); and the
+    tiles TMA stores may still be reading (`late`: name -> tile), whatever barriers came
+    since."""
 
     def __init__(self):
         self.block, self.own = _Touched(), _Touched()
+        self.late: dict = {}
 
     def conflicts(self, block: _Touched, own: _Touched) -> bool:
         """Two accesses of the program's thread code never call for a barrier here."""
@@ -108,12 +119,28 @@ class _State:
     def copy(self) -> _State:
         copied = _State()
         copied.add(self.block, self.own)
+        copied.late = dict(self.late)
         return copied
+
+
+def _wait_for_late_reads(state: _State) -> list:
+    """Every thread waits until TMA has read the tiles still read late (the thread that
+    issued the stores waits; the others pass), then the block synchronizes."""
+    tiles = [address(tile, [0] * len(tile.shape), rw_mask=0)  # (ThreadSync: no access)
+             for _, tile in sorted(state.late.items())]
+    state.clear()
+    state.late = {}
+    return [extern("tl::tma_store_wait_read", *tiles), sync()]
 
 
 def _synchronizes(stmt) -> bool:
     """Does the tile op `stmt` lower to a barrier of the block before its accesses?"""
     return isinstance(stmt, TilePrimitiveCall) and effects(stmt).synchronizes
+
+
+def _reads_late(stmt) -> bool:
+    """Does the tile op `stmt` go on reading its tiles after the block has gone on?"""
+    return isinstance(stmt, TilePrimitiveCall) and effects(stmt).reads_late
 
 
 def _is_loop_body_container(stmt) -> bool:
@@ -184,12 +211,21 @@ class _Barriers:
                 continue
             if _synchronizes(stmt):
                 state.clear()  # a TMA store: its lowering has a barrier before it reads
-            touched = self.touched(stmt)
-            if state.conflicts(*touched):
+            block, own = self.touched(stmt)
+            late = {}
+            if _reads_late(stmt):  # its reads are waited for later, before a write
+                late = {self.aliases.get(str(r.buffer.name), str(r.buffer.name)): r.buffer
+                        for r in effects(stmt).reads if _shared(r.buffer)}
+                block = _Touched(block.reads - set(late), block.writes)
+                stmt = stmt.replace(config={**stmt.config, "read_waited_later": True})
+            if (block.writes | own.writes) & set(state.late):
+                out.extend(_wait_for_late_reads(state))
+            elif state.conflicts(block, own):
                 out.append(sync())
                 state.clear()
             out.append(stmt)
-            state.add(*touched)
+            state.add(block, own)
+            state.late.update(late)
         return out
 
     def loop(self, loop, state: _State) -> list:
@@ -202,6 +238,11 @@ class _Barriers:
             out.append(sync())
             state.clear()
         entering, inner = state.copy(), state.copy()
+        # a first walk learns what TMA may still be reading when an iteration ends: the
+        # next iteration waits for it before its first write of those tiles
+        first = state.copy()
+        self.sequence(_statements(loop.body), first)
+        inner.late.update(first.late)
         body = self.sequence(_statements(loop.body), inner)
         # the next iteration starts with the accesses before the body's first barrier
         head = _State()
@@ -220,8 +261,10 @@ class _Barriers:
         # or leave one at a `break`, may also leave what came before or what its body touched
         state.clear()
         state.add(inner.block, inner.own)
+        state.late = dict(inner.late)
         if not _runs_through(loop):
             state.add(entering.block | block, entering.own | own)
+            state.late.update(entering.late)
         return out
 
     def branches(self, stmt, state: _State) -> list:
@@ -238,6 +281,7 @@ class _Barriers:
         if stmt.else_case is not None:
             else_case = seq(self.sequence(_statements(stmt.else_case), other))
         state.add(other.block, other.own)
+        state.late.update(other.late)
         return [tirx.IfThenElse(stmt.condition, seq(then_case), else_case)]
 
     def role(self, attr, state: _State) -> list:
@@ -257,8 +301,11 @@ class _Barriers:
 
 def insert_barriers(body, own_barriers: bool = False):
     exchanges = exchange_tiles(body) if own_barriers else set()
-    return seq(_Barriers(own_barriers, exchanges, shared_views(body)).sequence([body],
-                                                                            _State()))
+    state = _State()
+    stmts = _Barriers(own_barriers, exchanges, shared_views(body)).sequence([body], state)
+    if state.late:  # the block's shared memory must outlive TMA's reads of it
+        stmts.append(_wait_for_late_reads(state)[0])
+    return seq(stmts)
 
 
 def InsertBarriers(own_barriers: bool = False):  # noqa: N802

@@ -19,11 +19,12 @@ gives the tile its panels. The copy then lowers (ops/copy.py, tma_store) to
 
     every thread:  fence.proxy.async     its stores seen by the async proxy
                    barrier               the whole tile written
-    thread 0:      wait for its earlier stores' writes; a box per panel; commit;
-                   wait until TMA has read the tile
+    thread 0:      wait for its earlier stores' writes; a box per panel; commit
 
-so the tile may be written again after the next barrier (the copy's barrier is its
-own: passes/insert_barriers.py puts none before it). Only stores that cannot race with
+and the block goes on while TMA reads the tile. The copy's barrier is its own, and
+passes/insert_barriers.py has every thread wait for TMA's reads (only thread 0 has any)
+just before the barrier ahead of the tile's next write - in a persistent GEMM, after the
+next tile's K loop - and at the kernel's end. Only stores that cannot race with
 other memory accesses are made so: a tile of the program's (not a T.gemm operand, not
 laid out by the program, not seen through a view) into a tensor the kernel touches in no
 other way, from code the whole block runs (not a T.ws role's, not thread code).

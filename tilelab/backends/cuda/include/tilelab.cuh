@@ -251,7 +251,11 @@ __device__ __forceinline__ void tma_load(void* smem, const CUtensorMap& map, uin
 // swizzle lays it out, and writes it to the tensor, dropping what lies outside. One thread
 // issues; the copies since the last commit form a bulk group, whose reads of shared memory
 // `tma_store_wait_read` waits for (the tile may then be written again) and whose writes
-// `tma_store_wait` waits for (a later store of the same place stays after them).
+// `tma_store_wait` waits for (a later store of the same place stays after them). The wait
+// for the reads comes just before the barrier ahead of the tile's next write
+// (passes/insert_barriers.py), and every thread runs it (those that issued nothing pass at
+// once); it names the tiles TMA may still be reading, so that the shared-memory merge gives
+// their bytes to no other tile before it.
 __device__ __forceinline__ void tma_store(const CUtensorMap& map, void* smem, int c0, int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
                :: "l"(&map), "r"(smem_addr(smem)), "r"(c0), "r"(c1) : "memory");
@@ -271,7 +275,8 @@ __device__ __forceinline__ void tma_store(const CUtensorMap& map, void* smem, in
 __device__ __forceinline__ void tma_store_commit() {
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
-__device__ __forceinline__ void tma_store_wait_read() {
+template <typename... Tiles>
+__device__ __forceinline__ void tma_store_wait_read(Tiles*...) {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 __device__ __forceinline__ void tma_store_wait() {
