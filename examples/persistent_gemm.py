@@ -58,8 +58,8 @@ def persistent_gemm_kernel(
         a_shared = T.alloc_shared((block_m, block_k), input_dtype)
         b_shared = T.alloc_shared((block_k, block_n), input_dtype)
         c_fragment = T.alloc_fragment((block_m, block_n), T.float32)
-        width = block_n // parts  # the columns of C one part stores
-        c_shared = T.alloc_shared((block_m, width), input_dtype)
+        height = block_m // parts  # the rows of C one part stores
+        c_shared = T.alloc_shared((height, block_n), input_dtype)
 
         for tile_y, tile_x in T.Persistent([T.ceildiv(M, block_m), T.ceildiv(N, block_n)],
                                            blocks, block, group):
@@ -69,8 +69,8 @@ def persistent_gemm_kernel(
                 T.copy(B[k * block_k, tile_x * block_n], b_shared)
                 T.gemm(a_shared, b_shared, c_fragment)
             for part in T.unroll(parts):
-                T.copy(c_fragment[0:block_m, part * width:(part + 1) * width], c_shared)
-                T.copy(c_shared, C[tile_y * block_m, tile_x * block_n + part * width])
+                T.copy(c_fragment[part * height:(part + 1) * height, 0:block_n], c_shared)
+                T.copy(c_shared, C[tile_y * block_m + part * height, tile_x * block_n])
 
     return C
 
