@@ -142,6 +142,36 @@ def two_tiles_out(X, block: int = 64):
     return Y, Z
 
 
+@tilelab.jit
+def load_by_barrier_then_store(X, block: int = 64):
+    """Each iteration T.tma_copy loads the tile (ordered by the program's mbarrier, not by
+    the barrier pass) and a TMA store sends it on."""
+    M, N = T.const("M, N")
+    X: T.Tensor((M, N), T.float16)
+    Y = T.empty((M, N), T.float16)
+    with T.Kernel(T.ceildiv(M, block), threads=128) as bx:
+        tile = T.alloc_shared((block, 64), T.float16)
+        loaded = T.alloc_barrier([128])
+        for k in T.serial(T.ceildiv(N, 64)):
+            T.tma_copy(X[bx * block, k * 64], tile, barrier=loaded[0])
+            T.barrier_arrive(loaded[0])
+            T.barrier_wait(loaded[0], k % 2)
+            T.copy(tile, Y[bx * block, k * 64])
+    return Y
+
+
+@needs_nvcc
+def test_a_copy_landing_asynchronously_waits_for_tma_to_have_read_the_tile():
+    """The next iteration's T.tma_copy must not land on the tile before TMA has read it:
+    the wait stands at the top of the loop, before the copy, though the barrier pass leaves
+    the copy's own order to the mbarrier."""
+    source = load_by_barrier_then_store.compile(_meta(1000, 776), target="cuda:sm_90a",
+                                                pass_configs=ON).get_kernel_source()
+    loop = source[source.index("for (int k = 0;"):]
+    assert loop.index("tl::tma_store_wait_read((&") < loop.index("tl::mbar_arrive(") < \
+        loop.index("tl::tma_store(")
+
+
 @needs_nvcc
 def test_a_tile_tma_still_reads_keeps_its_bytes():
     """The first tile's last statement is its store, but TMA reads it after: the wait at
@@ -241,6 +271,9 @@ def test_persistent_transposed_and_attention_results_stored_by_tma():
     torch.testing.assert_close(flip(x), x.T.contiguous(), rtol=0, atol=0)
     y = torch.randn(1000, 776, device="cuda")
     torch.testing.assert_close(copy_out.compile(y, pass_configs=ON)(y), y, rtol=0, atol=0)
+    x = torch.randn(1000, 776, dtype=torch.float16, device="cuda")
+    torch.testing.assert_close(load_by_barrier_then_store.compile(x, pass_configs=ON)(x), x,
+                               rtol=0, atol=0)
     twice = two_tiles_out.compile(y, pass_configs=ON)
     assert len(_stores(twice)) == 2
     same, doubled = twice(y)

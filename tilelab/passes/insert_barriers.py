@@ -16,7 +16,8 @@ it sees each T.Parallel loop as one statement: passes/hide_from_thread_sync.py.)
 A TMA store (passes/tma_stores.py) brings its own barrier, after every thread's proxy
 fence, so none is put before it. TMA then reads the tile while the block goes on, so the
 tile is not free again at the next barrier: the pass keeps it among the tiles read *late*
-until a statement writes it, and there every thread first waits for TMA's reads
+until a statement writes it (a copy landing asynchronously too: a pipeline's load, a
+T.tma_copy), and there every thread first waits for TMA's reads
 (`tl::tma_store_wait_read`: only the thread that issued the store has any to wait for),
 then the block synchronizes. (The wait names the tiles, so that the shared-memory merge
 gives their bytes to no other tile before it; what is still read at the kernel's end is
@@ -76,6 +77,22 @@ def accesses(stmt, keep=_shared, aliases=None) -> tuple[set, set]:
 
     walk(stmt, (TilePrimitiveCall, tirx.BufferStore, tvm.ir.TensorLoad), visit)
     return reads, writes
+
+
+def written_asynchronously(stmt, aliases=None) -> set:
+    """Names of the shared tiles that copies landing asynchronously write inside `stmt`
+    (a pipeline's loads, T.tma_copy): `accesses` leaves their order to mbarriers, but one
+    must not land on a tile that TMA is still reading."""
+    aliases = aliases or {}
+    names = set()
+
+    def visit(node):
+        if config(node).get("asynchronous") or config(node).get("by_barrier"):
+            names.update(aliases.get(str(w.buffer.name), str(w.buffer.name))
+                         for w in effects(node).writes if _shared(w.buffer))
+
+    walk(stmt, TilePrimitiveCall, visit)
+    return names
 
 
 class _Touched:
@@ -218,7 +235,8 @@ class _Barriers:
                         for r in effects(stmt).reads if _shared(r.buffer)}
                 block = _Touched(block.reads - set(late), block.writes)
                 stmt = stmt.replace(config={**stmt.config, "read_waited_later": True})
-            if (block.writes | own.writes) & set(state.late):
+            if (block.writes | own.writes |
+                    written_asynchronously(stmt, self.aliases)) & set(state.late):
                 out.extend(_wait_for_late_reads(state))
             elif state.conflicts(block, own):
                 out.append(sync())
