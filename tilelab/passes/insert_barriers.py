@@ -235,8 +235,8 @@ class _Barriers:
                         for r in effects(stmt).reads if _shared(r.buffer)}
                 block = _Touched(block.reads - set(late), block.writes)
                 stmt = stmt.replace(config={**stmt.config, "read_waited_later": True})
-            if (block.writes | own.writes |
-                    written_asynchronously(stmt, self.aliases)) & set(state.late):
+            if state.late and (block.writes | own.writes |
+                               written_asynchronously(stmt, self.aliases)) & set(state.late):
                 out.extend(_wait_for_late_reads(state))
             elif state.conflicts(block, own):
                 out.append(sync())
@@ -258,9 +258,12 @@ class _Barriers:
         entering, inner = state.copy(), state.copy()
         # a first walk learns what TMA may still be reading when an iteration ends: the
         # next iteration waits for it before its first write of those tiles
-        first = state.copy()
-        self.sequence(_statements(loop.body), first)
-        inner.late.update(first.late)
+        stores = []
+        walk(loop.body, TilePrimitiveCall, lambda c: stores.append(c) if _reads_late(c) else None)
+        if stores:
+            first = state.copy()
+            self.sequence(_statements(loop.body), first)
+            inner.late.update(first.late)
         body = self.sequence(_statements(loop.body), inner)
         # the next iteration starts with the accesses before the body's first barrier
         head = _State()
