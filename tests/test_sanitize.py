@@ -298,3 +298,28 @@ def test_the_bar_arrive_probe_compiles(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "probe.cubin").stat().st_size > 0
+
+
+def test_an_examples_kernels_are_looked_at_for_hands_over(monkeypatch, capsys):
+    """The child marks an example `hands-over` by the code of the kernels its check compiled
+    (found in the caches of the example's jitted functions), as it marks a suite check."""
+    import torch
+
+    import examples.vector_add as example
+    from tilelab.kernel import Kernel
+
+    check = example.check
+    monkeypatch.setattr(example, "check", lambda device: check("cpu"))
+    kernels = sanitize._run_example("vector_add")
+    assert kernels and all(isinstance(k, Kernel) for k in kernels)
+    assert set(map(id, kernels)) == set(map(id, example.vector_add_kernel._kernels.values()))
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    source = Kernel.get_kernel_source
+    for marked in (False, True):
+        turns = "\ntl::turn_pass();" if marked else ""
+        monkeypatch.setattr(Kernel, "get_kernel_source", lambda self: source(self) + turns)
+        assert sanitize.child("examples", ["vector_add"]) == 0
+        out = capsys.readouterr().out
+        assert ("hands-over vector_add" in out) == marked, out
+        assert "failed" not in out, out

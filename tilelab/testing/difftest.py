@@ -123,10 +123,12 @@ def compare(p: Program, actual: dict, expected: dict, what: str) -> str | None:
 
 
 class Outcome:
-    """What checking one program found: status ok | mismatch | compile_error."""
+    """What checking one program found: status ok | mismatch | compile_error; `kernels`,
+    the kernels it compiled by backend (for a caller that looks at their code)."""
 
-    def __init__(self, status: str, message: str = "", where: str = ""):
+    def __init__(self, status: str, message: str = "", where: str = "", kernels=None):
         self.status, self.message, self.where = status, message, where
+        self.kernels = kernels or {}
 
     @property
     def signature(self) -> tuple:
@@ -198,7 +200,7 @@ def check_program(p: Program, target: str, workdir: Path, module_path: Path | No
         message = compare(p, gpu, {k: cpu[k] for k in expected}, "CUDA vs CPU backend")
         if message:
             return Outcome("mismatch", message, "cuda")
-    return Outcome("ok")
+    return Outcome("ok", kernels=kernels)
 
 
 CONFIGS_VARIABLE = "TILELAB_DIFFTEST_PASS_CONFIGS"  # --pass-configs, for workers and children

@@ -260,9 +260,15 @@ def _say(*words):
 def _run_example(name: str):
     import importlib
 
+    from ..kernel import JITFunction, ShapedKernel
+
     sys.path.insert(0, str(ROOT))
     module = importlib.import_module(f"examples.{name}")
     module.check("cuda")
+    # the kernels its check compiled, from the in-memory caches of its jitted functions
+    return [kernel for jitted in vars(module).values()
+            if isinstance(jitted, (JITFunction, ShapedKernel))
+            for kernel in jitted._kernels.values()]
 
 
 def _run_suite(name: str):
@@ -274,7 +280,7 @@ def _run_suite(name: str):
     kernel = gpu_suite.compile_kernel(kind, sizes, {})
     torch.manual_seed(0)
     _check_against_pytorch(kernel, gpu_suite.make_inputs(inputs), reference, tolerance)
-    return kernel
+    return [kernel]
 
 
 def _run_artifact(name: str):
@@ -289,7 +295,7 @@ def _run_artifact(name: str):
     torch.manual_seed(0)
     _check_against_pytorch(kernel, gpu_suite.make_inputs(case["inputs"]), case["reference"],
                            case["tolerance"])
-    return kernel
+    return [kernel]
 
 
 def _check_against_pytorch(kernel, tensors, reference: str, tolerance: float):
@@ -318,6 +324,7 @@ def _run_generated(name: str):
         outcome = check_program(generate(seed, index), "cuda", Path(tmp))
     if outcome.status != "ok":
         raise AssertionError(f"{outcome.status} on {outcome.where}: {outcome.message}")
+    return [outcome.kernels["cuda"]]
 
 
 _RUNNERS = {"examples": _run_example, "suite": _run_suite, "generated": _run_generated,
@@ -331,10 +338,10 @@ def child(group: str, names: list[str]) -> int:
     for name in names:
         _say("kernel", name)
         try:
-            kernel = _RUNNERS[group](name)  # the suite's runners return theirs
+            kernels = _RUNNERS[group](name)  # the kernels it ran
             torch.cuda.synchronize()
             # tilelab.cuh's turn_pass is the one bar.arrive tilelab emits
-            if kernel is not None and "tl::turn_pass" in kernel.get_kernel_source():
+            if any("tl::turn_pass" in kernel.get_kernel_source() for kernel in kernels):
                 _say("hands-over", name)
         except Exception as err:  # noqa: BLE001 - the parent reports it; go on
             message = " ".join(str(err).split())[:300]
