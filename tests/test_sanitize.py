@@ -318,7 +318,7 @@ def test_an_examples_kernels_are_looked_at_for_hands_over(monkeypatch, capsys):
     source = Kernel.get_kernel_source
     for marked in (False, True):
         turns = "\ntl::turn_pass();" if marked else ""
-        monkeypatch.setattr(Kernel, "get_kernel_source", lambda self: source(self) + turns)
+        monkeypatch.setattr(Kernel, "get_kernel_source", lambda self, turns=turns: source(self) + turns)
         assert sanitize.child("examples", ["vector_add"]) == 0
         out = capsys.readouterr().out
         assert ("hands-over vector_add" in out) == marked, out
