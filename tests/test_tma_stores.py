@@ -1,5 +1,5 @@
-"""Shared tiles leave for global memory by TMA on sm_90a where asked for
-(`tl.enable_tma_stores`, passes/tma_stores.py).
+"""Shared tiles leave for global memory by TMA on sm_90a: by default in walks over tiles
+(T.Persistent), everywhere where asked for (`tl.enable_tma_stores`, passes/tma_stores.py).
 
 The compile tests read the generated CUDA and the launch: which stores TMA makes (a
 descriptor for the tensor, the tile in panels of its swizzle, one barrier before the
@@ -194,9 +194,9 @@ def test_a_tile_tma_still_reads_keeps_its_bytes():
 def test_other_stores_stay_with_the_threads_and_say_why():
     from tilelab.notebook.views import source_views
 
-    def why(kernel) -> str:
-        (row,) = [r for r in source_views(kernel)[0].ops if r["op"].endswith("-> X)")
-                  or r["op"].endswith("-> Y)")]
+    def why(kernel, outputs=("X", "Y")) -> str:
+        (row,) = [r for r in source_views(kernel)[0].ops
+                  if any(r["op"].endswith(f"-> {name})") for name in outputs)]
         return row["why"]
 
     kept = scale_rows.compile(_meta(1000, 256), target="cuda:sm_90a", pass_configs=ON)
@@ -206,12 +206,34 @@ def test_other_stores_stay_with_the_threads_and_say_why():
     assert not _stores(told) and "disable_tma=True" in why(told)
     assert _stores(copy_out.compile(_meta(1000, 776, dtype=torch.float32),
                                     target="cuda:sm_90a", pass_configs=ON))
-    # not asked for (the default), Ampere, or TMA turned off: the threads store
-    threads = _gemm(pass_configs=None).get_kernel_source()
+    # one block per tile, not asked for (the default), Ampere, or TMA turned off: the
+    # threads store
+    default = _gemm(pass_configs=None)
+    threads = default.get_kernel_source()
     assert "tl::tma_store(" not in threads and "tl::tma_load(" in threads
+    assert "T.Persistent" in why(default, ["C"])
     assert "tma_store" not in _gemm(target="cuda:sm_80").get_kernel_source()
     assert "tma_store" not in _gemm(pass_configs={**ON, "tl.disable_tma_lower": True}) \
         .get_kernel_source()
+
+
+@needs_nvcc
+def test_stores_in_a_walk_over_tiles_are_tmas_by_default():
+    """Unasked, a store in a persistent walk goes by TMA - its tile is written again only
+    after the next tile's K loop, so its reads are waited for there; False keeps the
+    threads' stores there too."""
+    from examples.persistent_gemm import persistent_gemm_kernel
+
+    def walk(configs):
+        return persistent_gemm_kernel.compile(_meta(1000, 520), _meta(520, 776), blocks=7,
+                                              target="cuda:sm_90a", pass_configs=configs)
+
+    (spec,) = _stores(walk(None))
+    assert spec["tensor"] == 2 and spec["box"] == [64, 64]  # C, the third tensor
+    source = walk(None).get_kernel_source()
+    assert source.count("tl::tma_store(") == 8  # 2 parts of 4 panels
+    assert not _stores(walk({"tl.enable_tma_stores": False}))
+    assert "tl::tma_store(" not in walk({"tl.enable_tma_stores": False}).get_kernel_source()
 
 
 @needs_nvcc

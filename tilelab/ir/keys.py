@@ -157,9 +157,11 @@ class PassConfigKey(str, enum.Enum):
     # a shared tile where one costs no block on the multiprocessor (passes/stage_stores.py)
     TL_DISABLE_STAGE_STORES = "tl.disable_stage_stores"
     # sm_90a: a copy of a whole shared tile into a global tensor goes by TMA, one thread's
-    # request, instead of every thread's loads and stores (passes/tma_stores.py). Measured
-    # not to pay (H100, paired with the threads' stores: GEMMs 0.994-1.006, causal
-    # FlashAttention 1.04 slower), so it is asked for; tl.disable_tma_lower overrides it
+    # request, instead of every thread's loads and stores (passes/tma_stores.py). Unset,
+    # only stores in walks over tiles (T.Persistent) do, where TMA reads the tile while the
+    # next tile's K loop runs (H100: persistent GEMM 4096^3 0.981 -> 0.987 of cuBLAS); True:
+    # every store that can (one block per tile: GEMMs level, causal FlashAttention 1.04
+    # slower); False: none. tl.disable_tma_lower overrides it
     TL_ENABLE_TMA_STORES = "tl.enable_tma_stores"
     # sm_90a: a warp-specialized block keeps the registers its launch gives each thread
     # instead of moving them from the producer warpgroup to the consumers (setmaxnreg)

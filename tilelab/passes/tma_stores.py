@@ -30,12 +30,19 @@ laid out by the program, not seen through a view) into a tensor the kernel touch
 other way, from code the whole block runs (not a T.ws role's, not thread code).
 `T.copy(..., disable_tma=True)` keeps the threads' copy.
 
-It is asked for (`tl.enable_tma_stores`; `tl.disable_tma_lower` overrides it): on an
-H100, paired over 16 rounds with the same kernels storing by threads, the GEMMs of the
-suite ran 0.994-1.006 of their time and causal FlashAttention 1.04 - a block ends by
-waiting for TMA to read its tile, and the next block on the SM waits for it
-(bench/results/tma_stores_ab_h100.json). The stores the threads make are already whole
-16-byte rows; what TMA would take off them was never the cost.
+Where it pays is decided by where the tile is written next. In a walk over tiles
+(T.Persistent: a loop whose body runs a pipelined K loop and then stores), the next write
+is the next tile's epilogue, a whole K loop later: TMA reads the tile while the tensor cores
+start on the next tile, and the threads' part of the store is one barrier. So stores in such
+a loop go by TMA by default. On an H100, paired with cuBLAS over 12-16 rounds, the persistent
+GEMM at 4096^3 went from 0.980-0.981 of cuBLAS with the threads' stores to 0.986-0.988
+(bench/results/persistent_4096_variants_h100.json); with the wait for TMA's reads right
+after the store, as before, it was 0.973-0.980. Elsewhere a block's tile is stored once,
+at its end, and the block waits there for TMA's reads: paired on an H100 with the threads'
+stores, the suite's GEMMs ran 0.994-1.006 of their time and causal FlashAttention 1.04
+(bench/results/tma_stores_ab_h100.json) - the threads' stores are already whole 16-byte
+rows. `tl.enable_tma_stores` asks for TMA stores everywhere (False: nowhere);
+`tl.disable_tma_lower` turns them off with TMA's loads.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ from tvm.tirx.tile_primitive import TilePrimitiveCall
 from tvm_ffi import WalkResult
 
 from ..ir.dtypes import itemsize
-from ..ir.keys import KERNEL, PER_THREAD
+from ..ir.keys import KERNEL, PER_THREAD, PIPELINED
 from ..ir.tile_ops import (
     by_address,
     is_buffer,
@@ -152,15 +159,43 @@ class _Store:
         return {**box, "store": True} if isinstance(box, dict) else box
 
 
-def tma_stores(kernel, annotated: dict, views: dict, maps: dict):
+def _in_walks(kernel) -> list:
+    """The tile ops inside loops over tiles: serial loops whose body also runs a pipelined
+    loop (PipelineLoops has lowered it), so that a tile stored in one iteration is written
+    again only after that loop in the next."""
+    found = []
+
+    def visit(node):
+        if isinstance(node, tirx.For) and node.kind == tirx.ForKind.SERIAL and \
+                PIPELINED not in node.annotations:
+            inner = []
+            walk(node.body, tirx.For, lambda f: inner.append(f) if PIPELINED in f.annotations
+                 else None)
+            if inner:
+                walk(node.body, TilePrimitiveCall, found.append)
+                return WalkResult.SKIP
+        return None
+
+    walk(kernel, tirx.For, visit)
+    return found
+
+
+NOT_IN_A_WALK = "stored once, at the block's end, where the block would wait for TMA's " \
+    "reads at once: by default only stores in a walk over tiles (T.Persistent) are TMA's; " \
+    "tl.enable_tma_stores asks for them everywhere"
+
+
+def tma_stores(kernel, annotated: dict, views: dict, maps: dict, everywhere: bool = False):
     """`kernel` with its copies of whole shared tiles into global tensors given TMA
     descriptors (`maps`: spec JSON -> descriptor variable, shared by the function's
-    kernels); a copy that cannot be TMA's says why (`not_tma`, shown by --source)."""
+    kernels) - those in walks over tiles, or `everywhere`; a copy that cannot be TMA's
+    says why (`not_tma`, shown by --source)."""
     candidates = [c for c in _block_copies(kernel)
                   if regions(c)[0].scope.startswith("shared") and regions(c)[1].scope == "global"
                   and not c.config.get("by_barrier")]
     if not candidates or has_roles(kernel):
         return kernel
+    walked = candidates if everywhere else _in_walks(kernel)
     store = _Store(kernel, annotated, views)
     copies: dict = {}  # tensor -> candidate copies that store into it
     for call in candidates:
@@ -168,7 +203,8 @@ def tma_stores(kernel, annotated: dict, views: dict, maps: dict):
         copies[base] = copies.get(base, 0) + 1
     decided = []  # (copy, what its config gains)
     for call in candidates:
-        spec = store.spec(call, copies)
+        in_walk = any(call.same_as(w) for w in walked)
+        spec = store.spec(call, copies) if in_walk else NOT_IN_A_WALK
         if isinstance(spec, dict):
             key = json.dumps(spec, sort_keys=True)
             if key not in maps:
@@ -190,9 +226,10 @@ def tma_stores(kernel, annotated: dict, views: dict, maps: dict):
     return rewrite(kernel, TilePrimitiveCall, on_copy)
 
 
-def TmaStores(annotated: dict | None = None):  # noqa: N802 - a pass, named like TVM's
+def TmaStores(annotated: dict | None = None, everywhere: bool = False):  # noqa: N802
     """Expects tile ops after StageStores (sm_90a); gives copies of whole shared tiles into
-    global tensors TMA descriptors (`annotated`: the program's T.annotate_layout layouts)."""
+    global tensors TMA descriptors (`annotated`: the program's T.annotate_layout layouts) -
+    in walks over tiles, or `everywhere`."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.TmaStores")
     @keep_user_errors
@@ -203,7 +240,7 @@ def TmaStores(annotated: dict | None = None):  # noqa: N802 - a pass, named like
         def on_kernel(loop):
             if KERNEL not in loop.annotations:
                 return loop
-            return tma_stores(loop, annotated or {}, views, maps)
+            return tma_stores(loop, annotated or {}, views, maps, everywhere)
 
         body = rewrite_pre(func.body, tirx.For, on_kernel)
         return func.with_body(bind_tensor_maps(body, list(maps.values())))

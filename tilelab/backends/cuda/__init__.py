@@ -72,7 +72,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            arch: str | None = None, stage_stores: bool = True, reallocate: bool = True,
            turns: bool | None = None, uniform_selects: bool = True,
            safe_global: bool = False, rotate: bool = False, own_barriers: bool = False,
-           align_once: bool = True, defer_sums: bool = True, tma_stores: bool = False) -> list:
+           align_once: bool = True, defer_sums: bool = True,
+           tma_stores: bool | None = None) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -90,7 +91,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     program places the barriers of its thread code and T.Parallel bodies itself;
     `align_once`: wgmma tiles proven aligned are checked once per kernel; `defer_sums`: a
     loop's row sums that only feed running totals combine across threads after it;
-    `tma_stores`: whole shared tiles go to global tensors by TMA (sm_90a; asked for)."""
+    `tma_stores`: whole shared tiles go to global tensors by TMA (sm_90a) - in walks over
+    tiles (None), everywhere (True) or nowhere (False)."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -116,7 +118,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         # T.gemm sums leave in rows of 16 bytes a thread
         *([StageStores(shared_memory_limit(arch))] if arch and stage_stores else []),
         # shared tiles go to global memory by TMA (sm_90a)
-        *([TmaStores(program.layouts)] if tma_stores and arch == "sm_90a" else []),
+        *([TmaStores(program.layouts, everywhere=bool(tma_stores))]
+          if tma_stores is not False and arch == "sm_90a" else []),
         InsertBarriers(own_barriers),          # __syncthreads where threads share a tile
         InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
         LowerTileOpsToThreads(own_barriers),   # tile ops -> per-thread code
@@ -619,7 +622,8 @@ class CUDABackend(Backend):
             else "measured"
         heavy_first = not configs.get(PassConfigKey.TL_DISABLE_HEAVY_FIRST.value, False)
         stage = not configs.get(PassConfigKey.TL_DISABLE_STAGE_STORES.value, False)
-        tma_stores = tma and bool(configs.get(PassConfigKey.TL_ENABLE_TMA_STORES.value, False))
+        tma_stores = configs.get(PassConfigKey.TL_ENABLE_TMA_STORES.value)  # None: in walks
+        tma_stores = False if not tma else None if tma_stores is None else bool(tma_stores)
         reallocate = not configs.get(PassConfigKey.TL_DISABLE_SETMAXNREG.value, False)
         turns = configs.get(PassConfigKey.TL_ENABLE_WARPGROUP_TURNS.value)  # None: measured
         turns = None if turns is None else bool(turns)
