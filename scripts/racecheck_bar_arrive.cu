@@ -25,7 +25,9 @@
 // results) variants 0 and 1 reported RAW hazards between the tile's stores and loads
 // (thousands a launch), 2 and 3 none. So racecheck loses the order of barrier 1 once a thread
 // has used bar.arrive: that is why `python -m tilelab.testing.sanitize` counts racecheck's
-// reports apart in kernels that hand turns over (docs/RELIABILITY.md).
+// reports apart in kernels that hand turns over (docs/RELIABILITY.md). synccheck (H100,
+// 2026-12-07) flags variant 3 alone ("Divergent thread(s) in block", and stops the launch):
+// it takes two bar.sync on one named barrier from different instructions for divergence.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
