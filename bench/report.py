@@ -96,10 +96,10 @@ SHAPES = {
     "gemm_bf16_128x256_t256_s4": "8192³ bf16; 128×256×64 tiles, 8 warps, 4 stages, panels of 8",
     "gemm_bf16_4096_128x256_t256_s4": "4096³ bf16; 128×256×64 tiles, 8 warps, 4 stages, "
                                       "panels of 8",
-    "persistent_gemm_fp16": "8192³ fp16; persistent (examples/persistent_gemm.py): 132 blocks "
-                            "walk the tiles in groups of 8 columns, 128×256×64 tiles, 8 warps "
-                            "and a producer warpgroup, 4 stages, C through a shared tile in "
-                            "two halves",
+    "persistent_gemm_fp16": "8192³ fp16; persistent (examples/persistent_gemm.py): at most "
+                            "one block per multiprocessor walks the tiles in groups of 8 "
+                            "columns, 128×256×64 tiles, 8 warps and a producer warpgroup, 4 "
+                            "stages, C through a shared tile in two parts",
     "persistent_gemm_fp16_4096": "4096³ fp16; persistent, as above",
     "persistent_gemm_bf16": "8192³ bf16; persistent, as above",
     "persistent_gemm_bf16_4096": "4096³ bf16; persistent, as above",
