@@ -462,6 +462,20 @@ def test_a_persistent_tma_gemm_compiles_for_cuda(threads):
 
 
 @needs_nvcc
+@pytest.mark.parametrize("m, n, blocks", [(4096, 4096, 128), (8192, 8192, 128),
+                                          (4224, 4096, 132), (1000, 776, 32)])
+def test_the_persistent_example_launches_no_more_blocks_than_its_turns_need(m, n, blocks):
+    """examples/persistent_gemm.py, `blocks` left to it: the fewest blocks that walk the
+    128x256 tiles in as many turns as 132 would (4096^2: 512 tiles, four turns of 128
+    rather than 116 blocks walking four and 16 walking three; 4224x4096: 528 tiles, four
+    turns only with all 132)."""
+    from examples.persistent_gemm import persistent_gemm_kernel
+
+    kernel = persistent_gemm_kernel.compile(_meta(m, 256), _meta(256, n), target="cuda:sm_90a")
+    assert kernel.trace.resources["grid"] == [blocks, 1, 1]
+
+
+@needs_nvcc
 @pytest.mark.parametrize("threads", [128, 256])
 def test_a_persistent_pipeline_runs_ahead_across_tiles(threads):
     """Split between roles (the default for a pipeline in a walk over tiles), the producer
