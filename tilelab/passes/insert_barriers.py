@@ -52,6 +52,11 @@ def _shared(buffer) -> bool:
     return is_buffer(buffer) and buffer.scope().startswith("shared")
 
 
+def _tile_name(buffer, aliases: dict) -> str:
+    """A buffer's name, a view's being the tile's it sees (`aliases`: view -> tile)."""
+    return aliases.get(str(buffer.name), str(buffer.name))
+
+
 def accesses(stmt, keep=_shared, aliases=None) -> tuple[set, set]:
     """Names of shared buffers (those `keep` takes) a statement reads and writes
     (anywhere inside it); a view is named as the tile it sees (`aliases`: view -> tile)."""
@@ -59,7 +64,7 @@ def accesses(stmt, keep=_shared, aliases=None) -> tuple[set, set]:
     aliases = aliases or {}
 
     def name(buffer) -> str:
-        return aliases.get(str(buffer.name), str(buffer.name))
+        return _tile_name(buffer, aliases)
 
     def visit(node):
         if isinstance(node, TilePrimitiveCall):
@@ -88,7 +93,7 @@ def written_asynchronously(stmt, aliases=None) -> set:
 
     def visit(node):
         if config(node).get("asynchronous") or config(node).get("by_barrier"):
-            names.update(aliases.get(str(w.buffer.name), str(w.buffer.name))
+            names.update(_tile_name(w.buffer, aliases)
                          for w in effects(node).writes if _shared(w.buffer))
 
     walk(stmt, TilePrimitiveCall, visit)
@@ -231,7 +236,7 @@ class _Barriers:
             block, own = self.touched(stmt)
             late = {}
             if _reads_late(stmt):  # its reads are waited for later, before a write
-                late = {self.aliases.get(str(r.buffer.name), str(r.buffer.name)): r.buffer
+                late = {_tile_name(r.buffer, self.aliases): r.buffer
                         for r in effects(stmt).reads if _shared(r.buffer)}
                 block = _Touched(block.reads - set(late), block.writes)
                 stmt = stmt.replace(config={**stmt.config, "read_waited_later": True})

@@ -195,7 +195,7 @@ def tma_stores(kernel, annotated: dict, views: dict, maps: dict, everywhere: boo
                   and not c.config.get("by_barrier")]
     if not candidates or has_roles(kernel):
         return kernel
-    walked = candidates if everywhere else _in_walks(kernel)
+    walked = [] if everywhere else _in_walks(kernel)
     store = _Store(kernel, annotated, views)
     copies: dict = {}  # tensor -> candidate copies that store into it
     for call in candidates:
@@ -203,8 +203,8 @@ def tma_stores(kernel, annotated: dict, views: dict, maps: dict, everywhere: boo
         copies[base] = copies.get(base, 0) + 1
     decided = []  # (copy, what its config gains)
     for call in candidates:
-        in_walk = any(call.same_as(w) for w in walked)
-        spec = store.spec(call, copies) if in_walk else NOT_IN_A_WALK
+        wanted = everywhere or any(call.same_as(w) for w in walked)
+        spec = store.spec(call, copies) if wanted else NOT_IN_A_WALK
         if isinstance(spec, dict):
             key = json.dumps(spec, sort_keys=True)
             if key not in maps:
