@@ -290,6 +290,11 @@ class JITFunction:
     def __repr__(self) -> str:
         return f"<tilelab.jit {self.style} {self.fn.__name__}>"
 
+    @property
+    def compiled(self) -> list:
+        """The kernels its calls have compiled so far, oldest first (its in-memory cache)."""
+        return list(self._kernels.values())
+
     @raised_at_the_caller
     def __call__(self, *args, **kwargs):
         if self.style == "factory":
@@ -503,6 +508,11 @@ class ShapedKernel:
 
     def __repr__(self) -> str:
         return f"<tilelab.ShapedKernel {self.name}: compiled per call shape and scalar values>"
+
+    @property
+    def compiled(self) -> list:
+        """The kernels its calls have compiled so far, oldest first."""
+        return list(self._kernels.values())
 
     def specialize(self, *args, target=None) -> Kernel:
         """The Kernel for these arguments, tensors and scalars (compiled on first use);

@@ -280,7 +280,7 @@ class TileLabMagics(Magics):
             positional, keywords = self._call_args(args.args)
             return value.compile(*positional, target=None if target == "auto" else target,
                                  **keywords)
-        compiled = list(value._kernels.values())  # what calls in the cell compiled
+        compiled = value.compiled  # what calls in the cell compiled
         if compiled:
             return compiled[-1]
         if self._wants_views(args):

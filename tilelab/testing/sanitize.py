@@ -265,10 +265,9 @@ def _run_example(name: str):
     sys.path.insert(0, str(ROOT))
     module = importlib.import_module(f"examples.{name}")
     module.check("cuda")
-    # the kernels its check compiled, from the in-memory caches of its jitted functions
+    # the kernels its check compiled, kept by its jitted functions
     return [kernel for jitted in vars(module).values()
-            if isinstance(jitted, (JITFunction, ShapedKernel))
-            for kernel in jitted._kernels.values()]
+            if isinstance(jitted, (JITFunction, ShapedKernel)) for kernel in jitted.compiled]
 
 
 def _run_suite(name: str):
