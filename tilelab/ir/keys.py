@@ -163,6 +163,10 @@ class PassConfigKey(str, enum.Enum):
     # every store that can (one block per tile: GEMMs level, causal FlashAttention 1.04
     # slower); False: none. tl.disable_tma_lower overrides it
     TL_ENABLE_TMA_STORES = "tl.enable_tma_stores"
+    # sm_90a: a copy from an accumulator fragment into a 16-bit shared tile stores each
+    # thread's elements itself (4 bytes at a time) instead of by stmatrix, four 8x8
+    # matrices a warp instruction (ops/copy.py)
+    TL_DISABLE_STMATRIX = "tl.disable_stmatrix"
     # sm_90a: a warp-specialized block keeps the registers its launch gives each thread
     # instead of moving them from the producer warpgroup to the consumers (setmaxnreg)
     TL_DISABLE_SETMAXNREG = "tl.disable_setmaxnreg"

@@ -29,7 +29,7 @@ from ..errors import TileLabCompileError, TileLabTypeError, TileLabWarning
 from ..ir.builder import current
 from ..ir.dtypes import as_dtype, is_float8, itemsize
 from ..ir.expr import to_expr
-from ..ir.layout import Layout, thread_elements
+from ..ir.layout import Layout, holds_matrix_rows, thread_elements
 from ..ir.tile_ops import Region, _const_int, config, regions, tile_call
 from ..ir.visit import loop_nest
 from . import Effects, TileOp, register
@@ -194,6 +194,8 @@ def lower_threads(call, ctx):
     fs, fd = is_fragment(src.buffer), is_fragment(dst.buffer)
     if fs and fd:
         return fragment_to_fragment(ctx, src, dst)
+    if fs and call in ctx.plan.stmatrix:
+        return stmatrix_store(ctx, src, dst, ctx.plan.stmatrix[call])
     if fs or fd:
         return fragment_memory(ctx, src, dst, _widest(call))
     if "tma" in config(call):
@@ -390,6 +392,14 @@ def describe(call, ctx) -> None:
                    "slot's mbarrier")
         _record(ctx, call, "tma", 0, instruction, why)
         return
+    groups = stmatrix_groups(ctx.layouts[src.buffer.name], src, dst, _widest(call)) \
+        if fs and ctx.stmatrix else []
+    if groups:
+        ctx.plan.stmatrix[call] = groups
+        _record(ctx, call, "stmatrix", 8, "stmatrix.x4 16 B per lane",
+                "the fragment holds 8x8 matrices in the MMA accumulator pattern: each warp "
+                "stores four at once, every lane one 16-byte row (sm_90)", groups=groups)
+        return
     if fs or fd:
         v, kind = fragment_width(ctx.layouts[(src if fs else dst).buffer.name], src, dst,
                                  _widest(call)), "registers"
@@ -416,13 +426,14 @@ def describe(call, ctx) -> None:
     _record(ctx, call, kind, v, instruction, why)
 
 
-def _record(ctx, call, kind: str, vector: int, instruction: str, why: str) -> None:
+def _record(ctx, call, kind: str, vector: int, instruction: str, why: str,
+            **more) -> None:
     """The copy's instruction record (the bank view, `--source`)."""
     src, dst = regions(call)
     ctx.plan.instructions.append({
         "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
         "dst": dst.buffer.name, "kind": kind, "vector": vector, "instruction": instruction,
-        "why": why})
+        "why": why, **more})
 
 
 # measured on the H200 (bench/gemm_epilogue.py): a 128x256 float16 GEMM tile stored from
@@ -482,6 +493,76 @@ def fragment_memory(ctx, src: Region, dst: Region, widest: int | None = None):
         if v > 1:
             stmt = tirx.For(vv, 0, v, tirx.ForKind.VECTORIZED, stmt)
         stmts.append(ctx.only_if_valid(frag, reg, stmt))
+    return seq(stmts)
+
+
+# ---------------------------------------------------------------- stmatrix (sm_90)
+
+# (the fragment's type, the shared tile's) -> the header function (tilelab.cuh)
+_STMATRIX = {("float32", "float16"): "tl::stmatrix_x4_float_as_half",
+             ("float32", "bfloat16"): "tl::stmatrix_x4_float_as_bfloat16",
+             ("float16", "float16"): "tl::stmatrix_x4_b16",
+             ("bfloat16", "bfloat16"): "tl::stmatrix_x4_b16"}
+
+
+def stmatrix_groups(frag, src: Region, dst: Region, widest: int | None = None) -> list[int]:
+    """The registers (first of each eight) that `stmatrix.x4` stores in this copy of a
+    fragment into a 16-bit shared tile; none where it cannot, and the threads store their
+    own elements (fragment_memory).
+
+    It can where the fragment holds 8x8 matrices as MMA accumulators do (ir/layout.py
+    `holds_matrix_rows`): a warp then stores four matrices - eight registers a lane - in one
+    instruction, each lane one row's 16 bytes, where the threads' own stores took four,
+    4 bytes a lane over eight rows. Each row's eight elements must be 16 aligned bytes of
+    the tile (a swizzle moves whole 16-byte chunks, so it keeps them so), and the copied
+    region must take each warp's group of four matrices whole or not at all - the
+    instruction is the warp's, no lane may sit out: the region's bounds, even where they
+    are not constants (`c[part * 64:(part + 1) * 64, :]`), fall on multiples of the
+    group's extent in each dimension."""
+    if not dst.scope.startswith("shared") or (str(src.dtype), str(dst.dtype)) not in _STMATRIX:
+        return []
+    if (widest is not None and widest < 8) or frag.local_size % 8 or \
+            not holds_matrix_rows(frag):
+        return []
+    extents = [_const_int(x) for x in src.extents]
+    if None in extents or extents[-1] != _const_int(dst.extents[-1]) or \
+            int(dst.buffer.shape[-1]) % 8 or not aligned(dst.starts[-1], 8):
+        return []
+    elements = thread_elements(frag)
+    groups = []
+    for reg in range(0, frag.local_size, 8):
+        if not holds_part_of(elements, range(reg, reg + 8), src):
+            continue  # wholly outside the region
+        for warp in range(frag.threads // 32):
+            block = [e for lane in elements[32 * warp:32 * warp + 32] for e in lane[reg:reg + 8]]
+            for d, (start, extent, size) in enumerate(zip(src.starts, extents, frag.shape)):
+                low = min(e[d] for e in block)
+                span = max(e[d] for e in block) - low + 1
+                whole = _const_int(start) == 0 and extent == int(size)
+                if not whole and (span & (span - 1) or low % span or extent % span or
+                                  not aligned(start, span)):
+                    return []  # a bound of the region may cut this group
+        groups.append(reg)
+    return groups
+
+
+def stmatrix_store(ctx, src: Region, dst: Region, groups: list[int]):
+    """The copy as `stmatrix.x4`, one per group of eight registers (stmatrix_groups). Lane l
+    gives the address of row l % 8 of matrix l // 8: the row whose first two elements lane
+    4 (l % 8) of the same warp holds in register pair l // 8 of the group. A group lies in
+    the region for the whole warp or for none of it, so the thread's own element says."""
+    frag, local = ctx.layout_of(src.buffer), ctx.local(src.buffer)
+    rank = len(frag.shape)
+    at, inside = region_map(src, dst)
+    lane = tirx.floormod(ctx.tx, 32)
+    row_holder = ctx.tx - lane + tirx.floormod(lane, 8) * 4
+    name = _STMATRIX[(str(src.dtype), str(dst.dtype))]
+    stmts = []
+    for reg in groups:
+        element = frag.index_of(row_holder, reg + tirx.floordiv(lane, 8) * 2)[:rank]
+        row = [simplify(to_expr(e)) for e in at(element)]
+        stmt = extern(name, ctx.address(dst.buffer, row, rw_mask=2), address(local, [reg]))
+        stmts.append(guard(inside(ctx.inverse(frag, reg)[:rank]), stmt))
     return seq(stmts)
 
 

@@ -132,13 +132,15 @@ class LayoutPlan:
     loop_shifts: dict = field(default_factory=dict)
     shared_layouts: dict = field(default_factory=dict)  # shared tile name -> swizzled Layout
     wgmma: dict = field(default_factory=dict)  # the gemm node -> its WgmmaPlan (sm_90a)
+    # a copy from a fragment to shared memory -> the registers stmatrix stores (sm_90)
+    stmatrix: dict = field(default_factory=dict)
     instructions: list = field(default_factory=list)  # per gemm: the instruction and why
 
     def follow(self, planned, rewritten) -> None:
         """The plans made for the op `planned` hold for `rewritten`, the same op with its
         regions' indices rewritten (a register read as the register array it became)."""
         if not rewritten.same_as(planned):
-            for table in (self.gemm_warps, self.wgmma):
+            for table in (self.gemm_warps, self.wgmma, self.stmatrix):
                 if planned in table:
                     table[rewritten] = table[planned]
 
@@ -186,12 +188,14 @@ NO_WGMMA = "no sm_90a target"
 class LayoutContext:
     """What an op's layout rule sees: the plan so far and how to add to it."""
 
-    def __init__(self, plan: LayoutPlan, threads: int, wgmma_off: str | None = NO_WGMMA):
+    def __init__(self, plan: LayoutPlan, threads: int, wgmma_off: str | None = NO_WGMMA,
+                 stmatrix: bool = False):
         self.plan = plan
         self.layouts = plan.fragments  # fragment name -> Fragment
         self.threads = threads
         self.warps = threads // 32
         self.wgmma_off = wgmma_off  # why warpgroup MMA is not available; None where it is
+        self.stmatrix = stmatrix  # the target stores fragments with stmatrix (sm_90)
         self.reshaped = reshaped
 
     @contextlib.contextmanager
@@ -240,9 +244,10 @@ def warn_unapplied_layouts(annotated: dict, locations: dict) -> None:
 
 
 def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
-                  wgmma_off: str | None = NO_WGMMA) -> LayoutPlan:
+                  wgmma_off: str | None = NO_WGMMA, stmatrix: bool = False) -> LayoutPlan:
     """The LayoutPlan of one kernel body; `func` (the PrimFunc) lets errors name the user's
-    line; `wgmma_off` says why T.gemm may not use warpgroup MMA (None: it may)."""
+    line; `wgmma_off` says why T.gemm may not use warpgroup MMA (None: it may); `stmatrix`:
+    copies from fragments to shared tiles may use it (sm_90)."""
     plan = LayoutPlan()
     for name, layout in (annotated or {}).items():  # the user's word comes first
         if isinstance(layout, Fragment):
@@ -297,7 +302,7 @@ def infer_layouts(body, threads: int, annotated: dict | None = None, func=None,
         return collect
 
     walk(body, object, collect_in(None))
-    ctx = LayoutContext(plan, threads, wgmma_off)
+    ctx = LayoutContext(plan, threads, wgmma_off, stmatrix)
     views = fragment_view_buffers(body)  # T.reshape: each layout is the other's
 
     # 1. ops fix the layouts they insist on (GEMM accumulators, swizzled tiles), each
@@ -704,10 +709,12 @@ def _misfit(table, owners, pos, offsets, shape):
     return answer
 
 
-def InferLayouts(annotated: dict | None = None, wgmma_off: str | None = NO_WGMMA):  # noqa: N802
+def InferLayouts(annotated: dict | None = None, wgmma_off: str | None = NO_WGMMA,  # noqa: N802
+                 stmatrix: bool = False):
     """Runs layout inference on each kernel; its LayoutPlan rides on the kernel loop
     (`LAYOUT_PLAN`) to the thread lowering, and from the IR into the Trace. `annotated`:
-    the layouts the program chose itself (T.annotate_layout)."""
+    the layouts the program chose itself (T.annotate_layout); `stmatrix`: the target has
+    it (sm_90) and it is not turned off."""
 
     @tirx.transform.prim_func_pass(opt_level=0, name="tilelab.InferLayouts")
     @keep_user_errors
@@ -715,7 +722,8 @@ def InferLayouts(annotated: dict | None = None, wgmma_off: str | None = NO_WGMMA
         def on_kernel(loop):
             if KERNEL not in loop.annotations:
                 return loop
-            plan = infer_layouts(loop, block_threads(loop), annotated, func, wgmma_off)
+            plan = infer_layouts(loop, block_threads(loop), annotated, func, wgmma_off,
+                                 stmatrix)
             return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body,
                             thread_binding=loop.thread_binding,
                             annotations={**loop.annotations, LAYOUT_PLAN: fact(plan)})

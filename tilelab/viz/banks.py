@@ -26,6 +26,8 @@ this module replays those records, it does not decide them again:
 * a copy between a fragment and shared memory is per thread: each thread
   moves its own registers, a few consecutive ones at a time, so instruction
   `g` of a warp has lane l touch the element of register group g of thread l;
+* on sm_90 a fragment that holds 8x8 matrices as MMA accumulators do is stored with
+  `stmatrix.x4`: lane l gives the address of row l % 8 of matrix l // 8 (16 bytes);
 * `T.gemm` reads its shared operands with `ldmatrix`, where every lane gives
   the address of one 16-byte row piece of an 8x8 matrix: `.x4` for A (lane l
   addresses row l % 16, chunk l // 16 of a 16x16 tile), `.x2.trans` for a KxN
@@ -139,6 +141,22 @@ def _fragment_copy(name, rows, cols, size, fragment, record, writing) -> dict | 
             "element_bytes": size, "instructions": instructions}
 
 
+def _stmatrix(name, rows, cols, size, fragment, record) -> dict | None:
+    """stmatrix.x4: per warp and group of eight registers, lane l addresses row l % 8 of
+    matrix l // 8 - the row whose first elements lane 4 (l % 8) holds in pair l // 8."""
+    thread = np.asarray(fragment["thread"])
+    if thread[0].size != rows * cols:
+        return None
+    thread = thread.reshape(-1, rows, cols)
+    local = np.asarray(fragment["local"]).reshape(thread.shape)
+    held = {(int(thread[0, r, c]), int(local[0, r, c])): [r, c]
+            for r, c in np.ndindex(rows, cols)}
+    instructions = [[held[(warp * 32 + lane % 8 * 4, reg + lane // 8 * 2)] for lane in range(32)]
+                    for reg in record["groups"] for warp in range(fragment["threads"] // 32)]
+    return {"name": name, "instruction": f"{record['instruction']} (per warp, from registers)",
+            "lane_bytes": 16, "element_bytes": size, "instructions": instructions}
+
+
 def _ldmatrix(name, role, size, cfg, accumulator, k) -> dict:
     """The ldmatrix instructions T.gemm issues on its A or B tile, for every warp and k-step."""
     wm, wn = accumulator["warps"]
@@ -197,10 +215,12 @@ def shared_accesses(trace, buffer: str) -> list[dict]:
             writing = dst == buffer
             other = buffer_info(trace, src if writing else dst)
             name = f"copy({src}, {dst})"
-            if record["kind"] == "registers":
+            if record["kind"] in ("registers", "stmatrix"):
                 fragment = layouts.get(other["name"])
                 if fragment and "thread" in fragment:
-                    access = _fragment_copy(name, rows, cols, size, fragment, record, writing)
+                    access = _stmatrix(name, rows, cols, size, fragment, record) \
+                        if record["kind"] == "stmatrix" else \
+                        _fragment_copy(name, rows, cols, size, fragment, record, writing)
                     if access:
                         accesses.append(access)
             else:

@@ -73,7 +73,7 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            turns: bool | None = None, uniform_selects: bool = True,
            safe_global: bool = False, rotate: bool = False, own_barriers: bool = False,
            align_once: bool = True, defer_sums: bool = True,
-           tma_stores: bool | None = None) -> list:
+           tma_stores: bool | None = None, stmatrix: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -92,7 +92,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     `align_once`: wgmma tiles proven aligned are checked once per kernel; `defer_sums`: a
     loop's row sums that only feed running totals combine across threads after it;
     `tma_stores`: whole shared tiles go to global tensors by TMA (sm_90a) - in walks over
-    tiles (None), everywhere (True) or nowhere (False)."""
+    tiles (None), everywhere (True) or nowhere (False); `stmatrix`: fragments go into 16-bit
+    shared tiles by stmatrix where they hold 8x8 matrices (sm_90a)."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -121,7 +122,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         *([TmaStores(program.layouts, everywhere=bool(tma_stores))]
           if tma_stores is not False and arch == "sm_90a" else []),
         InsertBarriers(own_barriers),          # __syncthreads where threads share a tile
-        InferLayouts(program.layouts, wgmma_off),  # a Fragment for every fragment buffer
+        # a Fragment for every fragment buffer
+        InferLayouts(program.layouts, wgmma_off, stmatrix and arch == "sm_90a"),
         LowerTileOpsToThreads(own_barriers),   # tile ops -> per-thread code
         s_tir.transform.LowerOpaqueBlock(),    # thread-bound loops -> kernel launch attributes
         T.FlattenBuffer(),
@@ -634,12 +636,13 @@ class CUDABackend(Backend):
                                         False))
         align_once = not configs.get(PassConfigKey.TL_DISABLE_ALIGNMENT_CHECK_ONCE.value, False)
         defer_sums = not configs.get(PassConfigKey.TL_DISABLE_DEFERRED_ROW_SUMS.value, False)
+        stmatrix = not configs.get(PassConfigKey.TL_DISABLE_STMATRIX.value, False)
         if calls_grid_sync(program.func.body):  # every thread of every block reaches it:
             specialize, coarsen = "off", False  # no producer warpgroup, no merged blocks
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
                            turns, uniform, safe_global, rotate, own_barriers, align_once,
-                           defer_sums, tma_stores)
+                           defer_sums, tma_stores, stmatrix)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 

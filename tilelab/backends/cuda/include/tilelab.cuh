@@ -61,6 +61,40 @@ __device__ __forceinline__ void ldmatrix_x2_trans(void* regs, const void* smem) 
                : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(smem)));
 }
 
+// ---- stmatrix (sm_90): ldmatrix's way back. Four 8x8 16-bit matrices go from registers
+// to shared memory, each lane giving the address of one 16-byte row: lanes 8q..8q+7 the
+// rows of matrix q, whose row r/4, columns 2(r%4) and +1 lane r holds in register q.
+// The registers come as 8 of a fragment (pairs 0-1, 2-3, 4-5, 6-7 = matrices 0..3),
+// 32-bit floats rounded to nearest here (cvt.rn, as a store of one element rounds) or
+// already 16-bit.
+__device__ __forceinline__ void stmatrix_x4(void* smem, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               :: "r"(smem_addr(smem)), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  uint32_t packed;  // cvt.rn.f16x2.f32 d, a, b: a in the upper half, b in the lower
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+__device__ __forceinline__ uint32_t pack_bfloat162(float lo, float hi) {
+  uint32_t packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+__device__ __forceinline__ void stmatrix_x4_float_as_half(void* smem, const float* r) {
+  stmatrix_x4(smem, pack_half2(r[0], r[1]), pack_half2(r[2], r[3]), pack_half2(r[4], r[5]),
+              pack_half2(r[6], r[7]));
+}
+__device__ __forceinline__ void stmatrix_x4_float_as_bfloat16(void* smem, const float* r) {
+  stmatrix_x4(smem, pack_bfloat162(r[0], r[1]), pack_bfloat162(r[2], r[3]),
+              pack_bfloat162(r[4], r[5]), pack_bfloat162(r[6], r[7]));
+}
+__device__ __forceinline__ void stmatrix_x4_b16(void* smem, const void* regs) {
+  const uint32_t* r = static_cast<const uint32_t*>(regs);
+  stmatrix_x4(smem, r[0], r[1], r[2], r[3]);
+}
+
 // ---- mma.sync m16n8k16: D = A(16x16) * B(16x8) + C, fp32 accumulators.
 // a: 8 halves (4 registers), b: 4 halves (2 registers), c: 4 floats, in the PTX fragment order.
 #ifdef TILELAB_FP16
