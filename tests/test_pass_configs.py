@@ -73,7 +73,7 @@ def test_every_key_is_tested_here():
               "TL_DISABLE_UNIFORM_SELECTS", "TL_SAFE_GLOBAL_ACCESS",
               "TL_ENABLE_INTRA_WARPGROUP_OVERLAP", "TL_DISABLE_THREAD_STORAGE_SYNC",
               "TL_DISABLE_ALIGNMENT_CHECK_ONCE", "TL_DISABLE_DEFERRED_ROW_SUMS",
-              "TL_ENABLE_TMA_STORES"}
+              "TL_ENABLE_TMA_STORES", "TL_DISABLE_STMATRIX"}
     assert {k.name for k in PassConfigKey} == tested
 
 
@@ -93,6 +93,20 @@ def test_intra_warpgroup_overlap_rotates_the_split_attention_loop():
     assert "rotated" not in _attention().trace.pipelines[0]
     key = PassConfigKey.TL_ENABLE_INTRA_WARPGROUP_OVERLAP.value
     assert "wait_group_sync_aligned_1()" in _attention(configs={key: True}).get_kernel_source()
+
+
+@needs_nvcc
+def test_disable_stmatrix_stores_each_threads_accumulators_itself():
+    """More in tests/test_stmatrix.py."""
+    from tests.test_stmatrix import _gemm_through_shared
+
+    a, b = torch.empty(128, 64, dtype=torch.float16), torch.empty(64, 128, dtype=torch.float16)
+    on = _gemm_through_shared.compile(a, b, target="cuda:sm_90a").get_kernel_source()
+    off = _gemm_through_shared.compile(
+        a, b, target="cuda:sm_90a",
+        pass_configs={PassConfigKey.TL_DISABLE_STMATRIX.value: True}).get_kernel_source()
+    assert "tl::stmatrix_x4" in on and "tl::stmatrix_x4" not in off
+    assert "*(half2*)" in off
 
 
 @needs_nvcc

@@ -385,8 +385,9 @@ def test_the_source_view_says_what_each_tile_op_became_and_why():
     assert ops[0]["instruction"] == "wgmma.mma_async" and "in flight" in ops[0]["why"]
     assert all(row["instruction"].startswith("TMA") and "mbarrier" in row["why"]
                for row in ops[1:3])
-    assert [row["instruction"] for row in ops[3:]] == ["st.shared 4 B per lane",
+    assert [row["instruction"] for row in ops[3:]] == ["stmatrix.x4 16 B per lane",
                                                        "ld.shared 16 B per lane"]
+    assert "8x8 matrices" in ops[3]["why"]
     (store,) = source_views(_compile({}, pass_configs={"tl.disable_stage_stores": True}))[0].ops[3:]
     assert store["instruction"] == "st.global 4 B per lane" and "shared tile" in store["why"]
     narrow = source_views(_compile({}, 256, 256, 100))

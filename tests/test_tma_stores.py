@@ -63,6 +63,9 @@ def copy_out(X, block: int = 64, disable_tma: bool = False):
     return Y
 
 
+WRITE = "tl::stmatrix_x4_float_as_half("  # the accumulators into the tile (ops/copy.py)
+
+
 @needs_nvcc
 def test_the_staged_gemm_sums_leave_by_tma():
     kernel = _gemm()
@@ -74,7 +77,7 @@ def test_the_staged_gemm_sums_leave_by_tma():
     assert spec["box"] == [64, 128] and spec["swizzle"] == 128 and spec["panels"] == 1
     assert "C_ptr" not in source and "C_store_tma" in source
     assert kernel.trace.layouts["acc_staged"]["kind"] == "wgmma_panels"
-    # every thread fences and the block synchronizes once, after the last st.shared; thread
+    # every thread fences and the block synchronizes once, after the last stmatrix; thread
     # 0 waits for its earlier stores' writes, stores and commits - and goes on, without
     # waiting for TMA to have read the tile
     first = source.index("tl::tma_store_wait();")
@@ -83,7 +86,7 @@ def test_the_staged_gemm_sums_leave_by_tma():
         issue.index("tl::tma_store_commit()")
     thread_0 = issue[:issue.index("}")]
     assert "tma_store_wait_read" not in thread_0
-    assert source[source.rindex("= __", 0, first):first].count("__syncthreads()") == 1
+    assert source[source.rindex(WRITE, 0, first):first].count("__syncthreads()") == 1
 
 
 @needs_nvcc
@@ -95,7 +98,7 @@ def test_the_next_part_waits_for_tma_to_have_read_the_tile():
     assert source.count("tl::tma_store(") == 2
     committed = source.index("tl::tma_store_commit()")
     read = source.index("tl::tma_store_wait_read((&(((half*)buf_dyn_shmem_ptr)", committed)
-    again = source.index("*(half2*)(((half*)buf_dyn_shmem_ptr)", read)
+    again = source.index(WRITE, read)
     assert source[committed:read].count("__syncthreads()") == 0
     assert source[read:again].count("__syncthreads()") == 1
     last = source.rindex("tl::tma_store_commit()")
@@ -119,7 +122,7 @@ def test_a_persistent_walk_stores_by_tma_among_its_consumers():
     # the tensor cores start on the next tile while TMA reads this one
     loop = source.index("for (int k = 0;")
     first_wait = source.index("tl::tma_store_wait_read(")
-    first_write = source.index("*(half2*)(((half*)buf_dyn_shmem_ptr)")
+    first_write = source.index(WRITE)
     assert loop < first_wait < first_write
 
 
