@@ -189,6 +189,26 @@ def _gemm_through_shared(A, B, block: int = 128):
     return C
 
 
+@tilelab.jit
+def _half_sums_through_shared(A, B):
+    """The sums rounded into a float16 fragment of the accumulator's layout first."""
+    A: T.Tensor((128, 64), T.float16)
+    B: T.Tensor((64, 128), T.float16)
+    C = T.empty((128, 128), T.float16)
+    with T.Kernel(1, threads=128):
+        a, b = T.alloc_shared((128, 64), T.float16), T.alloc_shared((64, 128), T.float16)
+        acc = T.alloc_fragment((128, 128), T.float32)
+        rounded = T.alloc_fragment((128, 128), T.float16)
+        c = T.alloc_shared((128, 128), T.float16)
+        T.copy(A, a)
+        T.copy(B, b)
+        T.gemm(a, b, acc, clear_accum=True)
+        T.copy(acc, rounded)
+        T.copy(rounded, c)
+        T.copy(c, C)
+    return C
+
+
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
 
 
@@ -215,3 +235,32 @@ def test_hopper_epilogue_uses_stmatrix_and_says_so():
     assert "tl::stmatrix" not in off.get_kernel_source()
     ampere = _gemm_through_shared.compile(a, b, target="cuda:sm_80")
     assert "tl::stmatrix" not in ampere.get_kernel_source()
+
+
+@needs_nvcc
+def test_a_16_bit_fragment_goes_as_it_is():
+    kernel = _half_sums_through_shared.compile(target="cuda:sm_90a")
+    assert kernel.get_kernel_source().count("tl::stmatrix_x4_b16(") == 128 * 128 // 128 // 8
+    assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in kernel.trace.code["ptx"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("program", ["float32 sums", "float16 fragment"])
+def test_stmatrix_stores_what_the_threads_stored(program):
+    """On the GPU: the same kernels with and without stmatrix, bit for bit, and PyTorch."""
+    import torch
+
+    a = torch.randn(256, 192, device="cuda", dtype=torch.float16)
+    b = torch.randn(192, 256, device="cuda", dtype=torch.float16)
+    off = {PassConfigKey.TL_DISABLE_STMATRIX.value: True}
+    if program == "float32 sums":
+        on_kernel = _gemm_through_shared.compile(a, b)
+        off_kernel = _gemm_through_shared.compile(a, b, pass_configs=off)
+    else:
+        a, b = a[:128, :64].contiguous(), b[:64, :128].contiguous()
+        on_kernel = _half_sums_through_shared.compile()
+        off_kernel = _half_sums_through_shared.compile(pass_configs=off)
+    assert "tl::stmatrix" in on_kernel.get_kernel_source()
+    on, plain = on_kernel(a, b), off_kernel(a, b)
+    assert torch.equal(on, plain)
+    torch.testing.assert_close(on, (a.float() @ b.float()).half(), rtol=1e-2, atol=1e-2)

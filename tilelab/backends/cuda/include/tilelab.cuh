@@ -91,8 +91,10 @@ __device__ __forceinline__ void stmatrix_x4_float_as_bfloat16(void* smem, const 
               pack_bfloat162(r[4], r[5]), pack_bfloat162(r[6], r[7]));
 }
 __device__ __forceinline__ void stmatrix_x4_b16(void* smem, const void* regs) {
-  const uint32_t* r = static_cast<const uint32_t*>(regs);
-  stmatrix_x4(smem, r[0], r[1], r[2], r[3]);
+  // (16-bit registers: a pair is two halves, not one aligned word)
+  const unsigned short* r = static_cast<const unsigned short*>(regs);
+  stmatrix_x4(smem, r[0] | (uint32_t(r[1]) << 16), r[2] | (uint32_t(r[3]) << 16),
+              r[4] | (uint32_t(r[5]) << 16), r[6] | (uint32_t(r[7]) << 16));
 }
 
 // ---- mma.sync m16n8k16: D = A(16x16) * B(16x8) + C, fp32 accumulators.
