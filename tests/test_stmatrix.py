@@ -264,3 +264,22 @@ def test_stmatrix_stores_what_the_threads_stored(program):
     on, plain = on_kernel(a, b), off_kernel(a, b)
     assert torch.equal(on, plain)
     torch.testing.assert_close(on, (a.float() @ b.float()).half(), rtol=1e-2, atol=1e-2)
+
+
+@needs_nvcc
+def test_the_bank_view_shows_the_persistent_epilogue_part_by_part():
+    """`c_fragment[part * 64:(part + 1) * 64, :]` into a 64-row tile: the view replays a part
+    in the tile's coordinates (each part meets the tile alike): per warp, the eight groups of
+    the part's rows, conflict-free on the kernel's panels, 8-way on row-major."""
+    from examples.persistent_gemm import persistent_gemm_kernel
+    from tests.test_tma_stores import _meta
+
+    kernel = persistent_gemm_kernel.compile(_meta(1000, 520), _meta(520, 776),
+                                            target="cuda:sm_90a")
+    view = bank_conflict_view(kernel.trace, "c_shared")
+    (i,) = [i for i, a in enumerate(view.accesses) if a["instruction"].startswith("stmatrix")]
+    assert len(view.accesses[i]["instructions"]) == 8 * 8  # 8 consumer warps, 8 groups
+    rows = {r for lanes in view.accesses[i]["instructions"] for r, _ in lanes}
+    assert rows == set(range(64))
+    assert max(view.degrees[(i, "this kernel's")]) == 1
+    assert max(view.degrees[(i, "row-major")]) == 8

@@ -83,6 +83,23 @@ def gemm_traces():
                                         target="cpu").trace for stages in (2, 3)}
 
 
+def test_a_part_of_a_fragment_is_replayed_in_the_tiles_coordinates():
+    """The persistent GEMM stores its accumulators in parts of 64 rows through one 64-row
+    tile (`c_fragment[part * 64:(part + 1) * 64, :]`): the copy's record names the region,
+    and the view replays a part's stores onto the tile."""
+    import torch
+
+    from examples.persistent_gemm import persistent_gemm_kernel
+
+    a, b = torch.empty(256, 128, dtype=torch.float16), torch.empty(128, 512, dtype=torch.float16)
+    trace = persistent_gemm_kernel.compile(a, b, target="cpu").trace
+    view = bank_conflict_view(trace, "c_shared")
+    stores = [x for x in view.accesses if "from registers" in x["instruction"]]
+    assert len(stores) == 1
+    rows = {lane[0] for lanes in stores[0]["instructions"] for lane in lanes if lane}
+    assert rows == set(range(64))
+
+
 def test_gemm_shared_tiles_conflicts(gemm_traces):
     trace = gemm_traces[3]
     view = bank_conflict_view(trace, "a_shared")

@@ -428,8 +428,13 @@ def describe(call, ctx) -> None:
 
 def _record(ctx, call, kind: str, vector: int, instruction: str, why: str,
             **more) -> None:
-    """The copy's instruction record (the bank view, `--source`)."""
+    """The copy's instruction record (the bank view, `--source`); a copy to or from a
+    fragment also names the fragment's region: [start (None where not a constant),
+    extent] per dimension."""
     src, dst = regions(call)
+    frag = src if is_fragment(src.buffer) else dst if is_fragment(dst.buffer) else None
+    if frag is not None and kind in ("registers", "stmatrix"):
+        more["region"] = [[_const_int(s), _const_int(e)] for s, e in zip(frag.starts, frag.extents)]
     ctx.plan.instructions.append({
         "op": "copy", "loc": str(call.config.get("loc", "")), "src": src.buffer.name,
         "dst": dst.buffer.name, "kind": kind, "vector": vector, "instruction": instruction,

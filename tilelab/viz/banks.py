@@ -28,6 +28,8 @@ this module replays those records, it does not decide them again:
   `g` of a warp has lane l touch the element of register group g of thread l;
 * on sm_90 a fragment that holds 8x8 matrices as MMA accumulators do is stored with
   `stmatrix.x4`: lane l gives the address of row l % 8 of matrix l // 8 (16 bytes);
+  a copy of a part of a fragment into a tile of the part's size (a GEMM's sums stored in
+  parts of rows) is replayed for one part, in the tile's coordinates;
 * `T.gemm` reads its shared operands with `ldmatrix`, where every lane gives
   the address of one 16-byte row piece of an 8x8 matrix: `.x4` for A (lane l
   addresses row l % 16, chunk l // 16 of a 16x16 tile), `.x2.trans` for a KxN
@@ -114,16 +116,36 @@ def _cooperative(name, rows, cols, size, record) -> dict:
             "lane_bytes": v * size, "element_bytes": size, "instructions": instructions}
 
 
+def _held(rows, cols, fragment, record) -> dict | None:
+    """(thread, register) -> (row, col, copy) of the shared tile that the element reaches: the
+    fragment's own coordinates where it is the tile's size, else those less the start of the
+    copied region (`record["region"]`, the fragment's side; a start that is not a constant,
+    `c[part * 64:(part + 1) * 64]`, is taken as 0 - each part meets the tile alike)."""
+    shape = list(fragment.get("shape") or [])
+    thread = np.asarray(fragment["thread"])
+    region = record.get("region")
+    if thread[0].size == rows * cols:
+        starts, extents = [0, 0], [rows, cols]
+        shape = [rows, cols]
+    elif len(shape) == 2 and region and [e for _, e in region] == [rows, cols]:
+        starts, extents = [s or 0 for s, _ in region], [rows, cols]
+    else:
+        return None
+    thread = thread.reshape(-1, *shape)
+    local = np.asarray(fragment["local"]).reshape(thread.shape)
+    held = {}
+    for rep, r, c in np.ndindex(*thread.shape):
+        r0, c0 = r - starts[0], c - starts[1]
+        if 0 <= r0 < extents[0] and 0 <= c0 < extents[1]:
+            held[(int(thread[rep, r, c]), int(local[rep, r, c]))] = (r0, c0, rep)
+    return held
+
+
 def _fragment_copy(name, rows, cols, size, fragment, record, writing) -> dict | None:
     """Each thread moves its own registers, v consecutive ones at a time."""
-    thread = np.asarray(fragment["thread"])
-    if thread[0].size != rows * cols:
+    held = _held(rows, cols, fragment, record)
+    if held is None:
         return None
-    thread = thread.reshape(-1, rows, cols)
-    local = np.asarray(fragment["local"]).reshape(thread.shape)
-    held = {}  # (thread, register) -> (row, col, copy)
-    for rep, r, c in np.ndindex(*thread.shape):
-        held[(int(thread[rep, r, c]), int(local[rep, r, c]))] = (r, c, rep)
     threads, registers = fragment["threads"], fragment["local_size"]
     v = record["vector"]
     instructions = []
@@ -144,15 +166,16 @@ def _fragment_copy(name, rows, cols, size, fragment, record, writing) -> dict | 
 def _stmatrix(name, rows, cols, size, fragment, record) -> dict | None:
     """stmatrix.x4: per warp and group of eight registers, lane l addresses row l % 8 of
     matrix l // 8 - the row whose first elements lane 4 (l % 8) holds in pair l // 8."""
-    thread = np.asarray(fragment["thread"])
-    if thread[0].size != rows * cols:
+    held = _held(rows, cols, fragment, record)
+    if held is None:
         return None
-    thread = thread.reshape(-1, rows, cols)
-    local = np.asarray(fragment["local"]).reshape(thread.shape)
-    held = {(int(thread[0, r, c]), int(local[0, r, c])): [r, c]
-            for r, c in np.ndindex(rows, cols)}
-    instructions = [[held[(warp * 32 + lane % 8 * 4, reg + lane // 8 * 2)] for lane in range(32)]
-                    for reg in record["groups"] for warp in range(fragment["threads"] // 32)]
+    instructions = []
+    for reg in record["groups"]:
+        for warp in range(fragment["threads"] // 32):
+            lanes = [held.get((warp * 32 + lane % 8 * 4, reg + lane // 8 * 2))
+                     for lane in range(32)]
+            if all(lane is not None for lane in lanes):  # (a group of the part the replay shows)
+                instructions.append([[r, c] for r, c, _ in lanes])
     return {"name": name, "instruction": f"{record['instruction']} (per warp, from registers)",
             "lane_bytes": 16, "element_bytes": size, "instructions": instructions}
 
