@@ -1027,29 +1027,24 @@ def holds_matrix_rows(frag: Fragment) -> bool:
     `mma`/`wgmma` - every register pair 2p, 2p+1 of lane t the elements (row0 + t/4,
     col0 + 2(t%4)) and the next column, col0 a multiple of 8? Then `stmatrix` (and
     `ldmatrix`) move it: each lane gives one matrix row's 16 bytes."""
+    def pair_is_matrix_rows(lanes, p) -> bool:
+        first = lanes[0][2 * p]
+        if first is None or first[-1] % 8:
+            return False
+        for t, registers in enumerate(lanes):
+            row = first[:-2] + (first[-2] + t // 4,)
+            col = first[-1] + 2 * (t % 4)
+            if registers[2 * p] != row + (col,) or registers[2 * p + 1] != row + (col + 1,):
+                return False
+        return True
+
     key = _key("matrix_rows", frag)
     if key not in _TABLE_CACHE:
         elements = thread_elements(frag)
-        holds = frag.replicate == 1 and frag.threads % 32 == 0 and \
-            frag.local_size % 2 == 0 and len(frag.shape) >= 2
-        for warp in range(frag.threads // 32 if holds else 0):
-            lanes = elements[32 * warp:32 * warp + 32]
-            for p in range(frag.local_size // 2):
-                first = lanes[0][2 * p]
-                if first is None or first[-1] % 8:
-                    holds = False
-                    break
-                for t, registers in enumerate(lanes):
-                    row = first[:-2] + (first[-2] + t // 4,)
-                    col = first[-1] + 2 * (t % 4)
-                    if registers[2 * p] != row + (col,) or registers[2 * p + 1] != row + (col + 1,):
-                        holds = False
-                        break
-                if not holds:
-                    break
-            if not holds:
-                break
-        _TABLE_CACHE[key] = holds
+        _TABLE_CACHE[key] = frag.replicate == 1 and frag.threads % 32 == 0 and \
+            frag.local_size % 2 == 0 and len(frag.shape) >= 2 and \
+            all(pair_is_matrix_rows(elements[32 * warp:32 * warp + 32], p)
+                for warp in range(frag.threads // 32) for p in range(frag.local_size // 2))
         _KEEP_ALIVE.append(frag.forward)
     return _TABLE_CACHE[key]
 
