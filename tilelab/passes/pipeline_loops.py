@@ -791,11 +791,16 @@ def _specialized(loop, producers, consumers, staging, issue, barrier_of, full, e
                            {"num_stages": stages, PIPELINED: True, PIPELINE_PLAN: fact(plan)},
                            turns=two_groups)
         return front, seq(fence + rotated + drain), staging
+    # in a walk over tiles the K loop stays rolled, as CUTLASS keeps its mainloop: where
+    # each block walks one tile the walk's loop folds away and nvcc unrolled a short K loop
+    # whole - nine iterations of eight MMAs at K=520 spilled 76 bytes past the 168
+    # registers a thread of a 384-thread block may hold
+    rolled = {} if tiles is None else {"disable_unroll": True}  # `#pragma unroll 1`
     new_loop = tirx.For(k, loop.min, loop.extent, loop.kind,
                         seq(stamp(k, 0) + [wait_for(at)] + stamp(k, 1) + computed +
                             stamp(k, 3) + [released]),
                         annotations={"num_stages": stages, PIPELINED: True,
-                                     PIPELINE_PLAN: fact(plan)})
+                                     PIPELINE_PLAN: fact(plan), **rolled})
     if tiles is None:
         return front, seq(fence + [new_loop] + last_turn + waited + drain), staging
     # the tile's last slot is released once its MMAs are done; the epilogue follows
