@@ -106,6 +106,20 @@ def test_the_next_part_waits_for_tma_to_have_read_the_tile():
 
 
 @needs_nvcc
+def test_a_walk_of_one_tile_keeps_its_k_loop_rolled():
+    """1000x776 in 128x256 tiles is 32 tiles: 32 blocks walk one each, the walk folds away
+    and its K loop of nine constant steps would be unrolled whole - 76 bytes spilled past
+    the 168 registers of a 384-thread block. `#pragma unroll 1` keeps it rolled."""
+    from examples.persistent_gemm import persistent_gemm_kernel
+
+    kernel = persistent_gemm_kernel.compile(_meta(1000, 520), _meta(520, 776),
+                                            target="cuda:sm_90a")
+    assert kernel.trace.resources["grid"] == [32, 1, 1]
+    assert "#pragma unroll 1\n" in kernel.get_kernel_source()
+    assert kernel.trace.resources["spill_stores_bytes"] == 0
+
+
+@needs_nvcc
 def test_a_persistent_walk_stores_by_tma_among_its_consumers():
     """The walk's consumers synchronize among themselves (the producer warpgroup is not
     there): the store's barrier is theirs."""
