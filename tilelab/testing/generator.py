@@ -1156,11 +1156,8 @@ class _Gen:
             return ["un", fn, self.expr(operands, depth - 1, is_int)]
         # a select: compare values that every backend holds exactly (loaded inputs, indices)
         exact = [(n, a) for n, a in operands if n in self.exact]
-        left = ["ld", *rng.choice(exact)] if exact else ["ix", "i"]
-        right = ["c", 0] if exact else ["ix", "j" if any(a in ("ij", "ji") for _, a in operands)
-                                         else "i"]
-        if right == left:
-            right = ["c", 3]
+        left, right = (["ld", *rng.choice(exact)], ["c", 0]) if exact else \
+            _index_comparison(operands)
         return ["sel", rng.choice(("<", ">")), left, right,
                 self.expr(operands, depth - 1, is_int), self.expr(operands, depth - 1, is_int)]
 
@@ -1194,6 +1191,27 @@ class _Gen:
             elif cols and b["kind"] == cols:
                 out.append((b["name"], "j"))
         return out
+
+
+def _compare_indices_instead(expr, name: str, operands: list):
+    """`expr` with every select on buffer `name`'s values comparing indices instead: for a
+    step applied over and over (a masked loop), whose later passes read values it computed
+    itself - a value within rounding of the threshold would send one backend down one side
+    and the reference down the other (seed 5001, program 131)."""
+    if expr[0] in ("ld", "c", "ix"):
+        return expr
+    parts = [_compare_indices_instead(part, name, operands) if isinstance(part, list) else part
+             for part in expr[2:]]
+    if expr[0] == "sel" and expr[2][0] == "ld" and expr[2][1] == name:
+        parts[0:2] = _index_comparison(operands)
+    return [expr[0], expr[1], *parts]
+
+
+def _index_comparison(operands: list) -> tuple[list, list]:
+    """The two sides of a select that compares loop indices (exact on every backend)."""
+    left = ["ix", "i"]
+    right = ["ix", "j" if any(a in ("ij", "ji") for _, a in operands) else "i"]
+    return left, (["c", 3] if right == left else right)
 
 
 def _sizes(rng: random.Random, block: int) -> int:
@@ -1452,6 +1470,7 @@ def _random_step(g: _Gen, dtype: str, acc: str, is_int: bool):
                 flags = g.buffer("fragment", "mask", "int32")
                 g.step(op="load", dst=flags["name"], src=g.tensor("mask", "int32"))
                 del step["guard"]
+                expr = _compare_indices_instead(expr, dst["name"], operands)
                 step.update(mask=flags["name"], expr=["bin", "+", expr, ["ix", "k"]])
         if tmp:
             step["tmp"] = tmp
