@@ -211,6 +211,17 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h100_fiftieth_full.json",
+     "Every suite row, built at adb7fdd (stmatrix epilogues on sm_90a, a walk's K loop kept "
+     "rolled), on an H100 SXM (no H200 came): GEMM fp16 8192³ with 128×256 tiles ×1.06 of "
+     "cuBLAS, bf16 ×1.00, fp16 and bf16 4096³ ×0.97, the persistent kernel ×0.99-1.00 at "
+     "8192³, ×0.94 (fp16) and ×1.00 (bf16) at 4096³; FlashAttention d128 with 128×128 tiles "
+     "as compiled by default ×1.01 of SDPA, causal ×0.92, d64 ×1.09; vector add ×1.00 of "
+     "`a + b`, SwiGLU ×1.68; all 49 checks ok. One run, kernel and baseline alternated three "
+     "times; the paired figures (16 rounds each, bench/results/goals_paired_h100_w50.json, "
+     "in the notes: persistent 4096³ 0.994 and 0.998) are the ones to quote (2026-12-07, "
+     "fiftieth session)",
+     "`python bench/gpu_suite.py build`"),
     ("gpu_suite_h200_fortyfifth_full.json",
      "Every suite row, built at 979f9da (the compiler as the forty-third session left it), "
      "on the H200 - the first since the thirty-eighth session: GEMM fp16 8192³ with 128×256 "
