@@ -110,8 +110,8 @@ def _expected(frag: Fragment, rows: tuple, shared_shape, layout) -> dict:
 
 
 CASES = {
-    # the persistent GEMM's epilogue: 2 warpgroups side by side, half the rows at a time,
-    # into the swizzled tile the compiler gives a shared tile written from a fragment
+    # 2 warpgroups side by side (GemmWarpPolicy.Square), half the rows at a time, into the
+    # swizzled tile the compiler gives a shared tile written from a fragment
     "wgmma 128x256, rows 64-127, swizzled": (Fragment.wgmma_accumulator(128, 256, 1, 2),
                                              (64, 128), (64, 256), "float16", True),
     "wgmma 128x128, all rows, bfloat16": (Fragment.wgmma_accumulator(128, 128, 2, 1),
@@ -268,9 +268,10 @@ def test_stmatrix_stores_what_the_threads_stored(program):
 
 @needs_nvcc
 def test_the_bank_view_shows_the_persistent_epilogue_part_by_part():
-    """`c_fragment[part * 64:(part + 1) * 64, :]` into a 64-row tile: the view replays a part
-    in the tile's coordinates (each part meets the tile alike): per warp, the eight groups of
-    the part's rows, conflict-free on the kernel's panels, 8-way on row-major."""
+    """`c_fragment[:, part * 128:(part + 1) * 128]` into a 128-column tile: the view replays
+    a part in the tile's coordinates (each part meets the tile alike): per warp, eight groups
+    of its 16 rows (the warpgroups split the rows), every row of the tile and each of its
+    eight-column pieces written, conflict-free on the kernel's panels, 8-way on row-major."""
     from examples.persistent_gemm import persistent_gemm_kernel
     from tests.test_tma_stores import _meta
 
@@ -279,7 +280,9 @@ def test_the_bank_view_shows_the_persistent_epilogue_part_by_part():
     view = bank_conflict_view(kernel.trace, "c_shared")
     (i,) = [i for i, a in enumerate(view.accesses) if a["instruction"].startswith("stmatrix")]
     assert len(view.accesses[i]["instructions"]) == 8 * 8  # 8 consumer warps, 8 groups
-    rows = {r for lanes in view.accesses[i]["instructions"] for r, _ in lanes}
-    assert rows == set(range(64))
+    assert {r for lanes in view.accesses[i]["instructions"] for r, _ in lanes} == \
+        set(range(128))
+    assert {c for lanes in view.accesses[i]["instructions"] for _, c in lanes} == \
+        set(range(0, 128, 8))
     assert max(view.degrees[(i, "this kernel's")]) == 1
     assert max(view.degrees[(i, "row-major")]) == 8

@@ -84,9 +84,9 @@ def gemm_traces():
 
 
 def test_a_part_of_a_fragment_is_replayed_in_the_tiles_coordinates():
-    """The persistent GEMM stores its accumulators in parts of 64 rows through one 64-row
-    tile (`c_fragment[part * 64:(part + 1) * 64, :]`): the copy's record names the region,
-    and the view replays a part's stores onto the tile."""
+    """The persistent GEMM stores its accumulators in parts of 128 columns through one
+    128-column tile (`c_fragment[0:block_m, part * width:(part + 1) * width]`): the copy's
+    record names the region, and the view replays a part's stores onto the tile."""
     import torch
 
     from examples.persistent_gemm import persistent_gemm_kernel
@@ -96,8 +96,9 @@ def test_a_part_of_a_fragment_is_replayed_in_the_tiles_coordinates():
     view = bank_conflict_view(trace, "c_shared")
     stores = [x for x in view.accesses if "from registers" in x["instruction"]]
     assert len(stores) == 1
-    rows = {lane[0] for lanes in stores[0]["instructions"] for lane in lanes if lane}
-    assert rows == set(range(64))
+    lanes = [lane for lanes in stores[0]["instructions"] for lane in lanes if lane]
+    assert {row for row, _ in lanes} == set(range(128))
+    assert {col for _, col in lanes} == set(range(0, 128, 2))  # two values a lane
 
 
 def test_gemm_shared_tiles_conflicts(gemm_traces):
