@@ -211,6 +211,19 @@ BASELINES = {
 
 
 RUNS = [  # newest first: (results file, what the run was, the build command)
+    ("gpu_suite_h100_fiftyfirst_full.json",
+     "Every suite row, built at 8890340 (the persistent GEMM's warpgroups split the tile by "
+     "rows - `GemmWarpPolicy.FullRow` - and C leaves in parts of columns; every other kernel's "
+     "CUDA source as at adb7fdd), on an H100 SXM (no H200 came): GEMM fp16 8192³ with "
+     "128×256 tiles ×0.97 of cuBLAS, bf16 ×1.06, fp16 4096³ ×0.99, bf16 ×0.96, the "
+     "persistent kernel ×1.03-1.08 at 8192³, ×0.94 (fp16) and ×0.98 (bf16) at 4096³; "
+     "FlashAttention d128 with 128×128 tiles as compiled by default ×1.04 of SDPA, causal "
+     "×0.93, d64 ×1.12; vector add ×1.00 of `a + b`, SwiGLU ×1.68; all 49 checks ok. One "
+     "run, kernel and baseline alternated three times; the paired figures (bench/results/"
+     "goals_paired_h100_w51.json, 16 rounds: persistent 4096³ 0.998 and 0.997; "
+     "goals_4096_48_rounds_h100_w51.json, 48 rounds: 0.996 and 0.997) are the ones to quote "
+     "(2026-12-07, fifty-first session)",
+     "`python bench/gpu_suite.py build`"),
     ("gpu_suite_h100_fiftieth_full.json",
      "Every suite row, built at adb7fdd (stmatrix epilogues on sm_90a, a walk's K loop kept "
      "rolled), on an H100 SXM (no H200 came): GEMM fp16 8192³ with 128×256 tiles ×1.06 of "
