@@ -29,7 +29,7 @@ this module replays those records, it does not decide them again:
 * on sm_90 a fragment that holds 8x8 matrices as MMA accumulators do is stored with
   `stmatrix.x4`: lane l gives the address of row l % 8 of matrix l // 8 (16 bytes);
   a copy of a part of a fragment into a tile of the part's size (a GEMM's sums stored in
-  parts of rows) is replayed for one part, in the tile's coordinates;
+  parts of rows or of columns) is replayed for one part, in the tile's coordinates;
 * `T.gemm` reads its shared operands with `ldmatrix`, where every lane gives
   the address of one 16-byte row piece of an 8x8 matrix: `.x4` for A (lane l
   addresses row l % 16, chunk l // 16 of a 16x16 tile), `.x2.trans` for a KxN
