@@ -280,9 +280,8 @@ def test_the_bank_view_shows_the_persistent_epilogue_part_by_part():
     view = bank_conflict_view(kernel.trace, "c_shared")
     (i,) = [i for i, a in enumerate(view.accesses) if a["instruction"].startswith("stmatrix")]
     assert len(view.accesses[i]["instructions"]) == 8 * 8  # 8 consumer warps, 8 groups
-    assert {r for lanes in view.accesses[i]["instructions"] for r, _ in lanes} == \
-        set(range(128))
-    assert {c for lanes in view.accesses[i]["instructions"] for _, c in lanes} == \
-        set(range(0, 128, 8))
+    lanes = [lane for lanes in view.accesses[i]["instructions"] for lane in lanes]
+    assert {row for row, _ in lanes} == set(range(128))
+    assert {col for _, col in lanes} == set(range(0, 128, 8))  # 16-byte row pieces
     assert max(view.degrees[(i, "this kernel's")]) == 1
     assert max(view.degrees[(i, "row-major")]) == 8
