@@ -73,8 +73,21 @@ def test_every_key_is_tested_here():
               "TL_DISABLE_UNIFORM_SELECTS", "TL_SAFE_GLOBAL_ACCESS",
               "TL_ENABLE_INTRA_WARPGROUP_OVERLAP", "TL_DISABLE_THREAD_STORAGE_SYNC",
               "TL_DISABLE_ALIGNMENT_CHECK_ONCE", "TL_DISABLE_DEFERRED_ROW_SUMS",
-              "TL_ENABLE_TMA_STORES", "TL_DISABLE_STMATRIX"}
+              "TL_ENABLE_TMA_STORES", "TL_DISABLE_STMATRIX", "TL_DISABLE_TMA_MULTICAST"}
     assert {k.name for k in PassConfigKey} == tested
+
+
+@needs_nvcc
+def test_disable_tma_multicast_keeps_a_copy_of_the_tiles_per_block():
+    """FlashAttention's neighbouring query blocks share K and V as a cluster unless asked
+    not to (tests/test_clusters.py)."""
+    from tests.test_clusters import _attention
+
+    paired = _attention(1, 2, 512, 128).get_kernel_source()
+    apart = _attention(1, 2, 512, 128, configs={
+        PassConfigKey.TL_DISABLE_TMA_MULTICAST.value: True}).get_kernel_source()
+    assert "__cluster_dims__(2, 1, 1)" in paired and "tl::tma_load_multicast" in paired
+    assert "__cluster_dims__" not in apart and "tl::tma_load_multicast" not in apart
 
 
 def test_safe_global_access_reads_zero_outside_a_tensor():

@@ -23,6 +23,7 @@ REFILL = "tilelab.pipeline_refill"  # around a pipelined loop's refill copies (i
 # the producer's registers, passes/specialize_warps.py)
 WARP_PRODUCER = "tilelab.warp_producer"
 WARP_ROLE = "tilelab.warp_role"  # AttrStmt of `with T.ws(...)`: node = first thread, value = end
+CLUSTER = "tilelab.cluster"  # AttrStmt around a cluster's first barrier: value = its dims (JSON)
 SWIZZLE = "tilelab.swizzle"  # a T.Kernel loop: T.use_swizzle's [panel, order, enable]
 LAYOUT_PLAN = "tilelab.layout_plan"  # a T.Kernel loop: InferLayouts' LayoutPlan (a fact)
 COARSENED = "tilelab.coarsened"  # a T.Kernel loop: program blocks per launched block
@@ -143,6 +144,10 @@ class PassConfigKey(str, enum.Enum):
     # sm_90a: split every TMA loop that keeps its MMAs in flight and allows a producer
     # warp, also where it was not measured to pay (to try it, and to test the split)
     TL_FORCE_WARP_SPECIALIZED = "tl.force_warp_specialized"
+    # sm_90a: a split loop that computes between its T.gemm (FlashAttention) keeps a copy
+    # of its tiles per block where neighbouring blocks copy the same ones, instead of
+    # running the two as a cluster in which each asks TMA for half of them, for both
+    TL_DISABLE_TMA_MULTICAST = "tl.disable_tma_multicast"
     # CUDA: number blocks as written, instead of the ones with the most loop trips first
     # (passes/heavy_blocks_first.py: causal attention)
     TL_DISABLE_HEAVY_FIRST = "tl.disable_heavy_first"

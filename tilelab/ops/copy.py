@@ -246,8 +246,20 @@ def tma_load(ctx, call):
     # barrier counts the arrivals the program makes itself: only the bytes are announced
     announce = "tl::mbar_expect_tx" if cfg.get("by_barrier") else "tl::mbar_arrive_expect_tx"
     stmts = [extern(announce, bar, tirx.const(spec["bytes"], "uint32"))]
-    for at, box in _panel_boxes(ctx, dst, src, spec, rw_mask=2):
-        stmts.append(extern("tl::tma_load", at, cfg["tma"], bar, *box))
+    boxes = list(_panel_boxes(ctx, dst, src, spec, rw_mask=2))
+    blocks = int(cfg.get("multicast", 1))  # a cluster's blocks that share this tile
+    if blocks == 1:
+        stmts += [extern("tl::tma_load", at, cfg["tma"], bar, *box) for at, box in boxes]
+    else:  # the block of rank r asks for boxes r, r + blocks, ... for all of them; the
+        # whole tile's bytes land in each block's slot all the same
+        mask = tirx.const((1 << blocks) - 1, "uint16")
+        mine = [seq([extern("tl::tma_load_multicast", at, cfg["tma"], bar, mask, *box)
+                     for at, box in boxes[rank::blocks]]) for rank in range(blocks)]
+        rank = tirx.call_extern("int32", "tl::cluster_rank")
+        choice = mine[-1]
+        for r in reversed(range(blocks - 1)):
+            choice = tirx.IfThenElse(tirx.EQ(rank, r), mine[r], choice)
+        stmts.append(choice)
     issue = tirx.IfThenElse(tirx.EQ(ctx.tx, 0), seq(stmts), None)
     return tirx.AttrStmt(cfg["tma"], TENSOR_MAP, tvm.ir.StringImm(cfg["tma_spec"]), issue)
 
@@ -390,6 +402,10 @@ def describe(call, ctx) -> None:
             why = ("a pipelined tile that warpgroup MMA reads: one thread asks the Tensor "
                    "Memory Accelerator for it, already swizzled; the threads wait on the "
                    "slot's mbarrier")
+            if config(call).get("multicast"):
+                instruction += f", multicast to a cluster of {config(call)['multicast']}"
+                why += ("; the neighbouring block copies the same tile, so the two run as "
+                        "a cluster and each asks for its share of the boxes, for both")
         _record(ctx, call, "tma", 0, instruction, why)
         return
     groups = stmatrix_groups(ctx.layouts[src.buffer.name], src, dst, _widest(call)) \

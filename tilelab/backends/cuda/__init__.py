@@ -19,7 +19,7 @@ import threading
 from tvm import tirx
 
 from ...errors import RoleConflict, TileLabCompileError, TileLabError
-from ...ir.keys import KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
+from ...ir.keys import CLUSTER, KERNEL, PIPELINE_PLAN, PassConfigKey, block_threads, facts_in
 from ...ops._lowering import GRID_SYNC, calls_grid_sync
 from ...ops.copy import TENSOR_MAP
 from ...passes.aligned_tiles_once import AlignedTilesOnce
@@ -73,7 +73,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
            turns: bool | None = None, uniform_selects: bool = True,
            safe_global: bool = False, rotate: bool = False, own_barriers: bool = False,
            align_once: bool = True, defer_sums: bool = True,
-           tma_stores: bool | None = None, stmatrix: bool = True) -> list:
+           tma_stores: bool | None = None, stmatrix: bool = True,
+           multicast: bool = True) -> list:
     """The CUDA pipeline, in order: tilelab's tile-level passes, then TVM's lowering.
     What a pass decides for a later one (a layout plan, a pipeline schedule) rides on
     the IR as a fact (ir/keys.py); the Trace reads the facts from the IR as well.
@@ -93,7 +94,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
     loop's row sums that only feed running totals combine across threads after it;
     `tma_stores`: whole shared tiles go to global tensors by TMA (sm_90a) - in walks over
     tiles (None), everywhere (True) or nowhere (False); `stmatrix`: fragments go into 16-bit
-    shared tiles by stmatrix where they hold 8x8 matrices (sm_90a)."""
+    shared tiles by stmatrix where they hold 8x8 matrices (sm_90a); `multicast`: pairs of
+    blocks whose split loops copy the same tiles share them, as a cluster (sm_90a)."""
     import tvm.s_tir as s_tir
 
     T = tirx.transform  # noqa: N806
@@ -114,7 +116,8 @@ def passes(program, vectorize: bool = True, wgmma_off: str | None = "no sm_90a t
         *([DeferredRowSums] if defer_sums else []),  # running sums' shuffles after the loop
         # T.Pipelined: load ahead with cp.async (or TMA)
         PipelineLoops(wgmma_off, overlap_gemms=overlap_gemms, tma=tma,
-                      annotated=program.layouts, specialize=specialize, turns=turns, rotate=rotate),
+                      annotated=program.layouts, specialize=specialize, turns=turns, rotate=rotate,
+                      multicast=multicast),
         *([SlotsFit(program, arch)] if arch else []),  # refused now, not after the lowering
         # T.gemm sums leave in rows of 16 bytes a thread
         *([StageStores(shared_memory_limit(arch))] if arch and stage_stores else []),
@@ -289,16 +292,37 @@ def _kernel_config(gv, func) -> dict:
 
     walk(func.body, tirx.Stmt, visit)  # after merging: one dynamic allocation
     specs = {}  # TMA descriptors: parameter name -> what the launcher encodes
+    cluster = [1, 1, 1]  # blocks launched together (pipeline_loops.Cluster)
 
-    def tensor_map(node):
+    def attribute(node):
+        nonlocal cluster
         if node.attr_key == TENSOR_MAP:
             specs[str(node.node.name)] = json.loads(str(node.value.value))
+        elif node.attr_key == CLUSTER:
+            cluster = json.loads(str(node.value.value))
 
-    walk(func.body, tirx.AttrStmt, tensor_map)
+    walk(func.body, tirx.AttrStmt, attribute)
     params = [str(p.name) for p in func.params if not is_buffer(p)]
     return {"kernel_name": str(gv.name_hint), "dynamic_smem": smem["shared.dyn"], "grid": grid,
             "threads": threads, "static_smem": smem["shared"], "param_names": params,
-            "tensor_maps": specs, "cooperative": calls_grid_sync(func.body)}
+            "tensor_maps": specs, "cooperative": calls_grid_sync(func.body),
+            "cluster": cluster}
+
+
+def with_cluster_dims(source: str, config: dict) -> str:
+    """The kernel declared with its cluster shape (`__cluster_dims__`) where its blocks run
+    in clusters: a plain launch then starts them so (TVM's code generator has no attribute
+    for it)."""
+    if config["cluster"] == [1, 1, 1]:
+        return source
+    dims = ", ".join(str(d) for d in config["cluster"])
+    name = re.escape(config["kernel_name"])
+    declared, count = re.subn(rf"(__global__ void )(__launch_bounds__\(\d+\) )?({name}\()",
+                              rf"\1__cluster_dims__({dims}) \2\3", source)
+    if not count:
+        raise TileLabCompileError(f"internal: kernel {config['kernel_name']} runs in clusters "
+                                  "but its declaration was not found in the CUDA source")
+    return declared
 
 
 def global_scratch(program) -> list[dict]:
@@ -486,6 +510,8 @@ def finish_cuda(program, trace, executable, recorder, arch: str, configs: dict):
     check_shared_memory(program, max(c["dynamic_smem"] + c["static_smem"]
                                      for c in configs_of_kernels), arch)
     source = cuda_source(executable)
+    for config in configs_of_kernels:
+        source = with_cluster_dims(source, config)
     fast_math = bool(configs.get(PassConfigKey.TL_ENABLE_FAST_MATH.value, False))
     compiled = nvcc.compile_cuda(source, arch, fast_math=fast_math)
     occupancy = None
@@ -542,6 +568,8 @@ def _launch_of(program, config: dict, names: list) -> dict:
               "arg_order": order}
     if tensor_maps:
         launch["tensor_maps"] = tensor_maps
+    if config["cluster"] != [1, 1, 1]:  # (the cubin's own launch attribute; for readers)
+        launch["cluster"] = config["cluster"]
     if config["cooperative"]:
         launch["cooperative"] = True
     return launch
@@ -637,12 +665,13 @@ class CUDABackend(Backend):
         align_once = not configs.get(PassConfigKey.TL_DISABLE_ALIGNMENT_CHECK_ONCE.value, False)
         defer_sums = not configs.get(PassConfigKey.TL_DISABLE_DEFERRED_ROW_SUMS.value, False)
         stmatrix = not configs.get(PassConfigKey.TL_DISABLE_STMATRIX.value, False)
+        multicast = not configs.get(PassConfigKey.TL_DISABLE_TMA_MULTICAST.value, False)
         if calls_grid_sync(program.func.body):  # every thread of every block reaches it:
             specialize, coarsen = "off", False  # no producer warpgroup, no merged blocks
         pass_list = passes(program, vectorize, wgmma_unavailable(arch, configs), coarsen,
                            overlap, tma, specialize, heavy_first, arch, stage, reallocate,
                            turns, uniform, safe_global, rotate, own_barriers, align_once,
-                           defer_sums, tma_stores, stmatrix)
+                           defer_sums, tma_stores, stmatrix, multicast)
         with source_only():
             return run_pipeline(PIPELINE_NAME, pass_list, mod, cuda_target(arch))
 
