@@ -594,7 +594,6 @@ class Roles:
         walk(loop.extent, tirx.Var, names.append)
         return not names and self._measured_to_pay(staging, False, gemms)
 
-
     def pair(self, loop, producers, specs) -> Cluster | None:
         """Two neighbouring blocks, 2c and 2c+1 along one block axis, that run the loop
         alike (the same bounds) and copy the same tiles of some operand at every iteration:
