@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import tilelab
+import tilelab.language as T
 from tests.cuda_source import loop_text
 from tilelab.backends.cuda.nvcc import find_nvcc
 
@@ -71,6 +72,52 @@ def test_blocks_stay_apart_where_they_cannot_share(why, shape, configs, causal):
     assert "cluster" not in kernel.launch, why
     assert "__cluster_dims__" not in source and "multicast" not in source, why
     assert kernel.trace.pipelines[0].get("cluster") is None
+
+
+@tilelab.jit(out_idx=[3])
+def windowed_attention(sequence: int, shift: int):
+    """Scores and a weighted sum over four key tiles, starting at tile `shift * block`:
+    with shift 0 every query block reads the same tiles, with 1 each reads its own."""
+    dimension, rows = 128, 128
+
+    @T.prim_func
+    def kernel(Q: T.Tensor((sequence, dimension), T.float16),
+               K: T.Tensor((sequence, dimension), T.float16),
+               V: T.Tensor((sequence, dimension), T.float16),
+               O: T.Tensor((sequence, dimension), T.float16)):  # noqa: E741
+        with T.Kernel(T.ceildiv(sequence, rows), threads=256) as block:
+            q = T.alloc_shared((rows, dimension), T.float16)
+            k = T.alloc_shared((rows, dimension), T.float16)
+            v = T.alloc_shared((rows, dimension), T.float16)
+            scores = T.alloc_fragment((rows, rows), T.float32)
+            weights = T.alloc_fragment((rows, rows), T.float16)
+            out = T.alloc_fragment((rows, dimension), T.float32)
+            T.copy(Q[block * rows, 0], q)
+            T.clear(out)
+            for key_block in T.Pipelined(4, num_stages=2):
+                T.copy(K[(key_block + shift * block) * rows, 0], k)
+                T.clear(scores)
+                T.gemm(q, k, scores, transpose_B=True)
+                for i, j in T.Parallel(rows, rows):
+                    scores[i, j] = T.exp2(scores[i, j] * 0.01)
+                T.copy(scores, weights)
+                T.copy(V[(key_block + shift * block) * rows, 0], v)
+                T.gemm(weights, v, out)
+            T.copy(out, O[block * rows, 0])
+
+    return kernel
+
+
+@needs_nvcc
+def test_blocks_that_copy_different_tiles_stay_apart():
+    """The loops of neighbouring blocks match in length either way; only where the proof
+    finds the same tile starts in both blocks (shift 0) do they pair."""
+    same = windowed_attention.compile(1024, 0, target="cuda:sm_90a")
+    own = windowed_attention.compile(1024, 1, target="cuda:sm_90a")
+    assert all("warp_specialized" in k.trace.pipelines[0] for k in (same, own))
+    assert same.launch["cluster"] == [2, 1, 1]
+    assert "cluster" not in own.launch
+    assert "multicast" not in own.get_kernel_source()
 
 
 @needs_nvcc
