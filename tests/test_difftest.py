@@ -306,8 +306,9 @@ def test_the_roles_family_writes_warp_roles_by_hand(capsys):
 def test_the_attention_family_splits_with_turns(capsys):
     """`--family attention`: FlashAttention's forward loop (two T.gemm, an online softmax
     between them), causal or not, tails in queries and keys. With the split forced and
-    turns asked for, loops split and two-warpgroup blocks take turns; a few run on the
-    CPU against torch, as in CI (the H200 run compares them with CUDA)."""
+    turns asked for, loops split, two-warpgroup blocks take turns and query blocks pair
+    in clusters (here two pairs of them); a few run on the CPU against torch, as in CI
+    (the H200 run compares them with CUDA)."""
     import warnings
 
     import tilelab
@@ -320,14 +321,16 @@ def test_the_attention_family_splits_with_turns(capsys):
     assert any(p.M % p.bm for p in programs) and any(p.N % p.bn for p in programs)
     assert generate(0, 4, "attention").source() == programs[4].source()
     configs = {"tl.force_warp_specialized": True, "tl.enable_warpgroup_turns": True}
-    split = turns = 0
+    split = turns = pairs = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for p in [p for p in programs if p.threads == 256 and p.steps[0]["stages"] > 1][:2]:
             kernel = tilelab.compile(_make(p), target="cuda:sm_90a", pass_configs=configs)
             split += any("warp_specialized" in plan for plan in kernel.trace.pipelines)
             turns += "tl::turn_pass()" in kernel.get_kernel_source()
-    assert split == 2 and turns >= 1, (split, turns)
+            # query blocks paired in clusters, more than one pair of them
+            pairs += kernel.launch.get("cluster") == [1, 2, 1] and p.grid[1] >= 4
+    assert split == 2 and turns >= 1 and pairs >= 1, (split, turns, pairs)
     code = difftest.main(["--family", "attention", "--count", "4", "--jobs", "2",
                           "--shrink-seconds", "0"])
     lines = capsys.readouterr().out.strip().splitlines()

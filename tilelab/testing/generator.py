@@ -1648,9 +1648,10 @@ def _attention_program(rng, seed, index) -> Program:
     between them, the loop that a warp-specialized split with register moves and
     warpgroup turns was built for. One warpgroup on 64-row blocks, or two on 128 rows;
     head dim 64 or 128 (a whole K tile); causal (a block-dependent trip count) or not;
-    query and key counts with tails; 1-3 stages, as many as shared memory holds; now and
-    then Q kept in registers (the same registers as operand A in every iteration: ptxas
-    once gave them to P, passes/keep_wgmma_operands.py)."""
+    query and key counts with tails, now and then two more query blocks (so that blocks
+    past the first two may pair in clusters, pipeline_loops.Roles.pair); 1-3 stages, as
+    many as shared memory holds; now and then Q kept in registers (the same registers as
+    operand A in every iteration: ptxas once gave them to P, passes/keep_wgmma_operands.py)."""
     dtype = rng.choice(("float16", "bfloat16"))
     threads = rng.choice((128, 256, 256))  # two consumer warpgroups: the turns
     bm = 64 if threads == 128 else 128
@@ -1675,6 +1676,9 @@ def _attention_program(rng, seed, index) -> Program:
     # drawn last, so that the rest of each seed's programs stays as it was
     in_registers = {"q_frag": g.buffer("fragment", "mk", dtype)["name"]} \
         if rng.random() < 0.3 else {}
+    if rng.random() < 0.25:  # two more query blocks: blocks paired in clusters past the first
+        p.M += 2 * bm
+        p.N = p.M if causal else p.N
     g.step(op="attn", Q=q, K=k, V=v, O=out, tiles=[t["name"] for t in tiles],
            causal=causal, stages=stages, scale=1 / math.sqrt(d), **in_registers)
     return p
