@@ -1678,7 +1678,8 @@ def _attention_program(rng, seed, index) -> Program:
         if rng.random() < 0.3 else {}
     if rng.random() < 0.25:  # two more query blocks: blocks paired in clusters past the first
         p.M += 2 * bm
-        p.N = p.M if causal else p.N
+        if causal:  # a key per query row
+            p.N = p.M
     g.step(op="attn", Q=q, K=k, V=v, O=out, tiles=[t["name"] for t in tiles],
            causal=causal, stages=stages, scale=1 / math.sqrt(d), **in_registers)
     return p
